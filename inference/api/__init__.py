@@ -1,0 +1,1 @@
+"""Protocol adapters: wire formats in, one GenerationRequest through, wire formats out."""

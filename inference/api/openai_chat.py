@@ -1,0 +1,89 @@
+"""OpenAI chat completions: messages in, prompt tokens out."""
+
+from __future__ import annotations
+
+import json
+
+from .errors import ApiError
+
+ROLES = {"system", "user", "assistant", "tool"}
+
+
+def parse_messages(body: dict) -> list[dict]:
+    """Validate `messages` and normalise them for the chat template.
+
+    `developer` means `system`; text-only content-part arrays become one
+    string; assistant tool-call arguments are parsed from their JSON strings,
+    which is what chat templates expect to iterate over.
+    """
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError("messages required", param="messages")
+    return [_normalise(message, index) for index, message in enumerate(messages)]
+
+
+def _normalise(message, index: int) -> dict:
+    param = f"messages[{index}]"
+    if not isinstance(message, dict):
+        raise ApiError(f"{param} must be an object", param=param)
+    role = message.get("role")
+    role = "system" if role == "developer" else role
+    if role not in ROLES:
+        raise ApiError(
+            f"{param}.role must be one of 'system', 'developer', 'user', 'assistant', 'tool'",
+            param=f"{param}.role",
+        )
+    out = {**message, "role": role, "content": _flatten(message.get("content"), param)}
+    if role == "assistant" and message.get("tool_calls") is not None:
+        out["tool_calls"] = _parse_tool_calls(message["tool_calls"], param)
+    return out
+
+
+def _flatten(content, param: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise ApiError(f"{param}.content must be a string or an array", param=f"{param}.content")
+    texts = []
+    for part in content:
+        if not isinstance(part, dict) or part.get("type") != "text":
+            raise ApiError(
+                f"{param}.content: only text content parts are supported",
+                param=f"{param}.content",
+            )
+        if not isinstance(part.get("text"), str):
+            raise ApiError(f"{param}.content: text parts need a string 'text'", param=param)
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+def _parse_tool_calls(tool_calls, param: str) -> list[dict]:
+    if not isinstance(tool_calls, list):
+        raise ApiError(f"{param}.tool_calls must be an array", param=f"{param}.tool_calls")
+    parsed = []
+    for call in tool_calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            raise ApiError(f"{param}.tool_calls[].function must be an object", param=param)
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except ValueError:
+                raise ApiError(
+                    f"{param}.tool_calls[].function.arguments must be a JSON string", param=param
+                ) from None
+        parsed.append({**call, "function": {**function, "arguments": arguments}})
+    return parsed
+
+
+def chat_prompt_tokens(tokenizer, messages: list[dict]) -> list[int]:
+    """Apply the model's chat template; a template that rejects the messages is a 400."""
+    try:
+        tokens = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    except Exception as exc:  # jinja raises whatever the template author chose
+        raise ApiError(f"prompt build failed: {exc}", param="messages") from None
+    # transformers may hand back a BatchEncoding-like mapping instead of a list.
+    return list(tokens["input_ids"] if isinstance(tokens, dict) else tokens)

@@ -1,0 +1,131 @@
+"""The request fields shared by OpenAI chat and text completions.
+
+Names, defaults and messages follow mlx_lm.server's `validate_model_parameters`,
+so clients moving from it see the same 400s; here they arrive as OpenAI-shaped
+errors instead of a dropped connection.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from ..engine import SamplingParams
+from ..engine.request import MAX_TOP_LOGPROBS
+from .errors import ApiError
+
+NUMBER = (float, int)
+
+
+@dataclass(frozen=True)
+class CommonParams:
+    model: str | None
+    stream: bool
+    include_usage: bool
+    max_tokens: int | None
+    sampling: SamplingParams
+    stop: tuple[str, ...]
+    logprobs: bool
+    top_logprobs: int
+
+
+def parse_json_body(raw: bytes) -> dict:
+    """The body as a JSON object, or a 400 saying what is wrong with it."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(f"Invalid JSON in request body: {exc}") from None
+    if not isinstance(body, dict):
+        raise ApiError("Request body must be a JSON object")
+    return body
+
+
+def _type_names(expected) -> str:
+    names = tuple(t.__name__ for t in expected) if isinstance(expected, tuple) else None
+    return str(names) if names else expected.__name__
+
+
+def field(body: dict, name: str, expected, default=None, *, low=None, high=None):
+    """Read one field, checking its type and range as mlx_lm.server does."""
+    value = body.get(name, default)
+    if value is None:
+        return default
+    # bool is an int in Python, never a number on the wire.
+    if isinstance(value, bool) and expected is not bool or not isinstance(value, expected):
+        raise ApiError(f"{name} must be of type {_type_names(expected)}", param=name)
+    if low is not None and value < low:
+        raise ApiError(f"{name} must be at least {low}", param=name)
+    if high is not None and value > high:
+        raise ApiError(f"{name} must be at most {high}", param=name)
+    return value
+
+
+def _logit_bias(body: dict) -> dict[int, float] | None:
+    bias = field(body, "logit_bias", dict)
+    if bias is None:
+        return None
+    try:
+        return {int(key): float(value) for key, value in bias.items()}
+    except (TypeError, ValueError):
+        raise ApiError("logit_bias must be a dict of int to float", param="logit_bias") from None
+
+
+def _stop(body: dict) -> tuple[str, ...]:
+    stop = body.get("stop")
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
+        raise ApiError("stop must be a string or a list of nonempty strings", param="stop")
+    return tuple(stop)
+
+
+def _max_tokens(body: dict) -> int | None:
+    # max_completion_tokens is the newer name and wins when both are sent.
+    newer = field(body, "max_completion_tokens", int, low=1)
+    return newer if newer is not None else field(body, "max_tokens", int, low=1)
+
+
+def _include_usage(body: dict) -> bool:
+    options = body.get("stream_options")
+    if options is None:
+        return False
+    if not isinstance(options, dict):
+        raise ApiError("stream_options must be an object", param="stream_options")
+    return bool(field(options, "include_usage", bool, False))
+
+
+def _sampling(body: dict) -> SamplingParams:
+    return SamplingParams(
+        temperature=field(body, "temperature", NUMBER, 0.0, low=0),
+        top_p=field(body, "top_p", NUMBER, 1.0, low=0, high=1),
+        top_k=field(body, "top_k", int, 0, low=0),
+        min_p=field(body, "min_p", NUMBER, 0.0, low=0, high=1),
+        xtc_probability=field(body, "xtc_probability", NUMBER, 0.0, low=0, high=1),
+        xtc_threshold=field(body, "xtc_threshold", NUMBER, 0.1, low=0, high=1),
+        seed=field(body, "seed", int),
+        logit_bias=_logit_bias(body),
+        repetition_penalty=field(body, "repetition_penalty", NUMBER, 0.0, low=0),
+        repetition_context_size=field(body, "repetition_context_size", int, 20, low=0),
+        presence_penalty=field(body, "presence_penalty", NUMBER, 0.0),
+        presence_context_size=field(body, "presence_context_size", int, 20, low=0),
+        frequency_penalty=field(body, "frequency_penalty", NUMBER, 0.0),
+        frequency_context_size=field(body, "frequency_context_size", int, 20, low=0),
+    )
+
+
+def parse_common(body: dict) -> CommonParams:
+    """Validate every shared field; the first problem found is the 400."""
+    logprobs = field(body, "logprobs", bool, False)
+    top_logprobs = field(body, "top_logprobs", int, 0, low=0, high=MAX_TOP_LOGPROBS)
+    return CommonParams(
+        model=field(body, "model", str),
+        stream=field(body, "stream", bool, False),
+        include_usage=_include_usage(body),
+        max_tokens=_max_tokens(body),
+        sampling=_sampling(body),
+        stop=_stop(body),
+        logprobs=logprobs,
+        top_logprobs=top_logprobs if logprobs else 0,
+    )

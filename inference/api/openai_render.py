@@ -1,0 +1,204 @@
+"""Engine events rendered as OpenAI chat and text completion objects and chunks."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import mlx.core as mx
+
+from ..engine import Event, Failed, Finished, TextDelta, TokenLogprob
+
+SYSTEM_FINGERPRINT = f"fp_mlxlab_mlx{mx.__version__}"
+
+
+class GenerationFailed(Exception):
+    """The engine could not finish a request that was valid."""
+
+
+@dataclass
+class Collected:
+    text: str = ""
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    finished: Finished | None = None
+
+
+async def collect(events: AsyncIterator[Event]) -> Collected:
+    """Gather a whole generation for a non-streaming answer."""
+    result = Collected()
+    async for event in events:
+        if isinstance(event, TextDelta):
+            result.text += event.text
+            result.logprobs.extend(event.logprobs)
+        elif isinstance(event, Finished):
+            result.finished = event
+        elif isinstance(event, Failed):
+            raise GenerationFailed(event.message)
+    return result
+
+
+def usage(finished: Finished) -> dict:
+    return {
+        "prompt_tokens": finished.prompt_tokens,
+        "completion_tokens": finished.completion_tokens,
+        "total_tokens": finished.prompt_tokens + finished.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": finished.cached_tokens},
+    }
+
+
+def chat_logprobs(entries: list[TokenLogprob]) -> dict:
+    return {
+        "content": [
+            {
+                "token": entry.token,
+                "logprob": entry.logprob,
+                "bytes": entry.bytes,
+                "top_logprobs": [
+                    {"token": top.token, "logprob": top.logprob, "bytes": top.bytes}
+                    for top in entry.top
+                ],
+            }
+            for entry in entries
+        ]
+    }
+
+
+def completion_logprobs(entries: list[TokenLogprob], offset: int) -> dict:
+    """The legacy completions shape: parallel arrays, offsets into the text."""
+    offsets = []
+    for entry in entries:
+        offsets.append(offset)
+        offset += len(entry.token)
+    return {
+        "tokens": [entry.token for entry in entries],
+        "token_logprobs": [entry.logprob for entry in entries],
+        "top_logprobs": [{top.token: top.logprob for top in entry.top} for entry in entries],
+        "text_offset": offsets,
+    }
+
+
+class Renderer:
+    """One response's identity, and its shape on the wire (chat or text)."""
+
+    object_name = ""
+    chunk_name = ""
+    id_prefix = ""
+
+    def __init__(self, model: str, *, logprobs: bool, include_usage: bool = False) -> None:
+        self.id = f"{self.id_prefix}-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.model = model
+        self.logprobs = logprobs
+        self.include_usage = include_usage
+
+    def _envelope(self, object_name: str, choices: list[dict]) -> dict:
+        return {
+            "id": self.id,
+            "object": object_name,
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": SYSTEM_FINGERPRINT,
+            "choices": choices,
+        }
+
+    def complete(self, result: Collected) -> dict:
+        body = self._envelope(self.object_name, [self._full_choice(result)])
+        body["usage"] = usage(result.finished)
+        return body
+
+    async def chunks(self, events: AsyncIterator[Event]) -> AsyncIterator[dict]:
+        """The stream of chunks; a failure ends it with an OpenAI error object."""
+        first = self._first_chunk()
+        if first is not None:
+            yield self._chunk(first)
+        sent = 0
+        async for event in events:
+            if isinstance(event, TextDelta):
+                yield self._chunk(self._delta_choice(event, sent))
+                sent += len(event.text)
+            elif isinstance(event, Finished):
+                yield self._chunk(self._final_choice(event))
+                if self.include_usage:
+                    body = self._envelope(self.chunk_name, [])
+                    body["usage"] = usage(event)
+                    yield body
+            elif isinstance(event, Failed):
+                yield {"error": {"message": event.message, "type": "server_error"}}
+
+    def _chunk(self, choice: dict) -> dict:
+        body = self._envelope(self.chunk_name, [choice])
+        if self.include_usage:
+            body["usage"] = None
+        return body
+
+    def _first_chunk(self) -> dict | None:
+        return None
+
+    def _full_choice(self, result: Collected) -> dict:
+        raise NotImplementedError
+
+    def _delta_choice(self, delta: TextDelta, offset: int) -> dict:
+        raise NotImplementedError
+
+    def _final_choice(self, finished: Finished) -> dict:
+        raise NotImplementedError
+
+
+class ChatRenderer(Renderer):
+    object_name = "chat.completion"
+    chunk_name = "chat.completion.chunk"
+    id_prefix = "chatcmpl"
+
+    def _full_choice(self, result: Collected) -> dict:
+        return {
+            "index": 0,
+            "message": {"role": "assistant", "content": result.text},
+            "logprobs": chat_logprobs(result.logprobs) if self.logprobs else None,
+            "finish_reason": result.finished.finish_reason,
+        }
+
+    def _first_chunk(self) -> dict:
+        return {
+            "index": 0,
+            "delta": {"role": "assistant", "content": ""},
+            "logprobs": None,
+            "finish_reason": None,
+        }
+
+    def _delta_choice(self, delta: TextDelta, offset: int) -> dict:
+        return {
+            "index": 0,
+            "delta": {"content": delta.text},
+            "logprobs": chat_logprobs(delta.logprobs) if self.logprobs else None,
+            "finish_reason": None,
+        }
+
+    def _final_choice(self, finished: Finished) -> dict:
+        return {"index": 0, "delta": {}, "logprobs": None, "finish_reason": finished.finish_reason}
+
+
+class CompletionRenderer(Renderer):
+    object_name = "text_completion"
+    chunk_name = "text_completion"
+    id_prefix = "cmpl"
+
+    def _full_choice(self, result: Collected) -> dict:
+        return {
+            "index": 0,
+            "text": result.text,
+            "logprobs": completion_logprobs(result.logprobs, 0) if self.logprobs else None,
+            "finish_reason": result.finished.finish_reason,
+        }
+
+    def _delta_choice(self, delta: TextDelta, offset: int) -> dict:
+        return {
+            "index": 0,
+            "text": delta.text,
+            "logprobs": completion_logprobs(delta.logprobs, offset) if self.logprobs else None,
+            "finish_reason": None,
+        }
+
+    def _final_choice(self, finished: Finished) -> dict:
+        return {"index": 0, "text": "", "logprobs": None, "finish_reason": finished.finish_reason}

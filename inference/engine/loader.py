@@ -1,0 +1,41 @@
+"""Load an MLX model folder into memory, with the facts the server needs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlx_lm import load
+
+# When a config names no context length, assume what most small models train on.
+FALLBACK_CONTEXT_LENGTH = 2048
+
+
+@dataclass
+class LoadedModel:
+    model: object
+    tokenizer: object  # mlx_lm TokenizerWrapper
+    context_length: int
+    vocab_size: int
+    path: Path
+
+
+def read_context_length(config: dict) -> int:
+    """The model's context window, from the usual config.json keys."""
+    for key in ("max_position_embeddings", "max_sequence_length", "n_positions", "seq_length"):
+        value = config.get(key) or config.get("text_config", {}).get(key)
+        if isinstance(value, int) and value > 0:
+            return value
+    return FALLBACK_CONTEXT_LENGTH
+
+
+def load_model(path: str | Path) -> LoadedModel:
+    """Load weights and tokenizer from an MLX / Hugging Face format folder."""
+    path = Path(path)
+    model, tokenizer = load(str(path))
+    config = json.loads((path / "config.json").read_text())
+    vocab_size = config.get("vocab_size") or config.get("text_config", {}).get("vocab_size")
+    return LoadedModel(
+        model, tokenizer, read_context_length(config), vocab_size or len(tokenizer), path
+    )

@@ -1,0 +1,122 @@
+"""The engine's one internal request and the events it streams back.
+
+Every protocol adapter (OpenAI chat, OpenAI completions, Responses, Anthropic)
+parses its wire format into a GenerationRequest and renders these events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# mlx_lm.server caps top_logprobs at 11 (it mirrors the OpenAI API's old limit).
+MAX_TOP_LOGPROBS = 11
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How the next token is picked; names and defaults follow mlx_lm.server."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    xtc_probability: float = 0.0
+    xtc_threshold: float = 0.1
+    seed: int | None = None
+    logit_bias: dict[int, float] | None = None
+    repetition_penalty: float = 0.0
+    repetition_context_size: int = 20
+    presence_penalty: float = 0.0
+    presence_context_size: int = 20
+    frequency_penalty: float = 0.0
+    frequency_context_size: int = 20
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.temperature >= 0, "temperature must be at least 0"),
+            (0 <= self.top_p <= 1, "top_p must be between 0 and 1"),
+            (self.top_k >= 0, "top_k must be at least 0"),
+            (0 <= self.min_p <= 1, "min_p must be between 0 and 1"),
+            (0 <= self.xtc_probability <= 1, "xtc_probability must be between 0 and 1"),
+            (0 <= self.xtc_threshold <= 1, "xtc_threshold must be between 0 and 1"),
+            (self.repetition_penalty >= 0, "repetition_penalty must be at least 0"),
+            (self.repetition_context_size >= 0, "repetition_context_size must be at least 0"),
+            (self.presence_context_size >= 0, "presence_context_size must be at least 0"),
+            (self.frequency_context_size >= 0, "frequency_context_size must be at least 0"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One sequence to generate: already tokenized, already validated."""
+
+    prompt_tokens: list[int]
+    max_tokens: int
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stop: tuple[str, ...] = ()
+    logprobs: bool = False
+    top_logprobs: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.prompt_tokens:
+            raise ValueError("the prompt is empty")
+        if self.max_tokens < 1:
+            raise ValueError("max_tokens must be at least 1")
+        if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
+            raise ValueError(f"top_logprobs must be at most {MAX_TOP_LOGPROBS}")
+        if any(not s for s in self.stop):
+            raise ValueError("stop sequences must be nonempty strings")
+
+
+@dataclass(frozen=True)
+class TopLogprob:
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """The chosen token's log-probability and its most likely alternatives."""
+
+    token_id: int
+    token: str
+    logprob: float
+    bytes: list[int]
+    top: list[TopLogprob]
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """New text, safe to show: it can no longer turn into a stop sequence."""
+
+    text: str
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The sequence ended; always the last event of a successful generation."""
+
+    finish_reason: str  # "stop" | "length"
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+    stop_sequence: str | None = None
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The sequence could not be completed; the last event of a failed generation."""
+
+    message: str
+
+
+Event = TextDelta | Finished | Failed

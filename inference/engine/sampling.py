@@ -1,0 +1,67 @@
+"""Per-request samplers and logits processors, built on mlx-lm's own."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import mlx.core as mx
+from mlx_lm.sample_utils import make_logits_processors, make_sampler
+
+from .request import SamplingParams
+
+Sampler = Callable[[mx.array], mx.array]
+LogitsProcessor = Callable[[mx.array, mx.array], mx.array]
+
+# Fresh entropy for the global MLX key after a seeded request borrowed it.
+_entropy = random.SystemRandom()
+
+
+def build_sampler(params: SamplingParams, *, xtc_special_tokens: list[int]) -> Sampler:
+    """mlx-lm's sampler, made reproducible per request when a seed is given.
+
+    mlx_lm.server serves seeded requests one at a time because its samplers
+    draw from the global key. Here a seeded request re-seeds the global key
+    from (seed, step) just for its own row, so its draws do not depend on what
+    else shares the batch.
+    """
+    sampler = make_sampler(
+        params.temperature,
+        top_p=params.top_p,
+        min_p=params.min_p,
+        top_k=params.top_k,
+        xtc_probability=params.xtc_probability,
+        xtc_threshold=params.xtc_threshold,
+        xtc_special_tokens=xtc_special_tokens,
+    )
+    if params.seed is None or params.is_greedy:
+        return sampler
+    return _seeded(sampler, params.seed)
+
+
+def _seeded(sampler: Sampler, seed: int) -> Sampler:
+    step = 0
+
+    def sample(logprobs: mx.array) -> mx.array:
+        nonlocal step
+        mx.random.seed((seed * 1_000_003 + step) % (1 << 63))
+        step += 1
+        try:
+            return sampler(logprobs)
+        finally:
+            mx.random.seed(_entropy.getrandbits(63))
+
+    return sample
+
+
+def build_logits_processors(params: SamplingParams) -> list[LogitsProcessor]:
+    """Bias and penalties, as mlx_lm.server builds them."""
+    return make_logits_processors(
+        params.logit_bias,
+        params.repetition_penalty,
+        params.repetition_context_size,
+        params.presence_penalty,
+        params.presence_context_size,
+        params.frequency_penalty,
+        params.frequency_context_size,
+    )

@@ -1,0 +1,118 @@
+"""One sequence's life after sampling: detokenize, stop, logprobs, events."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import mlx.core as mx
+from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer, SPMStreamingDetokenizer
+
+from .request import (
+    Event,
+    Finished,
+    GenerationRequest,
+    TextDelta,
+    TokenLogprob,
+    TopLogprob,
+)
+from .stop import StopMatcher
+
+
+def _faithful(detokenizer):
+    """Keep the first token's leading space.
+
+    mlx-lm's streaming detokenizers drop it while their text is empty, which
+    turns the completion of "The capital of France is" into "Paris" instead of
+    " Paris". Starting from a placeholder character (never emitted: the offset
+    skips it) keeps the decoded text faithful to the tokens.
+    """
+    if isinstance(detokenizer, BPEStreamingDetokenizer | SPMStreamingDetokenizer):
+        detokenizer.text, detokenizer.offset = "\x00", 1
+    return detokenizer
+
+
+@dataclass
+class Sequence:
+    """The engine's record of one request while it is in the batch."""
+
+    request_id: int
+    request: GenerationRequest
+    emit: Callable[[Event], None]
+    tokenizer: object  # mlx_lm TokenizerWrapper
+    detokenizer: object = None
+    stop: StopMatcher = None
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    pending_logprobs: list[TokenLogprob] = field(default_factory=list)
+    done: bool = False
+    error: Exception | None = None  # set by a failing sampler or logits processor
+
+    def __post_init__(self) -> None:
+        self.detokenizer = _faithful(self.tokenizer.detokenizer)
+        self.stop = StopMatcher(self.request.stop)
+
+    def on_token(self, token: int, logprobs: mx.array, finish_reason: str | None) -> bool:
+        """Turn one sampled token into events. Returns True when the sequence ended.
+
+        mlx-lm reports finish_reason "stop" on an end-of-sequence token, which is
+        never shown; a text stop sequence ends the sequence here instead.
+        """
+        self.completion_tokens += 1
+        is_eos = finish_reason == "stop"
+        if not is_eos:
+            self.detokenizer.add_token(token)
+            if self.request.logprobs:
+                self.pending_logprobs.append(self._logprob(token, logprobs))
+        if finish_reason is not None:
+            self.detokenizer.finalize()
+        self._release(self.stop.feed(self.detokenizer.last_segment))
+        if self.stop.matched is not None:
+            self._finish("stop")
+        elif finish_reason is not None:
+            self._release(self.stop.flush())
+            self._finish(finish_reason)
+        return self.done
+
+    def _release(self, text: str) -> None:
+        if text:
+            self.emit(TextDelta(text, self.pending_logprobs))
+            self.pending_logprobs = []
+
+    def _finish(self, reason: str) -> None:
+        self.done = True
+        self.emit(
+            Finished(
+                finish_reason=reason,
+                prompt_tokens=len(self.request.prompt_tokens),
+                completion_tokens=self.completion_tokens,
+                cached_tokens=self.cached_tokens,
+                stop_sequence=self.stop.matched,
+            )
+        )
+
+    def _logprob(self, token: int, logprobs: mx.array) -> TokenLogprob:
+        top = []
+        count = self.request.top_logprobs
+        if count > 0:
+            # argpartition then sort: the full vocabulary sort is needless work.
+            indices = mx.argpartition(-logprobs, kth=count - 1)[:count]
+            values = logprobs[indices]
+            order = mx.argsort(-values)
+            ids, values = indices[order].tolist(), values[order].tolist()
+            top = [self._top_entry(i, v) for i, v in zip(ids, values, strict=True)]
+        text = self._token_text(token)
+        return TokenLogprob(
+            token_id=token,
+            token=text,
+            logprob=logprobs[token].item(),
+            bytes=list(text.encode()),
+            top=top,
+        )
+
+    def _top_entry(self, token: int, logprob: float) -> TopLogprob:
+        text = self._token_text(token)
+        return TopLogprob(token=text, logprob=logprob, bytes=list(text.encode()))
+
+    def _token_text(self, token: int) -> str:
+        return self.tokenizer.decode([token])

@@ -1,0 +1,51 @@
+"""From validated OpenAI fields and prompt tokens to one GenerationRequest."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from .api.errors import ApiError
+from .api.openai_params import CommonParams
+from .engine import GenerationRequest
+
+
+def _check_logit_bias(bias: dict[int, float] | None, vocab_size: int) -> None:
+    # MLX does not bounds-check scatter indices: an unknown id would crash the process.
+    for token in bias or {}:
+        if not 0 <= token < vocab_size:
+            raise ApiError(
+                f"logit_bias token id {token} is out of range for a vocabulary of {vocab_size}",
+                param="logit_bias",
+            )
+
+
+def generation_request(
+    params: CommonParams, prompt: list[int], *, context_length: int, vocab_size: int
+) -> GenerationRequest:
+    """Fit the request into the context window, or say plainly why it cannot."""
+    _check_logit_bias(params.sampling.logit_bias, vocab_size)
+    room = context_length - len(prompt)
+    if room < 1:
+        raise ApiError(
+            f"The prompt is {len(prompt)} tokens long, which leaves no room to generate "
+            f"in this model's context length of {context_length} tokens.",
+            param="messages",
+            code="context_length_exceeded",
+        )
+    if params.max_tokens is not None and params.max_tokens > room:
+        raise ApiError(
+            f"This model's context length is {context_length} tokens, but the request asks for "
+            f"{len(prompt) + params.max_tokens} ({len(prompt)} in the prompt and "
+            f"{params.max_tokens} to generate). Shorten the prompt or lower max_tokens.",
+            param="max_tokens",
+            code="context_length_exceeded",
+        )
+    max_tokens = params.max_tokens or min(settings.MLXLAB["DEFAULT_MAX_TOKENS"], room)
+    return GenerationRequest(
+        prompt_tokens=prompt,
+        max_tokens=max_tokens,
+        sampling=params.sampling,
+        stop=params.stop,
+        logprobs=params.logprobs,
+        top_logprobs=params.top_logprobs,
+    )

@@ -1,0 +1,1 @@
+"""Hub credentials and pushes arrive with the publishing issue."""

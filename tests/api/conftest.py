@@ -1,0 +1,39 @@
+import asyncio
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import DEFAULT_MODEL
+
+
+@pytest.fixture(scope="session")
+def client(lab_server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{lab_server.url}/v1", api_key="unused", max_retries=0)
+
+
+@pytest.fixture
+def run_async(lab_server):
+    """Run `scenario(client)` on a fresh event loop with its own AsyncOpenAI client."""
+
+    def run(scenario):
+        async def main():
+            async with openai.AsyncOpenAI(
+                base_url=f"{lab_server.url}/v1", api_key="unused", max_retries=0
+            ) as client:
+                return await scenario(client)
+
+        return asyncio.run(main())
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def http(lab_server) -> httpx.Client:
+    with httpx.Client(base_url=lab_server.url, timeout=120) as session:
+        yield session
+
+
+@pytest.fixture(scope="session")
+def model() -> str:
+    return DEFAULT_MODEL

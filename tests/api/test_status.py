@@ -1,0 +1,47 @@
+"""Health, statistics, and a client that walks away mid-stream."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+
+
+def test_health_and_stats(http, model):
+    health = http.get("/health").json()
+    assert health["status"] == "ok" and health["in_flight"] == 0
+    assert model in health["models_loaded"]
+    before = http.get("/stats").json()["generated_tokens"]
+    http.post(
+        "/v1/completions", json={"model": model, "prompt": "One, two,", "max_tokens": 3}
+    ).raise_for_status()
+    stats = http.get("/stats").json()
+    assert stats["generated_tokens"] == before + 3
+    assert stats["models"][model]["decode_tokens_per_second"] > 0
+    assert stats["memory"]["active_bytes"] > 50_000_000  # the model's weights
+
+
+def test_disconnect_mid_stream_frees_the_slot(lab_server, http, model):
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Write a long story about a dragon."}],
+        "max_tokens": 300,
+        "stream": True,
+    }
+    cancelled = http.get("/stats").json()["models"][model]["requests_cancelled"]
+    with (
+        httpx.Client(base_url=lab_server.url, timeout=60) as session,
+        session.stream("POST", "/v1/chat/completions", json=body) as response,
+    ):
+        # Keep the line iterator alive: dropping it would close the connection early.
+        lines = response.iter_lines()
+        frames = [line for _, line in zip(range(3), filter(None, lines), strict=False)]
+        assert all(json.loads(frame.removeprefix("data: ")) for frame in frames)
+        assert http.get("/health").json()["in_flight"] == 1
+    deadline = time.monotonic() + 30
+    while http.get("/health").json()["in_flight"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert http.get("/health").json()["in_flight"] == 0
+    stats = http.get("/stats").json()["models"][model]
+    assert stats["requests_cancelled"] == cancelled + 1

@@ -1,0 +1,98 @@
+"""Session-wide real parts: the default model folder and one live Daphne server."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_MODEL = os.environ.get("MLXLAB_DEFAULT_MODEL", "smollm2-135m-instruct")
+
+
+def default_model_folder() -> Path:
+    models_dir = Path(os.environ.get("MLXLAB_MODELS_DIR", ROOT / "var" / "models"))
+    folder = models_dir / DEFAULT_MODEL
+    if not (folder / "config.json").is_file():
+        pytest.fail(f"the default model is not at {folder}: run `make setup` first")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def model_folder() -> Path:
+    return default_model_folder()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@dataclass
+class LiveServer:
+    url: str
+    process: subprocess.Popen
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def _manage(env: dict, *args: str) -> None:
+    subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True)
+
+
+@pytest.fixture(scope="session")
+def lab_server(tmp_path_factory, model_folder) -> LiveServer:
+    """A real Daphne on an ephemeral loopback port, with its own database."""
+    home = tmp_path_factory.mktemp("server")
+    env = {
+        **os.environ,
+        "MLXLAB_DB_PATH": str(home / "db.sqlite3"),
+        "MLXLAB_MODELS_DIR": str(model_folder.parent),
+        "MLXLAB_DEFAULT_MODEL": DEFAULT_MODEL,
+        "MLXLAB_PRELOAD": "1",
+    }
+    _manage(env, "migrate", "--noinput", "-v", "0")
+    _manage(env, "add_model", str(model_folder), "--name", DEFAULT_MODEL)
+    port = _free_port()
+    log_path = home / "daphne.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+             "mlxlab.asgi:application"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    server = LiveServer(f"http://127.0.0.1:{port}", process, log_path)
+    try:
+        _wait_until_ready(server)
+        yield server
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def _wait_until_ready(server: LiveServer, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            pytest.fail(f"daphne exited early:\n{server.log()}")
+        try:
+            health = httpx.get(f"{server.url}/health", timeout=2).json()
+            if DEFAULT_MODEL in health.get("models_loaded", []):
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    pytest.fail(f"daphne did not become ready:\n{server.log()}")

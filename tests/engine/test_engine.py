@@ -1,0 +1,132 @@
+"""The engine on the real default model: batching, seeds, stops, cancel, faults."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from inference.engine import Failed, Finished, GenerationRequest, SamplingParams
+from inference.engine import scheduler as scheduler_module
+
+from .helpers import chat_tokens, generate, submit
+
+
+def greedy(engine, text: str, max_tokens: int = 12, **kwargs) -> GenerationRequest:
+    return GenerationRequest(chat_tokens(engine, text), max_tokens=max_tokens, **kwargs)
+
+
+def test_answers_the_capital_of_france(engine):
+    run = generate(
+        engine, greedy(engine, "What is the capital of France? Answer in one sentence.", 16)
+    )
+    assert isinstance(run.end, Finished)
+    assert "Paris" in run.text
+
+
+def test_length_finish_counts_tokens(engine):
+    run = generate(engine, greedy(engine, "Write a long story about a dragon.", 5))
+    assert run.end.finish_reason == "length"
+    assert run.end.completion_tokens == 5
+    assert run.end.prompt_tokens == len(chat_tokens(engine, "Write a long story about a dragon."))
+
+
+def test_stop_string_across_token_boundaries(engine):
+    prompt = "Write a long story about a dragon."
+    full = generate(engine, greedy(engine, prompt, 16, logprobs=True))
+    tokens = [entry.token for delta in full.deltas for entry in delta.logprobs]
+    # A stop string that starts inside one token and ends inside a later one.
+    boundary = len(tokens[0]) + len(tokens[1])
+    stop = full.text[boundary - 2 : boundary + 3]
+    assert len(stop) == 5 and stop not in full.text[: boundary - 2]
+    stopped = generate(engine, greedy(engine, prompt, 16, stop=(stop,)))
+    assert stopped.end.finish_reason == "stop"
+    assert stopped.end.stop_sequence == stop
+    assert stopped.text == full.text[: full.text.index(stop)]
+    assert all(stop not in delta.text for delta in stopped.deltas)
+
+
+def test_greedy_output_is_the_same_alone_and_batched(engine):
+    prompts = ["Name a fruit.", "What is 2 plus 2?", "Say hello in French."]
+    alone = [generate(engine, greedy(engine, p, 8)).text for p in prompts]
+    runs = [submit(engine, greedy(engine, p, 8)) for p in prompts]
+    assert [run.wait().text for run in runs] == alone
+
+
+def test_seeded_sampling_is_reproducible_when_batched(engine):
+    sampling = SamplingParams(temperature=1.0, top_p=0.95, seed=1234)
+    request = greedy(engine, "Invent a name for a cat.", 8, sampling=sampling)
+    alone = generate(engine, request).text
+    noise = [
+        submit(
+            engine, greedy(engine, "Tell me a joke.", 8, sampling=SamplingParams(temperature=1.0))
+        )
+        for _ in range(2)
+    ]
+    batched = submit(engine, request)
+    assert batched.wait().text == alone
+    for run in noise:
+        run.wait()
+    other_seed = SamplingParams(temperature=1.0, top_p=0.95, seed=99)
+    texts = {
+        generate(engine, greedy(engine, "Invent a name for a cat.", 8, sampling=other_seed)).text
+    }
+    texts.add(alone)
+    assert len(texts) == 2, "a different seed should sample differently"
+
+
+def test_cancel_frees_the_slot(engine):
+    run = submit(engine, greedy(engine, "Write a long story about a dragon.", 200))
+    deadline = time.monotonic() + 60
+    while not run.deltas and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert run.deltas, "no text arrived"
+    engine.cancel(run.request_id)
+    while engine.in_flight and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert engine.in_flight == 0
+    assert run.end is None  # a cancelled request gets no more events
+
+
+def test_a_failing_request_fails_alone(engine, monkeypatch):
+    real = scheduler_module.build_logits_processors
+
+    def processors(sampling):
+        if sampling.logit_bias == {0: -0.5}:  # the marked request breaks mid-step
+
+            def broken(tokens, logits):
+                raise RuntimeError("processor exploded")
+
+            return [broken]
+        return real(sampling)
+
+    monkeypatch.setattr(scheduler_module, "build_logits_processors", processors)
+    healthy = greedy(engine, "Name a fruit.", 8)
+    expected = generate(engine, healthy).text
+    bad = submit(
+        engine, greedy(engine, "Name a fruit.", 8, sampling=SamplingParams(logit_bias={0: -0.5}))
+    )
+    good = submit(engine, healthy)
+    assert isinstance(bad.wait().end, Failed)
+    assert "processor exploded" in bad.end.message
+    assert good.wait().text == expected
+    assert engine.alive and engine.in_flight == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"max_tokens": 0}, "max_tokens must be at least 1"),
+        ({"top_logprobs": 12}, "top_logprobs must be at most 11"),
+        ({"stop": ("",)}, "stop sequences must be nonempty strings"),
+    ],
+)
+def test_requests_check_themselves(kwargs, message):
+    fields = {"prompt_tokens": [1, 2], "max_tokens": 4, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        GenerationRequest(**fields)
+
+
+def test_sampling_params_check_themselves():
+    with pytest.raises(ValueError, match="top_p must be between 0 and 1"):
+        SamplingParams(top_p=1.5)
