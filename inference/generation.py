@@ -20,7 +20,13 @@ def _check_logit_bias(bias: dict[int, float] | None, vocab_size: int) -> None:
 
 
 def generation_request(
-    params: CommonParams, prompt: list[int], *, context_length: int, vocab_size: int
+    params: CommonParams,
+    prompt: list[int],
+    *,
+    context_length: int,
+    vocab_size: int,
+    grammar=None,
+    output=None,
 ) -> GenerationRequest:
     """Fit the request into the context window, or say plainly why it cannot."""
     _check_logit_bias(params.sampling.logit_bias, vocab_size)
@@ -48,4 +54,6 @@ def generation_request(
         stop=params.stop,
         logprobs=params.logprobs,
         top_logprobs=params.top_logprobs,
+        grammar=grammar,
+        output=output,
     )

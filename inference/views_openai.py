@@ -9,12 +9,13 @@ from django.views.decorators.csrf import csrf_exempt
 
 from .api.endpoints import api_endpoint
 from .api.errors import ApiError, model_not_found
-from .api.openai_chat import chat_prompt_tokens, parse_messages
 from .api.openai_completions import completion_logprobs, completion_prompt_tokens, parse_prompt
 from .api.openai_params import parse_common, parse_json_body
 from .api.openai_render import ChatRenderer, CompletionRenderer, GenerationFailed, collect
 from .api.sse import event_stream_response, openai_frames
+from .chat_request import PreparedChat, prepare_chat
 from .engine import stream_events
+from .engine.output_parser import OutputFormat
 from .engines import get_engine
 from .generation import generation_request
 from .models import LanguageModel
@@ -23,38 +24,45 @@ log = logging.getLogger(__name__)
 
 
 async def _serve(
-    request: HttpRequest, *, build_prompt, renderer_class, prepare=None
+    request: HttpRequest, *, prepare_prompt, renderer_class, adapt_body=None
 ) -> HttpResponse:
     """The one path of every OpenAI generation endpoint."""
     try:
         body = parse_json_body(request.body)
-        body = prepare(body) if prepare else body
+        body = adapt_body(body) if adapt_body else body
         params = parse_common(body)
         name, engine = await get_engine(params.model)
-        prompt = build_prompt(body, engine.tokenizer)
+        prepared = await prepare_prompt(body, engine)
         generation = generation_request(
-            params, prompt, context_length=engine.context_length, vocab_size=engine.vocab_size
+            params,
+            prepared.prompt,
+            context_length=engine.context_length,
+            vocab_size=engine.vocab_size,
+            grammar=prepared.grammar,
+            output=prepared.output,
         )
     except ApiError as error:
         return error.response()
     renderer = renderer_class(name, logprobs=params.logprobs, include_usage=params.include_usage)
     events = stream_events(engine, generation)
     if params.stream:
-        return event_stream_response(openai_frames(renderer.chunks(events)))
-    try:
-        result = await collect(events)
-    except GenerationFailed as failure:
-        log.error("generation failed: %s", failure)
-        return ApiError(str(failure), status=500, type="server_error").response()
-    return JsonResponse(renderer.complete(result))
+        response = event_stream_response(openai_frames(renderer.chunks(events)))
+    else:
+        try:
+            result = await collect(events)
+        except GenerationFailed as failure:
+            log.error("generation failed: %s", failure)
+            return ApiError(str(failure), status=500, type="server_error").response()
+        response = JsonResponse(renderer.complete(result))
+    if prepared.warning:
+        response["Warning"] = f'299 mlxlab "{prepared.warning}"'
+    return response
 
 
-def _chat_prompt(body: dict, tokenizer) -> list[int]:
-    return chat_prompt_tokens(tokenizer, parse_messages(body))
-
-
-def _text_prompt(body: dict, tokenizer) -> list[int]:
-    return completion_prompt_tokens(tokenizer, parse_prompt(body))
+async def _text_prompt(body: dict, engine) -> PreparedChat:
+    prompt = completion_prompt_tokens(engine.tokenizer, parse_prompt(body))
+    # Raw text continues the prompt: no reasoning split, no tool calls.
+    return PreparedChat(prompt=prompt, grammar=None, output=OutputFormat(think=None))
 
 
 def _legacy_logprobs(body: dict) -> dict:
@@ -68,16 +76,16 @@ def _legacy_logprobs(body: dict) -> dict:
 
 @api_endpoint("POST")
 async def chat_completions(request: HttpRequest) -> HttpResponse:
-    return await _serve(request, build_prompt=_chat_prompt, renderer_class=ChatRenderer)
+    return await _serve(request, prepare_prompt=prepare_chat, renderer_class=ChatRenderer)
 
 
 @api_endpoint("POST")
 async def completions(request: HttpRequest) -> HttpResponse:
     return await _serve(
         request,
-        build_prompt=_text_prompt,
+        prepare_prompt=_text_prompt,
         renderer_class=CompletionRenderer,
-        prepare=_legacy_logprobs,
+        adapt_body=_legacy_logprobs,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -28,6 +29,29 @@ def default_model_folder() -> Path:
 @pytest.fixture(scope="session")
 def model_folder() -> Path:
     return default_model_folder()
+
+
+THINKING_MODEL = "smollm2-thinking"
+
+# The default model's template, with the assistant's turn opening a <think> block.
+THINKING_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is not defined or enable_thinking %}<think>\n{% endif %}{% endif %}"
+)
+
+
+def thinking_model_folder(source: Path, models_dir: Path) -> Path:
+    """The default model's weights under a chat template that opens a <think> block."""
+    folder = models_dir / THINKING_MODEL
+    folder.mkdir(parents=True)
+    for item in source.iterdir():
+        if item.name != "tokenizer_config.json":
+            (folder / item.name).symlink_to(item)
+    config = json.loads((source / "tokenizer_config.json").read_text())
+    config["chat_template"] = THINKING_TEMPLATE
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder
 
 
 def _free_port() -> int:
@@ -63,6 +87,8 @@ def lab_server(tmp_path_factory, model_folder) -> LiveServer:
     }
     _manage(env, "migrate", "--noinput", "-v", "0")
     _manage(env, "add_model", str(model_folder), "--name", DEFAULT_MODEL)
+    thinking = thinking_model_folder(model_folder, home / "models")
+    _manage(env, "add_model", str(thinking), "--name", THINKING_MODEL)
     port = _free_port()
     log_path = home / "daphne.log"
     with open(log_path, "wb") as log:

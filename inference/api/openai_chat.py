@@ -7,6 +7,7 @@ import json
 from .errors import ApiError
 
 ROLES = {"system", "user", "assistant", "tool"}
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 
 
 def parse_messages(body: dict) -> list[dict]:
@@ -34,6 +35,9 @@ def _normalise(message, index: int) -> dict:
             param=f"{param}.role",
         )
     out = {**message, "role": role, "content": _flatten(message.get("content"), param)}
+    if role == "assistant" and isinstance(message.get("reasoning"), str):
+        # Templates know earlier reasoning as `reasoning_content`.
+        out["reasoning_content"] = out.pop("reasoning")
     if role == "assistant" and message.get("tool_calls") is not None:
         out["tool_calls"] = _parse_tool_calls(message["tool_calls"], param)
     return out
@@ -79,11 +83,32 @@ def _parse_tool_calls(tool_calls, param: str) -> list[dict]:
     return parsed
 
 
-def chat_prompt_tokens(tokenizer, messages: list[dict]) -> list[int]:
-    """Apply the model's chat template; a template that rejects the messages is a 400."""
+def template_kwargs(body: dict) -> dict:
+    """Extra chat-template variables; an explicit `chat_template_kwargs` wins."""
+    effort = body.get("reasoning_effort")
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise ApiError(
+            "reasoning_effort must be one of 'none', 'minimal', 'low', 'medium', 'high', 'xhigh'",
+            param="reasoning_effort",
+        )
+    kwargs = {} if effort is None else {"enable_thinking": effort != "none"}
+    extra = body.get("chat_template_kwargs")
+    if extra is not None:
+        if not isinstance(extra, dict):
+            raise ApiError("chat_template_kwargs must be an object", param="chat_template_kwargs")
+        kwargs.update(extra)
+    return kwargs
+
+
+def render_chat(tokenizer, messages: list[dict], *, tools=None, kwargs=None) -> str:
+    """The prompt text; a template that rejects the messages is a 400."""
     try:
-        tokens = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        return tokenizer.apply_chat_template(
+            messages,
+            tools=tools or None,
+            add_generation_prompt=True,
+            tokenize=False,
+            **(kwargs or {}),
+        )
     except Exception as exc:  # jinja raises whatever the template author chose
         raise ApiError(f"prompt build failed: {exc}", param="messages") from None
-    # transformers may hand back a BatchEncoding-like mapping instead of a list.
-    return list(tokens["input_ids"] if isinstance(tokens, dict) else tokens)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 
 from ..engine import Event, Failed, Finished, TextDelta, TokenLogprob
+from ..engine.request import ReasoningDelta, ToolCall
 
 SYSTEM_FINGERPRINT = f"fp_mlxlab_mlx{mx.__version__}"
 
@@ -21,6 +22,8 @@ class GenerationFailed(Exception):
 @dataclass
 class Collected:
     text: str = ""
+    reasoning: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
     finished: Finished | None = None
 
@@ -32,11 +35,24 @@ async def collect(events: AsyncIterator[Event]) -> Collected:
         if isinstance(event, TextDelta):
             result.text += event.text
             result.logprobs.extend(event.logprobs)
+        elif isinstance(event, ReasoningDelta):
+            result.reasoning += event.text
+        elif isinstance(event, ToolCall):
+            result.tool_calls.append(event)
         elif isinstance(event, Finished):
             result.finished = event
         elif isinstance(event, Failed):
             raise GenerationFailed(event.message)
     return result
+
+
+def tool_call_object(call: ToolCall, index: int | None = None) -> dict:
+    out = {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
+    return out if index is None else {"index": index, **out}
 
 
 def usage(finished: Finished) -> dict:
@@ -114,10 +130,16 @@ class Renderer:
         if first is not None:
             yield self._chunk(first)
         sent = 0
+        calls = 0
         async for event in events:
             if isinstance(event, TextDelta):
                 yield self._chunk(self._delta_choice(event, sent))
                 sent += len(event.text)
+            elif isinstance(event, ReasoningDelta | ToolCall):
+                choice = self._side_choice(event, calls)
+                calls += isinstance(event, ToolCall)
+                if choice is not None:
+                    yield self._chunk(choice)
             elif isinstance(event, Finished):
                 yield self._chunk(self._final_choice(event))
                 if self.include_usage:
@@ -136,6 +158,10 @@ class Renderer:
     def _first_chunk(self) -> dict | None:
         return None
 
+    def _side_choice(self, event: ReasoningDelta | ToolCall, index: int) -> dict | None:
+        """Reasoning and tool calls, for surfaces that show them."""
+        return None
+
     def _full_choice(self, result: Collected) -> dict:
         raise NotImplementedError
 
@@ -152,12 +178,25 @@ class ChatRenderer(Renderer):
     id_prefix = "chatcmpl"
 
     def _full_choice(self, result: Collected) -> dict:
+        message = {"role": "assistant", "content": result.text}
+        if result.reasoning:
+            message["reasoning_content"] = result.reasoning
+        if result.tool_calls:
+            message["content"] = result.text or None
+            message["tool_calls"] = [tool_call_object(call) for call in result.tool_calls]
         return {
             "index": 0,
-            "message": {"role": "assistant", "content": result.text},
+            "message": message,
             "logprobs": chat_logprobs(result.logprobs) if self.logprobs else None,
             "finish_reason": result.finished.finish_reason,
         }
+
+    def _side_choice(self, event: ReasoningDelta | ToolCall, index: int) -> dict:
+        if isinstance(event, ReasoningDelta):
+            delta = {"reasoning_content": event.text}
+        else:
+            delta = {"tool_calls": [tool_call_object(event, index)]}
+        return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
 
     def _first_chunk(self) -> dict:
         return {

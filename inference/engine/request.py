@@ -63,6 +63,8 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()
     logprobs: bool = False
     top_logprobs: int = 0
+    grammar: object | None = None  # a compiled xgrammar grammar
+    output: object | None = None  # an output_parser.OutputFormat
 
     def __post_init__(self) -> None:
         if not self.prompt_tokens:
@@ -102,10 +104,26 @@ class TextDelta:
 
 
 @dataclass(frozen=True)
+class ReasoningDelta:
+    """New text of the model's reasoning (a `<think>` block), apart from the answer."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One complete, parsed call of a tool the request offered."""
+
+    id: str
+    name: str
+    arguments: str  # a JSON object, as text
+
+
+@dataclass(frozen=True)
 class Finished:
     """The sequence ended; always the last event of a successful generation."""
 
-    finish_reason: str  # "stop" | "length"
+    finish_reason: str  # "stop" | "length" | "tool_calls"
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0
@@ -119,4 +137,4 @@ class Failed:
     message: str
 
 
-Event = TextDelta | Finished | Failed
+Event = TextDelta | ReasoningDelta | ToolCall | Finished | Failed

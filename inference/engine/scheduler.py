@@ -19,6 +19,7 @@ import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, StopSequences
 from mlx_lm.sample_utils import greedy_sampler
 
+from .grammar import GrammarProcessor
 from .loader import LoadedModel
 from .request import Event, Failed, GenerationRequest
 from .sampling import build_logits_processors, build_sampler
@@ -219,6 +220,8 @@ class Engine:
         try:
             sampler = build_sampler(request.sampling, xtc_special_tokens=self._xtc_special)
             processors = build_logits_processors(request.sampling)
+            if request.grammar is not None:  # last, so bias can't revive a masked token
+                processors.append(GrammarProcessor(request.grammar))
             (uid,) = self._generator.insert(
                 [request.prompt_tokens],
                 max_tokens=[request.max_tokens],

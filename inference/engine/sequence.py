@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer, SPMStreamingDetokenizer
 
+from .output_parser import OutputFormat, OutputParser
 from .request import (
     Event,
     Finished,
     GenerationRequest,
-    TextDelta,
     TokenLogprob,
     TopLogprob,
 )
@@ -51,6 +51,8 @@ class Sequence:
     def __post_init__(self) -> None:
         self.detokenizer = _faithful(self.tokenizer.detokenizer)
         self.stop = StopMatcher(self.request.stop)
+        output = self.request.output or OutputFormat()
+        self.parser = OutputParser(output, self.emit)
 
     def on_token(self, token: int, logprobs: mx.array, finish_reason: str | None) -> bool:
         """Turn one sampled token into events. Returns True when the sequence ended.
@@ -76,11 +78,14 @@ class Sequence:
 
     def _release(self, text: str) -> None:
         if text:
-            self.emit(TextDelta(text, self.pending_logprobs))
+            self.parser.feed(text, self.pending_logprobs)
             self.pending_logprobs = []
 
     def _finish(self, reason: str) -> None:
         self.done = True
+        self.parser.finish()
+        if self.parser.tool_calls and reason == "stop":
+            reason = "tool_calls"
         self.emit(
             Finished(
                 finish_reason=reason,

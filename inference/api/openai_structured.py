@@ -1,0 +1,89 @@
+"""Structured output fields of OpenAI (and vLLM-style) requests, as one GrammarSpec.
+
+When several are sent, one wins, in this order (documented in the README):
+guided_grammar > response_format json_schema > response_format json_object >
+structured_outputs / guided_json > guided_regex > guided_choice.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..engine.grammar import GrammarSpec, choice_regex, schema_text
+from .errors import ApiError
+
+
+def _schema_object(value, param: str) -> dict:
+    if isinstance(value, str):  # some clients send the schema as JSON text
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise ApiError(f"{param} must be a JSON schema object", param=param) from None
+    if not isinstance(value, dict):
+        raise ApiError(f"{param} must be a JSON schema object", param=param)
+    return value
+
+
+def _response_format(body: dict) -> GrammarSpec | None:
+    rf = body.get("response_format")
+    if rf is None:
+        return None
+    if not isinstance(rf, dict) or rf.get("type") not in ("text", "json_object", "json_schema"):
+        raise ApiError(
+            "response_format must be an object with type 'text', 'json_object' or 'json_schema'",
+            param="response_format",
+        )
+    if rf["type"] == "json_object":
+        return GrammarSpec("json_object")
+    if rf["type"] == "json_schema":
+        spec = rf.get("json_schema")
+        if not isinstance(spec, dict):
+            raise ApiError("response_format.json_schema must be an object", param="response_format")
+        schema = _schema_object(spec.get("schema"), "response_format.json_schema.schema")
+        return GrammarSpec("json_schema", schema_text(schema))
+    return None
+
+
+def parse_structured_output(body: dict) -> GrammarSpec | None:
+    """The one constraint this request asks for, or None; 400 when a field is malformed."""
+    candidates = []
+    if (grammar := body.get("guided_grammar")) is not None:
+        if not isinstance(grammar, str) or not grammar.strip():
+            raise ApiError("guided_grammar must be a nonempty string", param="guided_grammar")
+        candidates.append(GrammarSpec("ebnf", grammar))
+    if (spec := _response_format(body)) is not None:
+        candidates.append(spec)
+    for name in ("structured_outputs", "guided_json"):
+        if (schema := body.get(name)) is not None:
+            candidates.append(GrammarSpec("json_schema", schema_text(_schema_object(schema, name))))
+    if (regex := body.get("guided_regex")) is not None:
+        if not isinstance(regex, str) or not regex:
+            raise ApiError("guided_regex must be a nonempty string", param="guided_regex")
+        candidates.append(GrammarSpec("regex", regex))
+    if (choices := body.get("guided_choice")) is not None:
+        if (
+            not isinstance(choices, list)
+            or not choices
+            or not all(isinstance(c, str) and c for c in choices)
+        ):
+            raise ApiError(
+                "guided_choice must be a nonempty list of nonempty strings", param="guided_choice"
+            )
+        candidates.append(GrammarSpec("choice", choice_regex(choices)))
+    return candidates[0] if candidates else None
+
+
+def degrade_instruction(spec: GrammarSpec) -> str:
+    """A system message asking for the format the grammar could not enforce."""
+    if spec.kind == "json_schema":
+        return (
+            "You must respond with valid JSON matching this JSON Schema:\n"
+            f"{spec.source}\nRespond with only the JSON, no other text."
+        )
+    if spec.kind == "json_object":
+        return "You must respond with a valid JSON object only, no other text."
+    if spec.kind == "regex":
+        return f"You must respond with text matching this regular expression:\n{spec.source}"
+    if spec.kind == "choice":
+        return f"You must respond with exactly one of these choices: {spec.source}"
+    return f"You must respond with text matching this grammar:\n{spec.source}"

@@ -1,0 +1,100 @@
+"""Tools and tool_choice on chat completions."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from ..engine.grammar import GrammarSpec, schema_text
+from .errors import ApiError
+
+TOOL_CHOICE_MODES = ("auto", "none", "required")
+
+
+@dataclass(frozen=True)
+class ToolPlan:
+    tools: list[dict]  # as sent, for the chat template
+    names: frozenset[str]
+    choice: str  # auto | none | required | the forced function's name
+
+    @property
+    def forced(self) -> bool:
+        return self.choice not in ("auto", "none")
+
+    @property
+    def active(self) -> bool:
+        return bool(self.tools) and self.choice != "none"
+
+
+def _function(tool, index: int) -> dict:
+    param = f"tools[{index}]"
+    if not isinstance(tool, dict) or tool.get("type", "function") != "function":
+        raise ApiError(f"{param} must be an object with type 'function'", param=param)
+    function = tool.get("function")
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        raise ApiError(f"{param}.function.name must be a string", param=param)
+    parameters = function.get("parameters", {"type": "object"})
+    if not isinstance(parameters, dict):
+        raise ApiError(f"{param}.function.parameters must be a JSON schema object", param=param)
+    return function
+
+
+def parse_tools(body: dict) -> ToolPlan:
+    tools = body.get("tools") or []
+    if not isinstance(tools, list):
+        raise ApiError("tools must be an array", param="tools")
+    names = frozenset(_function(tool, i)["name"] for i, tool in enumerate(tools))
+    choice = body.get("tool_choice", "auto" if tools else "none")
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name")
+        if choice.get("type") != "function" or not isinstance(name, str):
+            raise ApiError(
+                "tool_choice must be 'auto', 'none', 'required' or "
+                '{"type": "function", "function": {"name": ...}}',
+                param="tool_choice",
+            )
+        choice = name
+        if name not in names:
+            raise ApiError(f"tool_choice names an unknown function '{name}'", param="tool_choice")
+    elif choice not in TOOL_CHOICE_MODES:
+        raise ApiError(
+            "tool_choice must be 'auto', 'none', 'required' or a function object",
+            param="tool_choice",
+        )
+    if choice == "required" and not tools:
+        raise ApiError("tool_choice 'required' needs at least one tool", param="tool_choice")
+    return ToolPlan(tools=tools, names=names, choice=choice)
+
+
+def forced_call_grammar(plan: ToolPlan) -> GrammarSpec:
+    """The JSON of one call, {"name", "arguments"}, with each function's own schema."""
+    options = []
+    for tool in plan.tools:
+        function = tool["function"]
+        if plan.choice not in ("required", function["name"]):
+            continue
+        options.append(
+            {
+                "type": "object",
+                "properties": {
+                    "name": {"const": function["name"]},
+                    "arguments": function.get("parameters") or {"type": "object"},
+                },
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+        )
+    schema = options[0] if len(options) == 1 else {"anyOf": options}
+    return GrammarSpec("json_schema", schema_text(schema))
+
+
+def tools_instruction(plan: ToolPlan, markers: tuple[str, str]) -> str:
+    """For templates that ignore `tools`: describe them and the call format in words."""
+    start, end = markers
+    listing = "\n".join(json.dumps(tool["function"], ensure_ascii=False) for tool in plan.tools)
+    return (
+        "You can call these functions:\n"
+        f"{listing}\n"
+        f'To call one, reply with {start}{{"name": <function name>, "arguments": '
+        f"<arguments object>}}{end} and nothing else."
+    )

@@ -1,0 +1,121 @@
+"""Grammar-constrained decoding with xgrammar, one matcher per request.
+
+The compiled grammar is shared and cached per engine (one tokenizer) by its
+kind and text; the matcher is per request, so constrained and free requests
+sit side by side in one batch.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass
+
+import mlx.core as mx
+import xgrammar
+from xgrammar.kernels.apply_token_bitmask_mlx import apply_token_bitmask_mlx
+
+KINDS = ("json_schema", "json_object", "regex", "choice", "ebnf")
+
+
+class GrammarError(ValueError):
+    """The grammar could not be compiled; the message says why."""
+
+
+@dataclass(frozen=True)
+class GrammarSpec:
+    """What the output must match: `source` is a schema (JSON text), regex or EBNF."""
+
+    kind: str
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown grammar kind {self.kind!r}")
+
+
+class GrammarCompiler:
+    """Compiles grammars for one tokenizer, each (kind, source) once."""
+
+    def __init__(self, tokenizer, vocab_size: int, stop_token_ids: list[int]) -> None:
+        hf_tokenizer = getattr(tokenizer, "_tokenizer", tokenizer)
+        info = xgrammar.TokenizerInfo.from_huggingface(
+            hf_tokenizer, vocab_size=vocab_size, stop_token_ids=stop_token_ids
+        )
+        self._compiler = xgrammar.GrammarCompiler(info, cache_enabled=False)
+        self._cache: dict[GrammarSpec, xgrammar.CompiledGrammar] = {}
+        self._lock = threading.Lock()
+        self.compiled = 0
+
+    def compile(self, spec: GrammarSpec) -> xgrammar.CompiledGrammar:
+        """The compiled grammar for `spec`, from the cache when seen before."""
+        with self._lock:
+            cached = self._cache.get(spec)
+        if cached is not None:
+            return cached
+        try:
+            compiled = self._compile(spec)
+        except Exception as exc:  # xgrammar raises RuntimeError/ValueError with its reason
+            raise GrammarError(_reason(exc)) from exc
+        with self._lock:
+            self._cache[spec] = compiled
+            self.compiled += 1
+        return compiled
+
+    def _compile(self, spec: GrammarSpec) -> xgrammar.CompiledGrammar:
+        if spec.kind == "json_schema":
+            return self._compiler.compile_json_schema(spec.source, any_whitespace=False)
+        if spec.kind == "json_object":
+            return self._compiler.compile_builtin_json_grammar()
+        if spec.kind == "regex":
+            return self._compiler.compile_regex(spec.source)
+        if spec.kind == "choice":
+            return self._compiler.compile_regex(spec.source)
+        return self._compiler.compile_grammar(spec.source)
+
+
+def _reason(exc: Exception) -> str:
+    # xgrammar prefixes its C++ source location: "[12:00:00] /project/cpp/x.cc:94: ..."
+    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+    return re.sub(r"^\[[\d:]+\] \S+:\d+: ", "", lines[0])
+
+
+def choice_regex(choices: list[str]) -> str:
+    """A regex matching exactly one of the strings."""
+    escaped = ("".join("\\" + c if c in r"\.^$|?*+()[]{}/" else c for c in s) for s in choices)
+    return "(" + "|".join(escaped) + ")"
+
+
+class GrammarProcessor:
+    """An mlx-lm logits processor that masks every token the grammar forbids.
+
+    mlx-lm calls it once per step with the row's tokens so far; on the first
+    call the last token is still the prompt's, afterwards it is the token the
+    previous step sampled, which the matcher must accept before masking.
+    """
+
+    def __init__(self, compiled: xgrammar.CompiledGrammar) -> None:
+        self._matcher = xgrammar.GrammarMatcher(compiled)
+        self._vocab_size = compiled.tokenizer_info.vocab_size
+        self._bitmask = xgrammar.allocate_token_bitmask(1, self._vocab_size)
+        self._started = False
+
+    def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
+        if self._started:
+            self._matcher.accept_token(tokens[-1].item())
+        self._started = True
+        if self._matcher.is_terminated():
+            return logits
+        self._matcher.fill_next_token_bitmask(self._bitmask)
+        mask = mx.array(self._bitmask.numpy())
+        masked = apply_token_bitmask_mlx(mask, logits[..., : self._vocab_size], self._vocab_size)
+        if logits.shape[-1] > self._vocab_size:  # padded output layer: pad ids never allowed
+            padding = mx.full((1, logits.shape[-1] - self._vocab_size), -mx.inf, logits.dtype)
+            masked = mx.concatenate([masked, padding], axis=-1)
+        return masked
+
+
+def schema_text(schema: dict | str) -> str:
+    # Property order is kept: the grammar makes the model write them in this order.
+    return schema if isinstance(schema, str) else json.dumps(schema)
