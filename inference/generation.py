@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.conf import settings
 
 from .api.errors import ApiError
-from .api.openai_params import CommonParams
-from .engine import GenerationRequest
+from .api.openai_params import CommonParams, parse_common
+from .engine import Engine, GenerationRequest
+from .engines import get_engine
 
 
 def _check_logit_bias(bias: dict[int, float] | None, vocab_size: int) -> None:
@@ -57,3 +60,32 @@ def generation_request(
         grammar=grammar,
         output=output,
     )
+
+
+@dataclass(frozen=True)
+class PlannedGeneration:
+    model_name: str
+    engine: Engine
+    params: CommonParams
+    request: GenerationRequest
+    warning: str | None
+
+
+async def plan_generation(body: dict, prepare_prompt) -> PlannedGeneration:
+    """Validate a chat-style body, find its engine, build its prompt and request.
+
+    `prepare_prompt(body, engine)` returns the prompt, grammar and output
+    format (a chat conversation, or raw text for completions).
+    """
+    params = parse_common(body)
+    name, engine = await get_engine(params.model)
+    prepared = await prepare_prompt(body, engine)
+    request = generation_request(
+        params,
+        prepared.prompt,
+        context_length=engine.context_length,
+        vocab_size=engine.vocab_size,
+        grammar=prepared.grammar,
+        output=prepared.output,
+    )
+    return PlannedGeneration(name, engine, params, request, prepared.warning)

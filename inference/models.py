@@ -17,3 +17,29 @@ class LanguageModel(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class StoredResponse(models.Model):
+    """A /v1/responses result kept so `previous_response_id` can continue it."""
+
+    id = models.CharField(max_length=64, primary_key=True)
+    model = models.CharField(max_length=200)
+    previous = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="next_responses"
+    )
+    instructions = models.TextField(blank=True)
+    input_items = models.JSONField(default=list)  # this turn's input, as items with ids
+    output_items = models.JSONField(default=list)
+    body = models.JSONField(default=dict)  # the whole response object, as served
+    output_text = models.TextField(blank=True)  # for search in the admin
+    status = models.CharField(max_length=20, default="completed")
+    usage = models.JSONField(default=dict)
+    size_bytes = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.id

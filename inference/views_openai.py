@@ -10,14 +10,13 @@ from django.views.decorators.csrf import csrf_exempt
 from .api.endpoints import api_endpoint
 from .api.errors import ApiError, model_not_found
 from .api.openai_completions import completion_logprobs, completion_prompt_tokens, parse_prompt
-from .api.openai_params import parse_common, parse_json_body
+from .api.openai_params import parse_json_body
 from .api.openai_render import ChatRenderer, CompletionRenderer, GenerationFailed, collect
 from .api.sse import event_stream_response, openai_frames
 from .chat_request import PreparedChat, prepare_chat
 from .engine import stream_events
 from .engine.output_parser import OutputFormat
-from .engines import get_engine
-from .generation import generation_request
+from .generation import plan_generation
 from .models import LanguageModel
 
 log = logging.getLogger(__name__)
@@ -30,21 +29,14 @@ async def _serve(
     try:
         body = parse_json_body(request.body)
         body = adapt_body(body) if adapt_body else body
-        params = parse_common(body)
-        name, engine = await get_engine(params.model)
-        prepared = await prepare_prompt(body, engine)
-        generation = generation_request(
-            params,
-            prepared.prompt,
-            context_length=engine.context_length,
-            vocab_size=engine.vocab_size,
-            grammar=prepared.grammar,
-            output=prepared.output,
-        )
+        plan = await plan_generation(body, prepare_prompt)
     except ApiError as error:
         return error.response()
-    renderer = renderer_class(name, logprobs=params.logprobs, include_usage=params.include_usage)
-    events = stream_events(engine, generation)
+    params = plan.params
+    renderer = renderer_class(
+        plan.model_name, logprobs=params.logprobs, include_usage=params.include_usage
+    )
+    events = stream_events(plan.engine, plan.request)
     if params.stream:
         response = event_stream_response(openai_frames(renderer.chunks(events)))
     else:
@@ -54,8 +46,8 @@ async def _serve(
             log.error("generation failed: %s", failure)
             return ApiError(str(failure), status=500, type="server_error").response()
         response = JsonResponse(renderer.complete(result))
-    if prepared.warning:
-        response["Warning"] = f'299 mlxlab "{prepared.warning}"'
+    if plan.warning:
+        response["Warning"] = f'299 mlxlab "{plan.warning}"'
     return response
 
 

@@ -65,18 +65,45 @@ class LiveServer:
     url: str
     process: subprocess.Popen
     log_path: Path
+    env: dict
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
 
 
 def _manage(env: dict, *args: str) -> None:
     subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True)
 
 
+def start_daphne(home: Path, env: dict, label: str = "daphne") -> LiveServer:
+    """A real Daphne on an ephemeral loopback port; returns once the model is loaded."""
+    port = _free_port()
+    log_path = home / f"{label}.log"
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+             "mlxlab.asgi:application"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    server = LiveServer(f"http://127.0.0.1:{port}", process, log_path, env)
+    try:
+        _wait_until_ready(server)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
 @pytest.fixture(scope="session")
 def lab_server(tmp_path_factory, model_folder) -> LiveServer:
-    """A real Daphne on an ephemeral loopback port, with its own database."""
+    """The session's server, with its own database and the default model loaded."""
     home = tmp_path_factory.mktemp("server")
     env = {
         **os.environ,
@@ -89,24 +116,11 @@ def lab_server(tmp_path_factory, model_folder) -> LiveServer:
     _manage(env, "add_model", str(model_folder), "--name", DEFAULT_MODEL)
     thinking = thinking_model_folder(model_folder, home / "models")
     _manage(env, "add_model", str(thinking), "--name", THINKING_MODEL)
-    port = _free_port()
-    log_path = home / "daphne.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-             "mlxlab.asgi:application"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    server = LiveServer(f"http://127.0.0.1:{port}", process, log_path)
+    server = start_daphne(home, env)
     try:
-        _wait_until_ready(server)
         yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        server.stop()
 
 
 def _wait_until_ready(server: LiveServer, timeout: float = 120) -> None:

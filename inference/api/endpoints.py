@@ -3,29 +3,37 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from .errors import ApiError
 
+ErrorRenderer = Callable[[ApiError], HttpResponse]
 
-def method_not_allowed(request: HttpRequest, allowed: str) -> JsonResponse:
+
+def method_not_allowed(
+    request: HttpRequest, allowed: str, render_error: ErrorRenderer = ApiError.response
+) -> HttpResponse:
     error = ApiError(f"Method {request.method} is not allowed on {request.path}", status=405)
-    response = error.response()
+    response = render_error(error)
     response["Allow"] = allowed
     return response
 
 
-def api_endpoint(method: str):
-    """An async API view: no CSRF (its clients are programs), one method, OpenAI-shaped 405."""
+def api_endpoint(*methods: str, render_error: ErrorRenderer = ApiError.response):
+    """An async API view: no CSRF (its clients are programs), its methods, a 405 otherwise.
+
+    `render_error` gives the 405 its protocol's shape (OpenAI's by default).
+    """
 
     def wrap(view):
         @csrf_exempt
         @functools.wraps(view)
         async def endpoint(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-            if request.method != method:
-                return method_not_allowed(request, method)
+            if request.method not in methods:
+                return method_not_allowed(request, ", ".join(methods), render_error)
             return await view(request, *args, **kwargs)
 
         return endpoint

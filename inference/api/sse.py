@@ -17,6 +17,12 @@ async def openai_frames(chunks: AsyncIterator[dict]) -> AsyncIterator[bytes]:
         yield b"data: [DONE]\n\n"
 
 
+def typed_event_frame(event: dict) -> bytes:
+    """An event named by its `type`, as Anthropic and OpenAI Responses send them."""
+    data = json.dumps(event, ensure_ascii=False)
+    return f"event: {event['type']}\ndata: {data}\n\n".encode()
+
+
 def event_stream_response(frames: AsyncIterator[bytes]) -> StreamingHttpResponse:
     """A streaming response Django cancels when the client disconnects.
 

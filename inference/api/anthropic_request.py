@@ -1,0 +1,307 @@
+"""Anthropic Messages requests, translated into the OpenAI chat body the chat path serves.
+
+Only the wire format is translated here. Prompt building, tools and their grammar,
+reasoning, sampling and stop sequences stay with the chat path
+(`chat_request.prepare_chat`, `openai_params.parse_common`). Messages name the
+field as Anthropic's API does (`messages.0.content.1.text: ...`).
+"""
+
+from __future__ import annotations
+
+import json
+
+from .errors import ApiError
+
+# Fields translated here; everything else passes through, so chat extras such as
+# guided_regex or chat_template_kwargs work from the Anthropic SDK's `extra_body`.
+TRANSLATED = frozenset(
+    {
+        "model",
+        "max_tokens",
+        "messages",
+        "system",
+        "tools",
+        "tool_choice",
+        "stop_sequences",
+        "thinking",
+        "metadata",
+        "output_config",
+    }
+)
+# OpenAI names that would contradict a translated field: never passed through.
+SHADOWED = frozenset(
+    {"max_completion_tokens", "stop", "logprobs", "top_logprobs", "n", "stream_options"}
+)
+TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
+USER_BLOCKS = ("text", "tool_result")
+ASSISTANT_BLOCKS = ("text", "thinking", "redacted_thinking", "tool_use")
+BLOCK_SEPARATOR = "\n\n"
+
+
+def invalid(param: str, message: str) -> ApiError:
+    return ApiError(f"{param}: {message}", param=param)
+
+
+def _required(body: dict, name: str):
+    if body.get(name) is None:
+        raise invalid(name, "Field required")
+    return body[name]
+
+
+def _string(value, param: str) -> str:
+    if not isinstance(value, str):
+        raise invalid(param, "Input should be a valid string")
+    return value
+
+
+def _object(value, param: str) -> dict:
+    if not isinstance(value, dict):
+        raise invalid(param, "Input should be a valid dictionary")
+    return value
+
+
+def _max_tokens(body: dict) -> int:
+    value = _required(body, "max_tokens")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid("max_tokens", "Input should be a valid integer")
+    if value < 1:
+        raise invalid("max_tokens", "Input should be greater than or equal to 1")
+    return value
+
+
+def _text_of_blocks(blocks, param: str) -> str:
+    """Text blocks (a system prompt, a tool result) as one string."""
+    if isinstance(blocks, str):
+        return blocks
+    if not isinstance(blocks, list):
+        raise invalid(param, "Input should be a valid string or a list of text blocks")
+    texts = []
+    for index, block in enumerate(blocks):
+        if not isinstance(block, dict) or block.get("type") != "text":
+            raise invalid(f"{param}.{index}", "only text blocks are supported here")
+        texts.append(_string(block.get("text"), f"{param}.{index}.text"))
+    return BLOCK_SEPARATOR.join(texts)
+
+
+def _system(body: dict) -> list[dict]:
+    if body.get("system") is None:
+        return []
+    text = _text_of_blocks(body["system"], "system")
+    return [{"role": "system", "content": text}] if text else []
+
+
+def _blocks(message: dict, param: str, allowed: tuple[str, ...]) -> list[dict]:
+    content = message.get("content")
+    if content is None:
+        raise invalid(f"{param}.content", "Field required")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if not isinstance(content, list):
+        raise invalid(f"{param}.content", "Input should be a valid string or a list of blocks")
+    for index, block in enumerate(content):
+        where = f"{param}.content.{index}"
+        kind = _object(block, where).get("type")
+        if kind not in allowed:
+            raise invalid(
+                f"{where}.type",
+                f"content blocks of type '{kind}' are not supported in "
+                f"{message['role']} messages (supported: {', '.join(allowed)})",
+            )
+    return content
+
+
+def _tool_result(block: dict, param: str) -> dict:
+    call_id = _string(block.get("tool_use_id"), f"{param}.tool_use_id")
+    content = block.get("content")
+    text = "" if content is None else _text_of_blocks(content, f"{param}.content")
+    return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+
+def _user_turn(blocks: list[dict], param: str) -> list[dict]:
+    """Tool results become `tool` messages; the text around them, user messages."""
+    messages, texts = [], []
+
+    def flush() -> None:
+        if texts:
+            messages.append({"role": "user", "content": BLOCK_SEPARATOR.join(texts)})
+            texts.clear()
+
+    for index, block in enumerate(blocks):
+        where = f"{param}.content.{index}"
+        if block["type"] == "text":
+            texts.append(_string(block.get("text"), f"{where}.text"))
+        else:
+            flush()
+            messages.append(_tool_result(block, where))
+    flush()
+    return messages or [{"role": "user", "content": ""}]
+
+
+def _tool_call(block: dict, param: str) -> dict:
+    return {
+        "id": _string(block.get("id"), f"{param}.id"),
+        "type": "function",
+        "function": {
+            "name": _string(block.get("name"), f"{param}.name"),
+            "arguments": json.dumps(_object(block.get("input"), f"{param}.input")),
+        },
+    }
+
+
+def _assistant_turn(blocks: list[dict], param: str) -> dict:
+    texts, thoughts, calls = [], [], []
+    for index, block in enumerate(blocks):
+        where = f"{param}.content.{index}"
+        if block["type"] == "text":
+            texts.append(_string(block.get("text"), f"{where}.text"))
+        elif block["type"] == "thinking":
+            thoughts.append(_string(block.get("thinking"), f"{where}.thinking"))
+        elif block["type"] == "tool_use":
+            calls.append(_tool_call(block, where))
+        # redacted_thinking is opaque: nothing of it can reach the prompt.
+    message = {"role": "assistant", "content": BLOCK_SEPARATOR.join(texts)}
+    if thoughts:
+        message["reasoning"] = "".join(thoughts)
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _messages(body: dict) -> list[dict]:
+    messages = _required(body, "messages")
+    if not isinstance(messages, list):
+        raise invalid("messages", "Input should be a valid list")
+    if not messages:
+        raise invalid("messages", "at least one message is required")
+    out = []
+    for index, message in enumerate(messages):
+        param = f"messages.{index}"
+        role = _object(message, param).get("role")
+        if role == "user":
+            out.extend(_user_turn(_blocks(message, param, USER_BLOCKS), param))
+        elif role == "assistant":
+            out.append(_assistant_turn(_blocks(message, param, ASSISTANT_BLOCKS), param))
+        else:
+            raise invalid(f"{param}.role", "Input should be 'user' or 'assistant'")
+    return out
+
+
+def _tools(body: dict) -> list[dict]:
+    tools = body.get("tools")
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise invalid("tools", "Input should be a valid list")
+    functions = []
+    for index, tool in enumerate(tools):
+        param = f"tools.{index}"
+        kind = _object(tool, param).get("type") or "custom"
+        if kind != "custom":
+            raise invalid(
+                f"{param}.type",
+                f"tool type '{kind}' is not supported: only custom tools with an input_schema",
+            )
+        function = {
+            "name": _string(_required_in(tool, "name", param), f"{param}.name"),
+            "parameters": _object(
+                _required_in(tool, "input_schema", param), f"{param}.input_schema"
+            ),
+        }
+        if isinstance(tool.get("description"), str):
+            function["description"] = tool["description"]
+        functions.append({"type": "function", "function": function})
+    return functions
+
+
+def _required_in(value: dict, name: str, param: str):
+    if value.get(name) is None:
+        raise invalid(f"{param}.{name}", "Field required")
+    return value[name]
+
+
+def _tool_choice(body: dict, tools: list[dict]):
+    """Anthropic's tool_choice as the chat path's, or None for its default."""
+    choice = body.get("tool_choice")
+    if choice is None:
+        return None
+    kind = _object(choice, "tool_choice").get("type")
+    if kind not in (*TOOL_CHOICES, "tool"):
+        raise invalid("tool_choice.type", "Input should be 'auto', 'any', 'tool' or 'none'")
+    names = {tool["function"]["name"] for tool in tools}
+    if kind in ("any", "tool") and not names:
+        raise invalid("tool_choice", f"tool_choice of type '{kind}' needs at least one tool")
+    if kind != "tool":
+        return TOOL_CHOICES[kind]
+    name = _string(_required_in(choice, "name", "tool_choice"), "tool_choice.name")
+    if name not in names:
+        raise invalid("tool_choice.name", f"tool '{name}' is not among the request's tools")
+    return {"type": "function", "function": {"name": name}}
+
+
+def _reasoning_effort(body: dict) -> str | None:
+    thinking = body.get("thinking")
+    if thinking is None:
+        return None
+    kind = _object(thinking, "thinking").get("type")
+    if kind == "enabled":
+        budget = _required_in(thinking, "budget_tokens", "thinking")
+        # Anthropic's minimum of 1024 is not enforced: small local models think briefly.
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise invalid("thinking.budget_tokens", "Input should be a positive integer")
+        return "high"
+    if kind == "disabled":
+        return "none"
+    if kind == "adaptive":
+        return None  # the chat template's own default
+    raise invalid("thinking.type", "Input should be 'enabled', 'disabled' or 'adaptive'")
+
+
+def _stop_sequences(body: dict) -> list[str] | None:
+    stop = body.get("stop_sequences")
+    if stop is None:
+        return None
+    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
+        raise invalid("stop_sequences", "Input should be a list of nonempty strings")
+    return stop or None
+
+
+def _response_format(body: dict) -> dict | None:
+    """output_config.format (Anthropic's structured outputs) as the chat path's response_format."""
+    config = body.get("output_config")
+    if config is None or _object(config, "output_config").get("format") is None:
+        return None
+    output_format = _object(config["format"], "output_config.format")
+    if output_format.get("type") != "json_schema":
+        raise invalid("output_config.format.type", "Input should be 'json_schema'")
+    schema = _object(
+        _required_in(output_format, "schema", "output_config.format"),
+        "output_config.format.schema",
+    )
+    return {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
+
+
+def chat_body(body: dict, *, count_only: bool = False) -> dict:
+    """The OpenAI-style chat body for an Anthropic Messages (or count_tokens) body.
+
+    Raises ApiError (400) naming the first invalid field.
+    """
+    model = _string(_required(body, "model"), "model")
+    max_tokens = None if count_only else _max_tokens(body)
+    if body.get("metadata") is not None:
+        _object(body["metadata"], "metadata")
+    tools = _tools(body)
+    chat = {key: value for key, value in body.items() if key not in TRANSLATED | SHADOWED}
+    chat.update(
+        model=model,
+        max_tokens=max_tokens,
+        messages=[*_system(body), *_messages(body)],
+        tools=tools,
+        stop=_stop_sequences(body),
+    )
+    if (choice := _tool_choice(body, tools)) is not None:
+        chat["tool_choice"] = choice
+    if (effort := _reasoning_effort(body)) is not None:
+        chat["reasoning_effort"] = effort
+    if (response_format := _response_format(body)) is not None:
+        chat["response_format"] = response_format
+    return chat

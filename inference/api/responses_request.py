@@ -1,0 +1,184 @@
+"""OpenAI Responses requests, translated into the chat body every surface shares.
+
+The conversation is rebuilt from stored responses (previous_response_id) and
+the new input; sampling, stop, tools, reasoning and structured output then run
+through the same chat path as /v1/chat/completions.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+
+from .errors import ApiError
+
+TEXT_PARTS = {"input_text", "output_text", "text"}
+# Fields that mean the same on both surfaces and pass straight through.
+SHARED_FIELDS = ("model", "stream", "temperature", "top_p", "top_k", "min_p", "seed", "stop")
+VLLM_FIELDS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
+
+
+def item_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+@dataclass(frozen=True)
+class ResponsesCall:
+    input_items: list[dict]  # this turn's input, each with an id
+    instructions: str | None
+    previous_id: str | None
+    store: bool
+    body: dict  # the request as sent, for the echoed fields
+
+
+def parse_responses_call(body: dict) -> ResponsesCall:
+    """Validate what needs no lookup: `input`, `previous_response_id`, `store`."""
+    raw = body.get("input")
+    if isinstance(raw, str):
+        items = [{"type": "message", "role": "user", "content": raw}]
+    elif isinstance(raw, list):
+        items = raw
+    else:
+        raise ApiError("input must be a string or an array of items", param="input")
+    previous = body.get("previous_response_id")
+    if previous is not None and not isinstance(previous, str):
+        raise ApiError("previous_response_id must be a string", param="previous_response_id")
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise ApiError("instructions must be a string", param="instructions")
+    store = body.get("store", True)
+    if not isinstance(store, bool):
+        raise ApiError("store must be a boolean", param="store")
+    return ResponsesCall(
+        input_items=[_with_id(item, i) for i, item in enumerate(items)],
+        instructions=instructions,
+        previous_id=previous,
+        store=store,
+        body=body,
+    )
+
+
+def _with_id(item, index: int) -> dict:
+    if not isinstance(item, dict):
+        raise ApiError(f"input[{index}] must be an object", param="input")
+    kind = item.get("type", "message")
+    prefix = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}.get(kind, "item")
+    return {"type": kind, **item, "id": item.get("id") or item_id(prefix)}
+
+
+def _text(content, param: str) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise ApiError(f"{param}.content must be a string or an array", param="input")
+    texts = []
+    for part in content:
+        if not isinstance(part, dict) or part.get("type") not in TEXT_PARTS:
+            raise ApiError(f"{param}: only text content is supported", param="input")
+        texts.append(str(part.get("text", "")))
+    return "".join(texts)
+
+
+def items_to_messages(items: list[dict]) -> list[dict]:
+    """Responses items (input or earlier output) as chat messages."""
+    messages: list[dict] = []
+    reasoning = ""
+    for index, item in enumerate(items):
+        kind = item.get("type", "message")
+        if kind == "reasoning":
+            parts = item.get("content") or item.get("summary") or []
+            reasoning += "".join(p.get("text", "") for p in parts if isinstance(p, dict))
+        elif kind == "message":
+            message = {"role": item.get("role"), "content": _text(item.get("content"), f"input[{index}]")}
+            if message["role"] == "assistant" and reasoning:
+                message["reasoning"], reasoning = reasoning, ""
+            messages.append(message)
+        elif kind == "function_call":
+            call = {
+                "id": item.get("call_id") or item.get("id"),
+                "type": "function",
+                "function": {"name": item.get("name"), "arguments": item.get("arguments") or "{}"},
+            }
+            last = messages[-1] if messages else None
+            if last and last["role"] == "assistant" and last.get("tool_calls") is not None:
+                last["tool_calls"].append(call)  # parallel calls share one assistant turn
+            else:
+                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": item.get("call_id"),
+                    "content": output if isinstance(output, str) else json.dumps(output),
+                }
+            )
+        else:
+            raise ApiError(f"input[{index}]: unsupported item type '{kind}'", param="input")
+    return messages
+
+
+def _tools(body: dict) -> dict:
+    out = {}
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise ApiError("tools must be an array", param="tools")
+        converted = []
+        for tool in tools:
+            if not isinstance(tool, dict) or tool.get("type") != "function":
+                raise ApiError("only function tools are supported", param="tools")
+            function = {k: tool[k] for k in ("name", "description", "parameters") if k in tool}
+            converted.append({"type": "function", "function": function})
+        out["tools"] = converted
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        choice = {"type": "function", "function": {"name": choice.get("name")}}
+    if choice is not None:
+        out["tool_choice"] = choice
+    return out
+
+
+def _text_format(body: dict) -> dict:
+    text = body.get("text")
+    if text is None:
+        return {}
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if fmt is None:
+        return {}
+    if not isinstance(fmt, dict):
+        raise ApiError("text.format must be an object", param="text.format")
+    if fmt.get("type") == "json_schema":
+        schema = {"name": fmt.get("name", "response"), "schema": fmt.get("schema")}
+        return {"response_format": {"type": "json_schema", "json_schema": schema}}
+    return {"response_format": fmt}
+
+
+def _reasoning(body: dict) -> dict:
+    reasoning = body.get("reasoning")
+    if reasoning is None:
+        return {}
+    if not isinstance(reasoning, dict):
+        raise ApiError("reasoning must be an object", param="reasoning")
+    effort = reasoning.get("effort")
+    return {} if effort is None else {"reasoning_effort": effort}
+
+
+def chat_body(call: ResponsesCall, history: list[dict]) -> dict:
+    """The shared chat body: instructions, history, this turn, and every option."""
+    messages = []
+    if call.instructions:
+        messages.append({"role": "system", "content": call.instructions})
+    messages += history + items_to_messages(call.input_items)
+    body = {k: call.body[k] for k in SHARED_FIELDS + VLLM_FIELDS if k in call.body}
+    max_tokens = call.body.get("max_output_tokens")
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    return {
+        **body,
+        "messages": messages,
+        **_tools(call.body),
+        **_text_format(call.body),
+        **_reasoning(call.body),
+    }
