@@ -72,9 +72,11 @@ def _evict(*, keep: str) -> None:
     StoredResponse.objects.filter(expires_at__lte=timezone.now()).delete()
     budget = settings.MLXLAB["RESPONSES_MAX_BYTES"]
     total = StoredResponse.objects.aggregate(total=Sum("size_bytes"))["total"] or 0
-    for response_id, size in StoredResponse.objects.exclude(id=keep).order_by(
-        "created_at"
-    ).values_list("id", "size_bytes"):
+    for response_id, size in (
+        StoredResponse.objects.exclude(id=keep)
+        .order_by("created_at")
+        .values_list("id", "size_bytes")
+    ):
         if total <= budget:
             break
         StoredResponse.objects.filter(id=response_id).delete()

@@ -122,7 +122,9 @@ MLXLAB = {
     "PREFILL_STEP_SIZE": int(os.environ.get("MLXLAB_PREFILL_STEP_SIZE", "512")),
     # Stored /v1/responses: kept this long, and at most this many bytes (oldest go first).
     "RESPONSES_TTL_SECONDS": int(os.environ.get("MLXLAB_RESPONSES_TTL_SECONDS", str(30 * 86400))),
-    "RESPONSES_MAX_BYTES": int(os.environ.get("MLXLAB_RESPONSES_MAX_BYTES", str(256 * 1024 * 1024))),
+    "RESPONSES_MAX_BYTES": int(
+        os.environ.get("MLXLAB_RESPONSES_MAX_BYTES", str(256 * 1024 * 1024))
+    ),
     "MAX_REQUEST_BYTES": int(os.environ.get("MLXLAB_MAX_REQUEST_BYTES", str(8 * 1024 * 1024))),
 }
 DATA_UPLOAD_MAX_MEMORY_SIZE = MLXLAB["MAX_REQUEST_BYTES"]

@@ -63,7 +63,9 @@ def _with_id(item, index: int) -> dict:
     if not isinstance(item, dict):
         raise ApiError(f"input[{index}] must be an object", param="input")
     kind = item.get("type", "message")
-    prefix = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}.get(kind, "item")
+    prefix = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}.get(
+        kind, "item"
+    )
     return {"type": kind, **item, "id": item.get("id") or item_id(prefix)}
 
 
@@ -90,7 +92,10 @@ def items_to_messages(items: list[dict]) -> list[dict]:
             parts = item.get("content") or item.get("summary") or []
             reasoning += "".join(p.get("text", "") for p in parts if isinstance(p, dict))
         elif kind == "message":
-            message = {"role": item.get("role"), "content": _text(item.get("content"), f"input[{index}]")}
+            message = {
+                "role": item.get("role"),
+                "content": _text(item.get("content"), f"input[{index}]"),
+            }
             if message["role"] == "assistant" and reasoning:
                 message["reasoning"], reasoning = reasoning, ""
             messages.append(message)

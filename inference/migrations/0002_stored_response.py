@@ -5,31 +5,39 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('inference', '0001_initial'),
+        ("inference", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='StoredResponse',
+            name="StoredResponse",
             fields=[
-                ('id', models.CharField(max_length=64, primary_key=True, serialize=False)),
-                ('model', models.CharField(max_length=200)),
-                ('instructions', models.TextField(blank=True)),
-                ('input_items', models.JSONField(default=list)),
-                ('output_items', models.JSONField(default=list)),
-                ('body', models.JSONField(default=dict)),
-                ('output_text', models.TextField(blank=True)),
-                ('status', models.CharField(default='completed', max_length=20)),
-                ('usage', models.JSONField(default=dict)),
-                ('size_bytes', models.PositiveIntegerField(default=0)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('expires_at', models.DateTimeField(db_index=True)),
-                ('previous', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='next_responses', to='inference.storedresponse')),
+                ("id", models.CharField(max_length=64, primary_key=True, serialize=False)),
+                ("model", models.CharField(max_length=200)),
+                ("instructions", models.TextField(blank=True)),
+                ("input_items", models.JSONField(default=list)),
+                ("output_items", models.JSONField(default=list)),
+                ("body", models.JSONField(default=dict)),
+                ("output_text", models.TextField(blank=True)),
+                ("status", models.CharField(default="completed", max_length=20)),
+                ("usage", models.JSONField(default=dict)),
+                ("size_bytes", models.PositiveIntegerField(default=0)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("expires_at", models.DateTimeField(db_index=True)),
+                (
+                    "previous",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="next_responses",
+                        to="inference.storedresponse",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
     ]
