@@ -85,8 +85,8 @@ def free_port() -> int:
 
 
 @contextmanager
-def running(spec: ServerSpec, log_path: Path) -> Iterator[str]:
-    """Yield the base URL of a ready server; always stop it, even on Ctrl-C."""
+def running(spec: ServerSpec, log_path: Path) -> Iterator[tuple[str, int]]:
+    """Yield the base URL and pid of a ready server; always stop it, even on Ctrl-C."""
     home = Path(tempfile.mkdtemp(prefix=f"bench-{spec.key}-"))
     env = {**os.environ, **spec.env(home)}
     process: subprocess.Popen | None = None
@@ -103,7 +103,7 @@ def running(spec: ServerSpec, log_path: Path) -> Iterator[str]:
             )  # fmt: skip
         url = f"http://127.0.0.1:{port}"
         wait_until_ready(spec, url, process, log_path)
-        yield url
+        yield url, process.pid
     finally:
         if process is not None:
             stop(process)

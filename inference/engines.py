@@ -11,6 +11,8 @@ from django.conf import settings
 
 from .api.errors import model_not_found
 from .engine import Engine, EngineConfig, load_model
+from .engine.dense_weights import FastPathOptions
+from .engine.prompt_cache import PromptCacheConfig
 from .models import LanguageModel
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,18 @@ def _engine_config() -> EngineConfig:
     return EngineConfig(
         max_batch_size=options["MAX_BATCH_SIZE"],
         prefill_step_size=options["PREFILL_STEP_SIZE"],
+        prompt_cache=PromptCacheConfig(
+            max_entries=options["PROMPT_CACHE_ENTRIES"],
+            max_bytes=options["PROMPT_CACHE_MB"] << 20,
+        ),
+    )
+
+
+def _fast_path_options() -> FastPathOptions:
+    options = settings.MLXLAB
+    return FastPathOptions(
+        enabled=options["CPU_FAST_PATH"],
+        dense_weight_budget_bytes=options["DENSE_WEIGHT_BUDGET_MB"] << 20,
     )
 
 
@@ -43,7 +57,10 @@ def load_engine(record: LanguageModel) -> Engine:
             _engines.move_to_end(record.name)
             return engine
         log.info("loading model %s from %s", record.name, record.path)
-        engine = Engine(lambda: load_model(record.path), config=_engine_config()).start()
+        fast_path = _fast_path_options()
+        engine = Engine(
+            lambda: load_model(record.path, fast_path=fast_path), config=_engine_config()
+        ).start()
         _engines[record.name] = engine
         _evict_beyond(settings.MLXLAB["MAX_LOADED_MODELS"])
         return engine

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 
 import mlx.core as mx
 from django.http import HttpRequest, JsonResponse
 
 from .api.endpoints import api_endpoint
+from .engine import Engine
+from .engine.cpu_fast_path import blas_state
 from .engines import loaded_engines
 
 _started = time.time()
@@ -44,6 +47,8 @@ async def stats(request: HttpRequest) -> JsonResponse:
             "prompt_tokens": s.prompt_tokens,
             "generated_tokens": s.generated_tokens,
             "decode_tokens_per_second": round(s.tokens_per_second, 3),
+            "fast_path": asdict(engine.loaded.fast_path),
+            "prompt_cache": _prompt_cache(engine),
         }
     return JsonResponse(
         {
@@ -56,6 +61,18 @@ async def stats(request: HttpRequest) -> JsonResponse:
                 "active_bytes": mx.get_active_memory(),
                 "peak_bytes": mx.get_peak_memory(),
                 "cache_bytes": mx.get_cache_memory(),
+                "dense_weight_bytes": sum(
+                    m["fast_path"]["dense_weight_bytes"] for m in models.values()
+                ),
+                "prompt_cache_bytes": sum(m["prompt_cache"]["bytes"] for m in models.values()),
             },
+            "blas": asdict(blas_state()),
         }
     )
+
+
+def _prompt_cache(engine: Engine) -> dict:
+    cache = engine.prompt_cache
+    if cache is None:
+        return {"enabled": False, "entries": 0, "bytes": 0}
+    return {"enabled": cache.config.enabled, **asdict(cache.stats())}

@@ -126,5 +126,13 @@ MLXLAB = {
         os.environ.get("MLXLAB_RESPONSES_MAX_BYTES", str(256 * 1024 * 1024))
     ),
     "MAX_REQUEST_BYTES": int(os.environ.get("MLXLAB_MAX_REQUEST_BYTES", str(8 * 1024 * 1024))),
+    # The CPU fast path: OpenBLAS under MLX and dense float32 weights (docs/BENCHMARKS.md).
+    # The BLAS itself loads before Django reads settings, so MLXLAB_CPU_FAST_PATH=0,
+    # MLXLAB_BLAS_PATH and MLXLAB_BLAS_THREADS (default 1) act through the environment.
+    "CPU_FAST_PATH": _env_bool("MLXLAB_CPU_FAST_PATH", True),
+    "DENSE_WEIGHT_BUDGET_MB": int(os.environ.get("MLXLAB_DENSE_WEIGHT_BUDGET_MB", "4096")),
+    # Reused KV caches of prompt prefixes, per model; 0 entries turns the cache off.
+    "PROMPT_CACHE_ENTRIES": int(os.environ.get("MLXLAB_PROMPT_CACHE_ENTRIES", "16")),
+    "PROMPT_CACHE_MB": int(os.environ.get("MLXLAB_PROMPT_CACHE_MB", "1024")),
 }
 DATA_UPLOAD_MAX_MEMORY_SIZE = MLXLAB["MAX_REQUEST_BYTES"]

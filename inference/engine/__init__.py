@@ -1,4 +1,9 @@
 """The inference engine: plain Python over MLX, no Django."""
+# ruff: noqa: E402  (the BLAS must be loaded before the imports below bring in mlx.core)
+
+from .cpu_fast_path import load_blas_from_environment
+
+load_blas_from_environment()
 
 from .bridge import stream_events
 from .loader import LoadedModel, load_model

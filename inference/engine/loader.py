@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlx_lm import load
+
+from .dense_weights import FastPathOptions, FastPathReport, apply_fast_path
+
+log = logging.getLogger(__name__)
 
 # When a config names no context length, assume what most small models train on.
 FALLBACK_CONTEXT_LENGTH = 2048
@@ -19,6 +24,9 @@ class LoadedModel:
     context_length: int
     vocab_size: int
     path: Path
+    fast_path: FastPathReport = field(
+        default_factory=lambda: FastPathReport("quantized", "loaded without the fast path")
+    )
 
 
 def read_context_length(config: dict) -> int:
@@ -30,12 +38,18 @@ def read_context_length(config: dict) -> int:
     return FALLBACK_CONTEXT_LENGTH
 
 
-def load_model(path: str | Path) -> LoadedModel:
-    """Load weights and tokenizer from an MLX / Hugging Face format folder."""
+def load_model(path: str | Path, *, fast_path: FastPathOptions | None = None) -> LoadedModel:
+    """Load weights and tokenizer from an MLX / Hugging Face format folder.
+
+    On the CPU the quantized weights become dense float32 ones (the fast
+    path) unless `fast_path` says otherwise or they exceed its memory budget.
+    """
     path = Path(path)
     model, tokenizer = load(str(path))
     config = json.loads((path / "config.json").read_text())
     vocab_size = config.get("vocab_size") or config.get("text_config", {}).get("vocab_size")
+    report = apply_fast_path(model, fast_path or FastPathOptions())
+    log.info("%s runs on the %s path: %s", path.name, report.path, report.reason)
     return LoadedModel(
-        model, tokenizer, read_context_length(config), vocab_size or len(tokenizer), path
+        model, tokenizer, read_context_length(config), vocab_size or len(tokenizer), path, report
     )

@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, StopSequences
@@ -21,6 +21,7 @@ from mlx_lm.sample_utils import greedy_sampler
 
 from .grammar import GrammarProcessor
 from .loader import LoadedModel
+from .prompt_cache import PromptCache, PromptCacheConfig
 from .request import Event, Failed, GenerationRequest
 from .sampling import build_logits_processors, build_sampler
 from .sequence import Sequence
@@ -57,6 +58,7 @@ class EngineConfig:
     max_batch_size: int = 8
     prefill_batch_size: int = 4
     prefill_step_size: int = 512
+    prompt_cache: PromptCacheConfig = field(default_factory=PromptCacheConfig)
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1 or self.prefill_batch_size < 1:
@@ -102,6 +104,7 @@ class Engine:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mlx-engine", daemon=True)
         self._generator: BatchGenerator | None = None
+        self.prompt_cache: PromptCache | None = None  # made once the tokenizer is loaded
 
     # -- public API, callable from any thread ---------------------------------
 
@@ -162,6 +165,8 @@ class Engine:
             # The global random key may be a lazy array made on this thread; left
             # unevaluated it aborts the interpreter at exit once the thread is gone.
             mx.eval(mx.random.state)
+            if self.prompt_cache is not None:  # free its MLX arrays on the thread that made them
+                self.prompt_cache.clear()
 
     def _load(self) -> bool:
         try:
@@ -170,6 +175,9 @@ class Engine:
             self._stop_tokens = StopSequences([(t,) for t in tokenizer.eos_token_ids])
             # XTC must never cut the newline or end-of-sequence tokens (mlx_lm.server).
             self._xtc_special = tokenizer.encode("\n") + list(tokenizer.eos_token_ids)
+            self.prompt_cache = PromptCache(
+                self.config.prompt_cache, key=str(self.loaded.path), tokenizer=tokenizer
+            )
         except BaseException as exc:
             self._load_error = exc
             return False
@@ -222,8 +230,11 @@ class Engine:
             processors = build_logits_processors(request.sampling)
             if request.grammar is not None:  # last, so bias can't revive a masked token
                 processors.append(GrammarProcessor(request.grammar))
-            (uid,) = self._generator.insert(
-                [request.prompt_tokens],
+            plan = self.prompt_cache.lookup(request.prompt_tokens)
+            (uid,) = self._generator.insert_segments(
+                [plan.segments],
+                caches=[plan.cache],
+                all_tokens=[request.prompt_tokens[: plan.cached_tokens]],
                 max_tokens=[request.max_tokens],
                 samplers=[guarded(sampler, sequence, fallback=greedy_sampler)],
                 logits_processors=[[guarded(p, sequence, fallback=_unchanged) for p in processors]],
@@ -235,6 +246,8 @@ class Engine:
             self.stats.requests_failed += 1
             emit(Failed(str(exc)))
             return
+        self.prompt_cache.expect(uid, plan)
+        sequence.cached_tokens = plan.cached_tokens
         self._active[uid] = sequence
         self._uid_of[request_id] = uid
         self.stats.prompt_tokens += len(request.prompt_tokens)
@@ -250,7 +263,8 @@ class Engine:
     def _step(self) -> None:
         started = time.perf_counter()
         try:
-            _, responses = self._generator.next()
+            prompt_responses, responses = self._generator.next()
+            self.prompt_cache.save_boundaries(self._generator, prompt_responses)
         except Exception as exc:
             # The batch state is unknown after a failed step: fail its members,
             # start a fresh generator, keep serving.
@@ -272,6 +286,8 @@ class Engine:
             if sequence.error is not None:
                 self._fail(sequence, f"generation failed: {sequence.error}")
                 continue
+            if response.finish_reason is not None:  # stored before Finished goes out
+                self.prompt_cache.save_finished(response)
             try:
                 ended = sequence.on_token(response.token, response.logprobs, response.finish_reason)
             except Exception as exc:

@@ -26,7 +26,8 @@ def test_chat_completion_answers_with_openai_fields(client, model):
     usage = reply.usage
     assert usage.prompt_tokens > 10 and usage.completion_tokens > 0
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
-    assert usage.prompt_tokens_details.cached_tokens == 0
+    # Earlier requests may have cached the template's default system prompt (issue 3).
+    assert 0 <= usage.prompt_tokens_details.cached_tokens < usage.prompt_tokens
 
 
 def test_streaming_matches_the_whole_answer(client, model):

@@ -1,0 +1,181 @@
+"""Reuse the KV cache of the longest cached prompt prefix across requests.
+
+mlx-lm's `LRUPromptCache` (a token trie with LRU eviction by entries and
+bytes) does the bookkeeping, as in `mlx_lm.server`. This module adds what the
+engine needs around it:
+
+- Chat prompts are split before the generation primer (`<|im_start|>assistant\\n`
+  for ChatML) and the KV cache is stored at that boundary during prefill: the
+  next turn of the conversation starts with exactly those tokens, whatever the
+  template does with the primer and the reply. A finished sequence also stores
+  its whole cache (prompt and reply), which a trimmable cache serves to any
+  prompt sharing a prefix with it.
+- At least one prompt token is always left to compute, since the generator
+  needs the logits of the last one.
+
+Only the engine thread calls `lookup`, `expect` and `save_*`; `stats` and
+`clear` may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import mlx.core as mx
+from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, trim_prompt_cache
+
+log = logging.getLogger(__name__)
+
+# Boundaries awaited for sequences that never reach them (cancelled) are forgotten past this.
+MAX_AWAITED_BOUNDARIES = 1024
+
+
+@dataclass(frozen=True)
+class PromptCacheConfig:
+    """Bounds of one model's prompt cache (MLXLAB PROMPT_CACHE_ENTRIES / _MB); 0 entries: off."""
+
+    max_entries: int = 16
+    max_bytes: int = 1 << 30
+
+    def __post_init__(self) -> None:
+        if self.max_entries < 0 or self.max_bytes < 0:
+            raise ValueError("prompt cache bounds must be at least 0")
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_entries > 0 and self.max_bytes > 0
+
+
+@dataclass(frozen=True)
+class PromptPlan:
+    """How to insert one prompt: its cached KV state and the segments left to compute."""
+
+    cache: list | None  # a private copy of the cached KV state, or None (start empty)
+    cached_tokens: int
+    segments: list[list[int]]
+    boundary: int | None  # store the KV cache once this many prompt tokens are in
+
+
+@dataclass
+class PromptCacheStats:
+    lookups: int = 0
+    hits: int = 0
+    cached_tokens: int = 0  # prompt tokens served from the cache, in all
+    stores: int = 0
+    entries: int = 0
+    bytes: int = 0
+
+
+def generation_primer(tokenizer) -> list[int]:
+    """The tokens a chat template appends to open the assistant's turn ([] if none)."""
+    messages = [{"role": "user", "content": "Hi"}]
+    try:
+        opened = list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+        closed = list(tokenizer.apply_chat_template(messages, add_generation_prompt=False))
+    except Exception:  # no chat template, or one that needs other messages
+        return []
+    if len(opened) > len(closed) and opened[: len(closed)] == closed:
+        return opened[len(closed) :]
+    return []
+
+
+class PromptCache:
+    """One model's prompt cache: lookups before prefill, stores during and after it."""
+
+    def __init__(self, config: PromptCacheConfig, *, key: object, tokenizer=None):
+        self.config = config
+        self.key = key  # the model (and, later, its adapter): entries never cross it
+        self.primer = generation_primer(tokenizer) if tokenizer is not None else []
+        self._lru = LRUPromptCache(max(config.max_entries, 1), config.max_bytes)
+        self._awaited: OrderedDict[int, int] = OrderedDict()  # generator uid -> boundary
+        self._stats = PromptCacheStats()
+        self._lock = threading.Lock()
+
+    def lookup(self, prompt: list[int]) -> PromptPlan:
+        """The plan for `prompt`: the longest cached prefix, then the rest in segments."""
+        cache, cached = None, 0
+        if self.config.enabled:
+            with self._lock:
+                cache, cached = self._nearest(prompt)
+                self._stats.lookups += 1
+                self._stats.hits += cached > 0
+                self._stats.cached_tokens += cached
+        boundary = self._boundary(prompt)
+        if boundary is None or boundary <= cached:
+            return PromptPlan(cache, cached, [prompt[cached:]], None)
+        return PromptPlan(cache, cached, [prompt[cached:boundary], prompt[boundary:]], boundary)
+
+    def _nearest(self, prompt: list[int]) -> tuple[list | None, int]:
+        cache, rest = self._lru.fetch_nearest_cache(self.key, prompt)
+        cached = len(prompt) - len(rest)
+        if cache is None or cached == 0:
+            return None, 0
+        if cached == len(prompt):  # an exact hit: recompute the last token for its logits
+            if not can_trim_prompt_cache(cache):
+                return None, 0
+            trim_prompt_cache(cache, 1)
+            cached -= 1
+        return cache, cached
+
+    def _boundary(self, prompt: list[int]) -> int | None:
+        size = len(self.primer)
+        if not self.config.enabled or not size or len(prompt) <= size:
+            return None
+        return len(prompt) - size if prompt[-size:] == self.primer else None
+
+    def expect(self, uid: int, plan: PromptPlan) -> None:
+        """Remember to store `uid`'s KV cache when its prefill reaches the plan's boundary."""
+        if plan.boundary is None:
+            return
+        self._awaited[uid] = plan.boundary
+        while len(self._awaited) > MAX_AWAITED_BOUNDARIES:
+            self._awaited.popitem(last=False)
+
+    def save_boundaries(self, generator, prompt_responses) -> None:
+        """Store the caches of sequences whose prefill just finished a boundary segment."""
+        uids = [
+            r.uid
+            for r in prompt_responses
+            if r.end_of_segment and not r.end_of_prompt and r.uid in self._awaited
+        ]
+        if not uids:
+            return
+        try:
+            caches = generator.extract_cache(uids)
+        except Exception:  # as in _store: never fail the batch for the cache's sake
+            log.exception("could not extract prompt caches")
+            return
+        for uid, (cache, tokens) in caches.items():
+            if len(tokens) == self._awaited[uid]:  # not the generator's own split of the tail
+                del self._awaited[uid]
+                self._store(tokens, cache)
+
+    def save_finished(self, response) -> None:
+        """Store a finished sequence's whole cache (prompt and reply), keyed by its tokens."""
+        self._awaited.pop(response.uid, None)
+        if response.prompt_cache is not None and response.all_tokens:
+            self._store(response.all_tokens, response.prompt_cache)
+
+    def _store(self, tokens: list[int], cache: list) -> None:
+        if not self.config.enabled:
+            return
+        try:
+            mx.eval([c.state for c in cache])  # detach from the batch's buffers
+            with self._lock:
+                self._lru.insert_cache(self.key, list(tokens), cache)
+                self._stats.stores += 1
+        except Exception:  # a cache that can't store must never fail a generation
+            log.exception("could not store a prompt cache entry")
+
+    def stats(self) -> PromptCacheStats:
+        with self._lock:
+            return PromptCacheStats(
+                **{**vars(self._stats), "entries": len(self._lru), "bytes": self._lru.nbytes}
+            )
+
+    def clear(self) -> None:
+        with self._lock:
+            self._lru.trim_to(n_sequences=0)

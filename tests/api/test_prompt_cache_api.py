@@ -1,0 +1,49 @@
+"""The prompt cache and the CPU fast path as a client sees them: usage and /stats."""
+
+from __future__ import annotations
+
+import uuid
+
+
+def _system() -> dict:
+    return {"role": "system", "content": f"Conversation {uuid.uuid4().hex[:8]}. Be brief."}
+
+
+def test_the_second_turn_of_a_conversation_reports_cached_tokens(client, model):
+    messages = [_system(), {"role": "user", "content": "Name a fruit."}]
+    first = client.chat.completions.create(model=model, messages=messages, max_tokens=8)
+    # Only the template's `<|im_start|>system\n` header can be shared with earlier requests.
+    assert first.usage.prompt_tokens_details.cached_tokens <= 3
+    messages += [
+        {"role": "assistant", "content": first.choices[0].message.content},
+        {"role": "user", "content": "And a vegetable?"},
+    ]
+    stream = client.chat.completions.create(
+        model=model,
+        messages=messages,
+        max_tokens=8,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    usage = list(stream)[-1].usage
+    assert usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens
+    assert usage.prompt_tokens_details.cached_tokens < usage.prompt_tokens
+
+
+def test_stats_show_the_path_the_memory_and_the_prompt_cache(client, http, model):
+    before = http.get("/stats").json()["models"][model]["prompt_cache"]
+    prompt = f"Request {uuid.uuid4().hex[:8]}: count to three."
+    for _ in range(2):
+        client.completions.create(model=model, prompt=prompt, max_tokens=2)
+    stats = http.get("/stats").json()
+    entry = stats["models"][model]
+    assert entry["fast_path"]["path"] == "fast", entry["fast_path"]["reason"]
+    assert entry["fast_path"]["dense_weight_bytes"] > 500_000_000
+    assert stats["blas"]["loaded"] and stats["blas"]["path"] == entry["fast_path"]["blas"]
+    cache = entry["prompt_cache"]
+    assert cache["enabled"] and cache["entries"] >= 1 and cache["bytes"] > 0
+    assert cache["lookups"] == before["lookups"] + 2 and cache["hits"] >= before["hits"] + 1
+    models = stats["models"].values()  # other tests may have loaded more models
+    memory = stats["memory"]
+    assert memory["dense_weight_bytes"] == sum(m["fast_path"]["dense_weight_bytes"] for m in models)
+    assert memory["prompt_cache_bytes"] == sum(m["prompt_cache"]["bytes"] for m in models)

@@ -1,0 +1,117 @@
+"""The prompt cache on the real default model: hits, the chat boundary, equal greedy output."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import mlx.core as mx
+from mlx_lm.models.cache import KVCache
+
+from inference.engine import GenerationRequest
+from inference.engine.prompt_cache import PromptCache, PromptCacheConfig, generation_primer
+
+from .helpers import generate, submit
+
+# `<|im_start|>system\n`: the only part of a fresh chat prompt other tests' entries share.
+SHARED_HEADER = 3
+
+
+def fresh_system() -> dict:
+    """A system prompt no other test shares, so its cache entries are this test's own."""
+    return {"role": "system", "content": f"Session {uuid.uuid4().hex[:8]}. Be terse."}
+
+
+def chat(engine, system: dict, *turns: str) -> list[int]:
+    """Chat tokens for alternating user and assistant turns, then the generation primer."""
+    roles = ("user", "assistant")
+    messages = [system] + [{"role": roles[i % 2], "content": t} for i, t in enumerate(turns)]
+    return list(engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+
+
+def test_the_primer_is_the_chatml_assistant_header(engine):
+    primer = generation_primer(engine.tokenizer)
+    assert engine.tokenizer.decode(primer) == "<|im_start|>assistant\n"
+    assert engine.prompt_cache.primer == primer
+
+
+def test_a_repeated_prompt_hits_and_answers_the_same(engine):
+    prompt = chat(engine, fresh_system(), "Name a fish.")
+    cold = generate(engine, GenerationRequest(prompt, max_tokens=8))
+    warm = generate(engine, GenerationRequest(prompt, max_tokens=8))
+    assert cold.end.cached_tokens <= SHARED_HEADER
+    assert warm.end.cached_tokens == len(prompt) - 1  # the last token is always recomputed
+    assert warm.text == cold.text
+
+
+def test_the_next_turn_hits_and_answers_as_without_the_cache(engine):
+    system = fresh_system()
+    first = chat(engine, system, "Name a fish.")
+    reply = generate(engine, GenerationRequest(first, max_tokens=8))
+    second = chat(engine, system, "Name a fish.", reply.text, "And a bird?")
+    warm = generate(engine, GenerationRequest(second, max_tokens=10))
+    assert warm.end.cached_tokens >= len(first)
+    engine.prompt_cache.clear()
+    cold = generate(engine, GenerationRequest(second, max_tokens=10))
+    assert cold.end.cached_tokens == 0
+    assert warm.text == cold.text
+
+
+def test_a_cancelled_chat_still_leaves_its_prompt_before_the_primer(engine):
+    prompt = chat(engine, fresh_system(), "Write a long poem about the sea.")
+    run = submit(engine, GenerationRequest(prompt, max_tokens=64))
+    deadline = time.monotonic() + 120
+    while not run.deltas and time.monotonic() < deadline:
+        time.sleep(0.01)  # prefill is over once text flows; cancel long before the end
+    engine.cancel(run.request_id)
+    again = generate(engine, GenerationRequest(prompt, max_tokens=4))
+    assert again.end.cached_tokens == len(prompt) - len(engine.prompt_cache.primer)
+
+
+def test_cached_requests_batched_together_answer_as_alone(engine):
+    system = fresh_system()
+    first = chat(engine, system, "Hello.")
+    generate(engine, GenerationRequest(first, max_tokens=2))
+    prompts = [chat(engine, system, "Hello.", "Hi.", q) for q in ("A fish?", "A boat?", "A wave?")]
+    alone = [generate(engine, GenerationRequest(p, max_tokens=8)) for p in prompts]
+    assert all(run.end.cached_tokens >= len(first) - 1 for run in alone)
+    engine.prompt_cache.clear()
+    generate(engine, GenerationRequest(first, max_tokens=2))
+    runs = [submit(engine, GenerationRequest(p, max_tokens=8)) for p in prompts]
+    assert [run.wait().text for run in runs] == [run.text for run in alone]
+    assert all(run.end.cached_tokens >= len(first) - 1 for run in runs)
+
+
+def _entry(tokens: int) -> list[KVCache]:
+    cache = KVCache()
+    cache.update_and_fetch(mx.zeros((1, 1, tokens, 4)), mx.zeros((1, 1, tokens, 4)))
+    return [cache]
+
+
+def test_the_cache_is_bounded_by_entries_and_bytes():
+    by_entries = PromptCache(PromptCacheConfig(max_entries=2), key="m")
+    for first in (1, 2, 3):
+        by_entries._store([first, 10, 11], _entry(3))
+    assert by_entries.stats().entries == 2
+    assert by_entries.lookup([1, 10, 11, 12]).cached_tokens == 0  # the oldest went first
+    assert by_entries.lookup([3, 10, 11, 12]).cached_tokens == 3
+
+    entry_bytes = sum(c.nbytes for c in _entry(3))
+    by_bytes = PromptCache(PromptCacheConfig(max_bytes=2 * entry_bytes), key="m")
+    for first in (1, 2, 3):
+        by_bytes._store([first, 10, 11], _entry(3))
+    assert by_bytes.stats().entries == 2 and by_bytes.stats().bytes <= 2 * entry_bytes
+
+
+def test_entries_never_cross_models_and_zero_entries_turns_it_off():
+    one, other = (
+        PromptCache(PromptCacheConfig(), key="a"),
+        PromptCache(PromptCacheConfig(), key="b"),
+    )
+    other._lru = one._lru  # even sharing the store, keys keep models apart
+    one._store([1, 2, 3], _entry(3))
+    assert one.lookup([1, 2, 3, 4]).cached_tokens == 3
+    assert other.lookup([1, 2, 3, 4]).cached_tokens == 0
+    off = PromptCache(PromptCacheConfig(max_entries=0), key="a")
+    off._store([1, 2, 3], _entry(3))
+    assert off.lookup([1, 2, 3, 4]).cached_tokens == 0 and off.stats().entries == 0
