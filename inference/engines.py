@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import threading
 from collections import OrderedDict
@@ -71,6 +72,20 @@ def _evict_beyond(limit: int) -> None:
         name, engine = _engines.popitem(last=False)
         log.info("unloading model %s to make room", name)
         engine.shutdown()
+
+
+@atexit.register
+def shutdown_engines() -> None:
+    """Stop every engine thread before the interpreter tears MLX down.
+
+    An engine thread still holding MLX state at exit aborts the process
+    ("terminate called without an active exception") instead of exiting cleanly.
+    """
+    with _lock:
+        engines = list(_engines.values())
+        _engines.clear()
+    for engine in engines:
+        engine.shutdown(timeout=5)
 
 
 def unload_engine(name: str) -> bool:
