@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from conversation import two_turns
 from cpu import OtherLoad, cpu_busy
 from servers import ROOT, ServerSpec, mlx_lm_spec, mlxlab_spec, running
+from structured import constrained_decode
 from workload import client_for, concurrent, single_stream, warm_up
 
 OUT_DIR = ROOT / "var" / "bench"
@@ -61,6 +62,7 @@ async def measure(url: str, model: str, config: Config) -> dict:
         single = await single_stream(client, model, config.repeats, config.decode_tokens)
         many = await concurrent(client, model, config.streams, config.stream_tokens)
         chat = await two_turns(client, model, max_tokens=16)
+        structured = await constrained_decode(client, model, config.decode_tokens)
     finally:
         await client.close()
     return {
@@ -72,6 +74,7 @@ async def measure(url: str, model: str, config: Config) -> dict:
         "single_stream": single,
         "concurrent": many,
         "conversation": chat,
+        "structured": structured,
     }
 
 
@@ -160,6 +163,17 @@ def exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
+def structured_line(structured: dict | None) -> str:
+    """Grammar cost on MLX Lab alone: mlx_lm.server ignores response_format."""
+    if not structured or structured.get("constrained_slowdown") is None:
+        return "JSON-schema constrained decode: not measured"
+    return (
+        f"JSON-schema constrained decode (MLX Lab): {structured['constrained_decode_tps']:.2f} "
+        f"tokens/s vs {structured['free_decode_tps']:.2f} unconstrained "
+        f"({structured['constrained_slowdown']:+.0%} slower; target <= 10%)"
+    )
+
+
 def main() -> int:
     args = parse_args()
     exit_on_sigterm()
@@ -180,6 +194,7 @@ def main() -> int:
     out = OUT_DIR / "latest.json"
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\n{text}\n")
+    print(structured_line(results.get("mlxlab", {}).get("structured")))
     print(f"total {report['run_seconds']:.0f}s; results in {out.relative_to(ROOT)}")
     return 1 if any("error" in result for result in results.values()) else 0
 

@@ -46,7 +46,7 @@ def client_for(base_url: str) -> AsyncOpenAI:
 
 
 async def stream_chat(
-    client: AsyncOpenAI, model: str, prompt: str, max_tokens: int
+    client: AsyncOpenAI, model: str, prompt: str, max_tokens: int, **extra
 ) -> StreamResult:
     sent = time.perf_counter()
     stream = await client.chat.completions.create(
@@ -56,6 +56,7 @@ async def stream_chat(
         temperature=0.0,
         stream=True,
         stream_options={"include_usage": True},
+        **extra,
     )
     first = last = None
     chunks = 0
