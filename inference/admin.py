@@ -1,7 +1,8 @@
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.utils.html import format_html, format_html_join
 
-from .models import LanguageModel, StoredResponse
+from .api_keys import api_key_assign_secret, api_key_revoke
+from .models import ApiKey, LanguageModel, StoredResponse
 from .response_store import response_chain
 
 
@@ -52,17 +53,52 @@ def _turn_lines(stored: StoredResponse):
         kind = item.get("type", "message")
         if kind == "message":
             content = item.get("content")
-            text = (
-                content
-                if isinstance(content, str)
-                else "".join(
-                    part.get("text", "") for part in content or [] if isinstance(part, dict)
-                )
-            )
-            yield item.get("role", "?"), text
+            yield item.get("role", "?"), content if isinstance(content, str) else _texts(content)
         elif kind == "function_call":
             yield "function call", f"{item.get('name')}({item.get('arguments')})"
         elif kind == "function_call_output":
             yield "function output", str(item.get("output"))
         elif kind == "reasoning":
-            yield "reasoning", "".join(p.get("text", "") for p in item.get("content") or [])
+            yield "reasoning", _texts(item.get("content"))
+
+
+def _texts(parts) -> str:
+    # Input is stored as the client sent it: a reasoning item's content may be `true`.
+    if not isinstance(parts, list):
+        return ""
+    return "".join(str(part.get("text", "")) for part in parts if isinstance(part, dict))
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    """Keys show only their prefix; a new key is shown once, in the message after saving."""
+
+    list_display = ["prefix", "label", "user", "created_at", "last_used_at", "revoked_at"]
+    list_filter = ["revoked_at", "created_at"]
+    search_fields = ["prefix", "label", "user__username"]
+    readonly_fields = ["prefix", "created_at", "last_used_at", "revoked_at"]
+    list_select_related = ["user"]
+    actions = ["revoke"]
+
+    def get_fields(self, request, obj=None):
+        return ["user", "label"] if obj is None else ["user", "label", *self.readonly_fields]
+
+    def get_readonly_fields(self, request, obj=None):
+        # A key never changes hands; only its label may be edited.
+        return self.readonly_fields if obj is None else ["user", *self.readonly_fields]
+
+    def save_model(self, request, obj: ApiKey, form, change: bool) -> None:
+        raw = None if change else api_key_assign_secret(obj)
+        super().save_model(request, obj, form, change)
+        if raw is not None:
+            self.message_user(
+                request,
+                f"The new API key is {raw} - copy it now: it will not be shown again.",
+                messages.WARNING,
+            )
+
+    @admin.action(description="Revoke the selected API keys")
+    def revoke(self, request, queryset) -> None:
+        for key in queryset.filter(revoked_at__isnull=True):
+            api_key_revoke(key=key)
+        self.message_user(request, "Revoked.", messages.SUCCESS)

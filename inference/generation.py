@@ -12,6 +12,12 @@ from .engine import Engine, GenerationRequest
 from .engines import get_engine
 
 
+def _check_top_k(top_k: int, vocab_size: int) -> None:
+    # mlx-lm's top-k sampler raises mid-generation (a 500) unless 0 < top_k < vocabulary.
+    if top_k >= vocab_size:
+        raise ApiError(f"top_k must be less than the vocabulary size ({vocab_size})", param="top_k")
+
+
 def _check_logit_bias(bias: dict[int, float] | None, vocab_size: int) -> None:
     # MLX does not bounds-check scatter indices: an unknown id would crash the process.
     for token in bias or {}:
@@ -33,6 +39,11 @@ def generation_request(
 ) -> GenerationRequest:
     """Fit the request into the context window, or say plainly why it cannot."""
     _check_logit_bias(params.sampling.logit_bias, vocab_size)
+    _check_top_k(params.sampling.top_k, vocab_size)
+    # A server-wide cap (MLXLAB_MAX_TOKENS_LIMIT), published as the schema's maximum.
+    limit = settings.MLXLAB.get("MAX_TOKENS_LIMIT") or 0
+    if limit and params.max_tokens is not None and params.max_tokens > limit:
+        raise ApiError(f"max_tokens must be at most {limit} on this server", param="max_tokens")
     room = context_length - len(prompt)
     if room < 1:
         raise ApiError(
@@ -49,7 +60,9 @@ def generation_request(
             param="max_tokens",
             code="context_length_exceeded",
         )
-    max_tokens = params.max_tokens or min(settings.MLXLAB["DEFAULT_MAX_TOKENS"], room)
+    max_tokens = params.max_tokens or min(
+        settings.MLXLAB["DEFAULT_MAX_TOKENS"], room, limit or room
+    )
     return GenerationRequest(
         prompt_tokens=prompt,
         max_tokens=max_tokens,

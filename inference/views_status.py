@@ -20,7 +20,7 @@ def _in_flight() -> int:
     return sum(engine.in_flight for engine in loaded_engines().values())
 
 
-@api_endpoint("GET")
+@api_endpoint("GET", public=True)  # a liveness probe carries no key
 async def health(request: HttpRequest) -> JsonResponse:
     engines = loaded_engines()
     healthy = all(engine.alive for engine in engines.values())

@@ -10,10 +10,13 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mlxlab.settings")
 django_application = get_asgi_application()
 
 from django.conf import settings  # noqa: E402  (after Django is set up)
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from inference.engines import preload_default_in_background  # noqa: E402
 
-application = ProtocolTypeRouter({"http": django_application})
+# Daphne serves no files: the lab's static assets (and the API docs page's, from
+# drf-spectacular-sidecar, as no CDN may be reached) come from Django's finders.
+application = ProtocolTypeRouter({"http": ASGIStaticFilesHandler(django_application)})
 
 if settings.MLXLAB["PRELOAD_DEFAULT_MODEL"]:
     preload_default_in_background()

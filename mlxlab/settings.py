@@ -3,6 +3,8 @@
 import os
 from pathlib import Path
 
+from corsheaders.defaults import default_headers
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("MLXLAB_VAR_DIR", BASE_DIR / "var"))
 
@@ -10,6 +12,23 @@ VAR_DIR = Path(os.environ.get("MLXLAB_VAR_DIR", BASE_DIR / "var"))
 def _env_bool(name: str, default: bool) -> bool:
     value = os.environ.get(name)
     return default if value is None else value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _env_list(name: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]
+
+
+def _static_key_digests() -> tuple[str, ...]:
+    """MLXLAB_API_KEYS, hashed at once: the raw keys never sit in settings or logs."""
+    import hashlib
+
+    return tuple(hashlib.sha256(key.encode()).hexdigest() for key in _env_list("MLXLAB_API_KEYS"))
+
+
+def _path_limits(name: str) -> dict[str, int]:
+    """`/v1/messages=1048576,/api/=65536` -> {path prefix: bytes}."""
+    pairs = (item.rpartition("=") for item in _env_list(name))
+    return {prefix: int(limit) for prefix, _, limit in pairs}
 
 
 def _secret_key() -> str:
@@ -40,13 +59,18 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",  # the API docs page's JS and CSS, served locally (no CDN)
+    "corsheaders",
     "channels",
     "inference",
     "publishing",
 ]
 
 MIDDLEWARE = [
+    "corsheaders.middleware.CorsMiddleware",  # first, so every answer carries CORS headers
     "django.middleware.security.SecurityMiddleware",
+    "inference.body_limits.BodyLimitMiddleware",  # before anything reads a body
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -134,5 +158,74 @@ MLXLAB = {
     # Reused KV caches of prompt prefixes, per model; 0 entries turns the cache off.
     "PROMPT_CACHE_ENTRIES": int(os.environ.get("MLXLAB_PROMPT_CACHE_ENTRIES", "16")),
     "PROMPT_CACHE_MB": int(os.environ.get("MLXLAB_PROMPT_CACHE_MB", "1024")),
+    # Access control (inference/api_keys.py, inference/api/access.py).
+    "STATIC_API_KEY_DIGESTS": _static_key_digests(),
+    # With no API key at all, runlab refuses a non-loopback address unless this is set.
+    "ALLOW_OPEN_NETWORK_API": _env_bool("MLXLAB_ALLOW_OPEN_NETWORK_API", False),
+    # Browser origins allowed to call the API (CORS); none by default.
+    "CORS_ALLOWED_ORIGINS": _env_list("MLXLAB_CORS_ALLOWED_ORIGINS"),
+    # Per-path body limits, longest prefix first; MAX_REQUEST_BYTES elsewhere.
+    "MAX_REQUEST_BYTES_BY_PATH": {
+        "/api/": 1024 * 1024,
+        **_path_limits("MLXLAB_MAX_REQUEST_BYTES_BY_PATH"),
+    },
+    # The most tokens one request may ask for; 0 means only the context length limits it.
+    "MAX_TOKENS_LIMIT": int(os.environ.get("MLXLAB_MAX_TOKENS_LIMIT", "0")),
 }
-DATA_UPLOAD_MAX_MEMORY_SIZE = MLXLAB["MAX_REQUEST_BYTES"]
+# Our middleware answers oversized bodies with a 413; Django's own check (a 400) never fires first.
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(
+    [MLXLAB["MAX_REQUEST_BYTES"], *MLXLAB["MAX_REQUEST_BYTES_BY_PATH"].values()]
+)
+
+CORS_ALLOWED_ORIGINS = MLXLAB["CORS_ALLOWED_ORIGINS"]
+# Headers the OpenAI and Anthropic browser SDKs send, beyond django-cors-headers' defaults.
+CORS_ALLOW_HEADERS = (
+    *default_headers,
+    "x-api-key",
+    "anthropic-version",
+    "anthropic-beta",
+    "anthropic-dangerous-direct-browser-access",
+    "openai-organization",
+    "openai-project",
+    "x-stainless-arch",
+    "x-stainless-lang",
+    "x-stainless-os",
+    "x-stainless-package-version",
+    "x-stainless-retry-count",
+    "x-stainless-runtime",
+    "x-stainless-runtime-version",
+    "x-stainless-timeout",
+)
+
+REST_FRAMEWORK = {
+    # An API key of the user first, so an unauthenticated answer is a 401 with WWW-Authenticate.
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "inference.rest.authentication.ApiKeyAuthentication",
+        "rest_framework.authentication.SessionAuthentication",  # enforces CSRF
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["inference.rest.permissions.LoggedIn"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "MLX Lab API",
+    "DESCRIPTION": (
+        "The OpenAI- and Anthropic-compatible inference API (/v1), the status endpoints "
+        "and the lab's own REST API (/api)."
+    ),
+    "VERSION": "1",
+    "OAS_VERSION": "3.1.0",  # JSON Schema proper: type lists for nullable fields, const
+    "SERVE_INCLUDE_SCHEMA": False,
+    # The contract is public: no credentials needed to read it (and a bad one is not a 401).
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "inference.openapi.hooks.add_inference_api",
+    ],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+}

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from .access import api_access_error
 from .errors import ApiError
 
 ErrorRenderer = Callable[[ApiError], HttpResponse]
@@ -22,20 +23,29 @@ def method_not_allowed(
     return response
 
 
-def api_endpoint(*methods: str, render_error: ErrorRenderer = ApiError.response):
+def api_endpoint(
+    *methods: str, render_error: ErrorRenderer = ApiError.response, public: bool = False
+):
     """An async API view: no CSRF (its clients are programs), its methods, a 405 otherwise.
 
-    `render_error` gives the 405 its protocol's shape (OpenAI's by default).
+    Unless `public`, it needs an API key once any exists (a 401 otherwise; see
+    api/access.py). `render_error` gives the 401, 405 and 413 (body_limits.py)
+    their protocol's shape (OpenAI's by default).
     """
 
     def wrap(view):
         @csrf_exempt
         @functools.wraps(view)
         async def endpoint(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+            if not public and (denied := await api_access_error(request)) is not None:
+                response = render_error(denied)
+                response["WWW-Authenticate"] = 'Bearer realm="mlxlab"'
+                return response
             if request.method not in methods:
                 return method_not_allowed(request, ", ".join(methods), render_error)
             return await view(request, *args, **kwargs)
 
+        endpoint.render_error = render_error
         return endpoint
 
     return wrap

@@ -6,7 +6,8 @@ import json
 
 from .errors import ApiError
 
-ROLES = {"system", "user", "assistant", "tool"}
+# A tuple: `in` compares; a set would hash what the client sent, and {} is a 500.
+ROLES = ("system", "user", "assistant", "tool")
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 
 

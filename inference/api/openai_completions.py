@@ -24,6 +24,8 @@ def completion_logprobs(body: dict) -> tuple[bool, int | None]:
         if not 0 <= value <= 11:
             raise ApiError("logprobs must be at most 11", param="logprobs")
         return True, value
+    if value is not None and not isinstance(value, bool):  # "yes" or 0.5 must not mean true
+        raise ApiError("logprobs must be a boolean or an integer from 0 to 11", param="logprobs")
     return bool(value), None
 
 

@@ -103,7 +103,9 @@ def _sampling(body: dict) -> SamplingParams:
         top_k=field(body, "top_k", int, 0, low=0),
         min_p=field(body, "min_p", NUMBER, 0.0, low=0, high=1),
         xtc_probability=field(body, "xtc_probability", NUMBER, 0.0, low=0, high=1),
-        xtc_threshold=field(body, "xtc_threshold", NUMBER, 0.1, low=0, high=1),
+        # mlx-lm's XTC refuses a threshold over 0.5 mid-generation (a 500), though
+        # mlx_lm.server accepts up to 1: refuse it up front instead.
+        xtc_threshold=field(body, "xtc_threshold", NUMBER, 0.1, low=0, high=0.5),
         seed=field(body, "seed", int),
         logit_bias=_logit_bias(body),
         repetition_penalty=field(body, "repetition_penalty", NUMBER, 0.0, low=0),

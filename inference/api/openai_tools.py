@@ -40,13 +40,15 @@ def _function(tool, index: int) -> dict:
 
 
 def parse_tools(body: dict) -> ToolPlan:
-    tools = body.get("tools") or []
+    tools = body.get("tools")
+    tools = [] if tools is None else tools  # {} or "" is a 400 below, not "no tools"
     if not isinstance(tools, list):
         raise ApiError("tools must be an array", param="tools")
     names = frozenset(_function(tool, i)["name"] for i, tool in enumerate(tools))
     choice = body.get("tool_choice", "auto" if tools else "none")
     if isinstance(choice, dict):
-        name = (choice.get("function") or {}).get("name")
+        function = choice.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
         if choice.get("type") != "function" or not isinstance(name, str):
             raise ApiError(
                 "tool_choice must be 'auto', 'none', 'required' or "

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from .errors import ApiError
 
-TEXT_PARTS = {"input_text", "output_text", "text"}
+# A tuple: `in` compares; a set would hash what the client sent, and {} is a 500.
+TEXT_PARTS = ("input_text", "output_text", "text")
 # Fields that mean the same on both surfaces and pass straight through.
 SHARED_FIELDS = ("model", "stream", "temperature", "top_p", "top_k", "min_p", "seed", "stop")
 VLLM_FIELDS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
@@ -63,6 +64,8 @@ def _with_id(item, index: int) -> dict:
     if not isinstance(item, dict):
         raise ApiError(f"input[{index}] must be an object", param="input")
     kind = item.get("type", "message")
+    if not isinstance(kind, str):  # an object here was a 500 (unhashable in the lookup below)
+        raise ApiError(f"input[{index}].type must be a string", param="input")
     prefix = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}.get(
         kind, "item"
     )
@@ -90,7 +93,8 @@ def items_to_messages(items: list[dict]) -> list[dict]:
         kind = item.get("type", "message")
         if kind == "reasoning":
             parts = item.get("content") or item.get("summary") or []
-            reasoning += "".join(p.get("text", "") for p in parts if isinstance(p, dict))
+            parts = parts if isinstance(parts, list) else []  # `true` here was a 500
+            reasoning += "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
         elif kind == "message":
             message = {
                 "role": item.get("role"),

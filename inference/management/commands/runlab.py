@@ -5,6 +5,7 @@ SIGINT or SIGTERM stops every child this command started, newest first.
 
 from __future__ import annotations
 
+import ipaddress
 import shutil
 import signal
 import socket
@@ -16,6 +17,8 @@ from urllib.parse import urlparse
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from inference.api_keys import keys_exist
+
 
 def _listening(host: str, port: int) -> bool:
     try:
@@ -23,6 +26,27 @@ def _listening(host: str, port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def is_loopback(host: str) -> bool:
+    """Only a literal loopback address or `localhost`: any other name may reach a network."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_open_bind(host: str) -> None:
+    """Refuse to serve an API without keys beyond this machine, unless explicitly allowed."""
+    if is_loopback(host) or keys_exist() or settings.MLXLAB["ALLOW_OPEN_NETWORK_API"]:
+        return
+    raise CommandError(
+        f"refusing to listen on {host}: no API key exists, so anyone who can reach it could "
+        "use the API. Create one (manage.py create_api_key --user NAME), set MLXLAB_API_KEYS, "
+        "or set MLXLAB_ALLOW_OPEN_NETWORK_API=1 to serve it open on purpose."
+    )
 
 
 class Command(BaseCommand):
@@ -34,6 +58,7 @@ class Command(BaseCommand):
         parser.add_argument("--no-worker", action="store_true", help="do not start Celery")
 
     def handle(self, *args, host: str, port: int, no_worker: bool, **options):
+        check_open_bind(host)  # before anything starts
         self.children: list[subprocess.Popen] = []
         signal.signal(signal.SIGTERM, lambda *_: self._stop_and_exit(0))
         try:

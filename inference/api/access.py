@@ -1,0 +1,52 @@
+"""Who may call /v1: an API key, or a logged-in lab session that passes CSRF.
+
+With no key configured at all the API is open (as mlx_lm.server is), and
+`runlab` then refuses to listen beyond loopback unless told to. Nothing here is
+cached, so a revoked key stops working on its next request.
+"""
+
+from __future__ import annotations
+
+from django.http import HttpRequest
+from django.middleware.csrf import CsrfViewMiddleware
+
+from ..api_keys import acheck_key, akeys_exist, presented_key
+from .errors import ApiError
+
+
+def unauthorized(message: str) -> ApiError:
+    # OpenAI answers a missing or wrong key with this type and code.
+    return ApiError(message, status=401, type="invalid_request_error", code="invalid_api_key")
+
+
+MISSING_KEY = (
+    "You didn't provide an API key. Send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'."
+)
+
+
+def _csrf_passes(request: HttpRequest) -> bool:
+    # The /v1 views are csrf-exempt for programs; a browser session must still pass CSRF.
+    rejection = CsrfViewMiddleware(lambda _request: None).process_view(request, None, (), {})
+    return rejection is None
+
+
+async def api_access_error(request: HttpRequest) -> ApiError | None:
+    """None when the request may go on, else the 401 to answer with.
+
+    A valid key wins; without one the API is open only while no key exists.
+    A wrong key sent to an open API is ignored (OpenAI clients must send some key).
+    """
+    raw = presented_key(request)
+    if raw is not None:
+        check = await acheck_key(raw)
+        if check.ok:
+            request.api_key = check  # who called, for the views that want to know
+            return None
+    if not await akeys_exist():
+        return None
+    if raw is not None:
+        return unauthorized(check.reason)
+    user = await request.auser()
+    if user.is_authenticated and user.is_active and _csrf_passes(request):
+        return None
+    return unauthorized(MISSING_KEY)

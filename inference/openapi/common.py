@@ -1,0 +1,190 @@
+"""Schema pieces shared by the /v1 operations: errors, sampling fields, helpers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+Schema = dict[str, Any]
+
+MAX_TOP_LOGPROBS = 11  # as inference/engine/request.py (mlx_lm.server's cap)
+
+
+def ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def nullable(schema: Schema) -> Schema:
+    """The parsers treat null as absent, so every optional field also accepts null."""
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        schema = {**schema, "type": [kind, "null"]}
+        return {**schema, "enum": [*schema["enum"], None]} if "enum" in schema else schema
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def obj(properties: dict[str, Schema], required: tuple[str, ...] = (), **extra) -> Schema:
+    """An object; unknown fields are allowed, as every parser here ignores them."""
+    schema: Schema = {"type": "object", "properties": properties, **extra}
+    if required:
+        schema["required"] = list(required)
+    return schema
+
+
+def json_content(schema: Schema) -> Schema:
+    return {"application/json": {"schema": schema}}
+
+
+def json_body(schema: Schema) -> Schema:
+    return {"required": True, "content": json_content(schema)}
+
+
+WARNING_HEADER = {
+    "Warning": {
+        "description": "Set when a grammar could not be enforced and the request fell back "
+        "to an instruction in the system message.",
+        "schema": {"type": "string"},
+    }
+}
+
+OPENAI_ERROR = obj(
+    {
+        "error": obj(
+            {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+            ("message", "type", "param", "code"),
+        )
+    },
+    ("error",),
+)
+
+ANTHROPIC_ERROR = obj(
+    {
+        "type": {"const": "error"},
+        "error": obj(
+            {"type": {"type": "string"}, "message": {"type": "string"}}, ("type", "message")
+        ),
+    },
+    ("type", "error"),
+)
+
+ERROR_MEANINGS = {
+    400: "Invalid request: the message names the first invalid field",
+    401: "An API key is required (once any exists) and was missing, wrong or revoked",
+    404: "Unknown model, stored response or endpoint",
+    405: "Method not allowed (see the Allow header)",
+    413: "Request body larger than the limit for this path",
+    500: "The engine failed on a valid request",
+    503: "A loaded model's engine has stopped",
+}
+
+
+def errors(schema_name: str, *codes: int) -> dict[str, Schema]:
+    """Error responses in one protocol's shape; 401, 405 and 413 can answer any operation."""
+    out = {}
+    for code in sorted({*codes, 401, 405, 413}):
+        response: Schema = {
+            "description": ERROR_MEANINGS[code],
+            "content": json_content(ref(schema_name)),
+        }
+        if code == 401:
+            response["headers"] = {"WWW-Authenticate": {"schema": {"type": "string"}}}
+        if code == 405:
+            response["headers"] = {"Allow": {"schema": {"type": "string"}}}
+        out[str(code)] = response
+    return out
+
+
+def number(low: float | None = None, high: float | None = None) -> Schema:
+    schema: Schema = {"type": "number"}
+    if low is not None:
+        schema["minimum"] = low
+    if high is not None:
+        schema["maximum"] = high
+    return nullable(schema)
+
+
+def integer(low: int | None = None, high: int | None = None) -> Schema:
+    schema: Schema = {"type": "integer"}
+    if low is not None:
+        schema["minimum"] = low
+    if high is not None:
+        schema["maximum"] = high
+    return nullable(schema)
+
+
+def max_tokens_field(limit: int) -> Schema:
+    """At least 1; at most MLXLAB_MAX_TOKENS_LIMIT when the server sets one."""
+    schema = integer(1, limit or None)
+    schema["description"] = "Tokens to generate at most; the prompt and this must fit the context."
+    return schema
+
+
+STOP = nullable(
+    {
+        "anyOf": [
+            {"type": "string", "minLength": 1},
+            {"type": "array", "items": {"type": "string", "minLength": 1}},
+        ]
+    }
+)
+
+
+def sampling_fields() -> dict[str, Schema]:
+    """mlx_lm.server's sampling fields, names and ranges (inference/api/openai_params.py)."""
+    return {
+        "temperature": number(0),
+        "top_p": number(0, 1),
+        "top_k": {**integer(0), "description": "0 (off), or less than the model's vocabulary"},
+        "min_p": number(0, 1),
+        "xtc_probability": number(0, 1),
+        "xtc_threshold": number(0, 0.5),
+        "seed": integer(),
+        "logit_bias": nullable(
+            {
+                "type": "object",
+                "description": "Token id (as a string) to a bias added to its logit.",
+                "propertyNames": {"pattern": r"^\s*[-+]?[0-9]+\s*$"},
+                "additionalProperties": {"type": "number"},
+            }
+        ),
+        "repetition_penalty": number(0),
+        "repetition_context_size": integer(0),
+        "presence_penalty": number(),
+        "presence_context_size": integer(0),
+        "frequency_penalty": number(),
+        "frequency_context_size": integer(0),
+        "stop": STOP,
+    }
+
+
+def openai_generation_fields(limit: int) -> dict[str, Schema]:
+    """The fields every OpenAI generation body shares (chat and text completions)."""
+    return {
+        "model": {
+            "type": ["string", "null"],
+            "description": "A model of GET /v1/models; the server's default when absent.",
+        },
+        "stream": {"type": ["boolean", "null"]},
+        "stream_options": nullable(obj({"include_usage": {"type": ["boolean", "null"]}})),
+        "max_tokens": max_tokens_field(limit),
+        "max_completion_tokens": max_tokens_field(limit),
+        **sampling_fields(),
+        "top_logprobs": integer(0, MAX_TOP_LOGPROBS),
+    }
+
+
+USAGE = obj(
+    {
+        "prompt_tokens": {"type": "integer"},
+        "completion_tokens": {"type": "integer"},
+        "total_tokens": {"type": "integer"},
+        "prompt_tokens_details": obj({"cached_tokens": {"type": "integer"}}),
+    },
+    ("prompt_tokens", "completion_tokens", "total_tokens"),
+)
+
+FINISH_REASON = {"type": "string", "enum": ["stop", "length", "tool_calls"]}

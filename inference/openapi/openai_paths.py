@@ -1,0 +1,230 @@
+"""/v1/chat/completions, /v1/completions and /v1/models as OpenAPI operations."""
+
+from __future__ import annotations
+
+from .common import (
+    FINISH_REASON,
+    USAGE,
+    WARNING_HEADER,
+    Schema,
+    errors,
+    json_content,
+    nullable,
+    obj,
+    ref,
+)
+from .openai_requests import chat_request, completion_request
+from .streams import event_stream
+
+TOP_LOGPROB = obj(
+    {
+        "token": {"type": "string"},
+        "logprob": {"type": "number"},
+        "bytes": {"type": "array", "items": {"type": "integer"}},
+    },
+    ("token", "logprob"),
+)
+CHAT_LOGPROBS = nullable(
+    obj(
+        {
+            "content": {
+                "type": "array",
+                "items": obj(
+                    {
+                        **TOP_LOGPROB["properties"],
+                        "top_logprobs": {"type": "array", "items": TOP_LOGPROB},
+                    },
+                    ("token", "logprob", "top_logprobs"),
+                ),
+            }
+        },
+        ("content",),
+    )
+)
+TOOL_CALL = obj(
+    {
+        "id": {"type": "string"},
+        "type": {"const": "function"},
+        "function": obj(
+            {"name": {"type": "string"}, "arguments": {"type": "string"}}, ("name", "arguments")
+        ),
+    },
+    ("id", "type", "function"),
+)
+
+CHAT_COMPLETION = obj(
+    {
+        "id": {"type": "string"},
+        "object": {"const": "chat.completion"},
+        "created": {"type": "integer"},
+        "model": {"type": "string"},
+        "system_fingerprint": {"type": "string"},
+        "choices": {
+            "type": "array",
+            "items": obj(
+                {
+                    "index": {"type": "integer"},
+                    "message": obj(
+                        {
+                            "role": {"const": "assistant"},
+                            "content": {"type": ["string", "null"]},
+                            "reasoning_content": {"type": "string"},
+                            "tool_calls": {"type": "array", "items": TOOL_CALL},
+                        },
+                        ("role", "content"),
+                    ),
+                    "logprobs": CHAT_LOGPROBS,
+                    "finish_reason": FINISH_REASON,
+                },
+                ("index", "message", "finish_reason"),
+            ),
+        },
+        "usage": ref("OpenAIUsage"),
+    },
+    ("id", "object", "created", "model", "choices", "usage"),
+)
+
+TEXT_COMPLETION = obj(
+    {
+        "id": {"type": "string"},
+        "object": {"const": "text_completion"},
+        "created": {"type": "integer"},
+        "model": {"type": "string"},
+        "system_fingerprint": {"type": "string"},
+        "choices": {
+            "type": "array",
+            "items": obj(
+                {
+                    "index": {"type": "integer"},
+                    "text": {"type": "string"},
+                    "logprobs": nullable(
+                        obj(
+                            {
+                                "tokens": {"type": "array", "items": {"type": "string"}},
+                                "token_logprobs": {"type": "array", "items": {"type": "number"}},
+                                "top_logprobs": {"type": "array", "items": {"type": "object"}},
+                                "text_offset": {"type": "array", "items": {"type": "integer"}},
+                            }
+                        )
+                    ),
+                    "finish_reason": FINISH_REASON,
+                },
+                ("index", "text", "finish_reason"),
+            ),
+        },
+        "usage": ref("OpenAIUsage"),
+    },
+    ("id", "object", "created", "model", "choices", "usage"),
+)
+
+MODEL = obj(
+    {
+        "id": {"type": "string"},
+        "object": {"const": "model"},
+        "created": {"type": "integer"},
+        "owned_by": {"type": "string"},
+        "context_length": {"type": "integer"},
+    },
+    ("id", "object", "created", "owned_by"),
+)
+
+
+def _generation(
+    operation_id: str, summary: str, request: str, response: str, chunk: str, example: Schema
+):
+    return {
+        "post": {
+            "operationId": operation_id,
+            "summary": summary,
+            "tags": ["openai"],
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": ref(request), "example": example}},
+            },
+            "responses": {
+                "200": {
+                    "description": "The completion; with `stream: true`, server-sent events "
+                    "of chunks, then `data: [DONE]`.",
+                    "headers": WARNING_HEADER,
+                    "content": {
+                        **json_content(ref(response)),
+                        **event_stream(names=None, payload=chunk),
+                    },
+                },
+                **errors("OpenAIError", 400, 404, 500),
+            },
+        }
+    }
+
+
+def components(limit: int) -> dict[str, Schema]:
+    return {
+        "ChatCompletionRequest": chat_request(limit),
+        "CompletionRequest": completion_request(limit),
+        "ChatCompletion": CHAT_COMPLETION,
+        "TextCompletion": TEXT_COMPLETION,
+        "OpenAIUsage": USAGE,
+        "Model": MODEL,
+        "ModelList": obj(
+            {"object": {"const": "list"}, "data": {"type": "array", "items": ref("Model")}},
+            ("object", "data"),
+        ),
+    }
+
+
+def paths(default_model: str) -> dict[str, Schema]:
+    chat_example = {
+        "model": default_model,
+        "messages": [{"role": "user", "content": "Hi"}],
+        "max_tokens": 1,
+    }
+    completion_example = {"model": default_model, "prompt": "Once upon", "max_tokens": 1}
+    return {
+        "/v1/chat/completions": _generation(
+            "chat_completions_create",
+            "Chat completion (OpenAI)",
+            "ChatCompletionRequest",
+            "ChatCompletion",
+            "ChatCompletionChunk",
+            chat_example,
+        ),
+        "/v1/completions": _generation(
+            "completions_create",
+            "Text completion (OpenAI, string prompts only)",
+            "CompletionRequest",
+            "TextCompletion",
+            "TextCompletionChunk",
+            completion_example,
+        ),
+        "/v1/models": {
+            "get": {
+                "operationId": "models_list",
+                "summary": "The registered models",
+                "tags": ["openai"],
+                "responses": {
+                    "200": {"description": "Models", "content": json_content(ref("ModelList"))},
+                    **errors("OpenAIError"),
+                },
+            }
+        },
+        "/v1/models/{name}": {
+            "get": {
+                "operationId": "models_retrieve",
+                "summary": "One registered model",
+                "tags": ["openai"],
+                "parameters": [
+                    {
+                        "name": "name",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string"},
+                        "example": default_model,
+                    }
+                ],
+                "responses": {
+                    "200": {"description": "The model", "content": json_content(ref("Model"))},
+                    **errors("OpenAIError", 404),
+                },
+            }
+        },
+    }

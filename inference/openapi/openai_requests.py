@@ -1,0 +1,144 @@
+"""Request bodies of /v1/chat/completions and /v1/completions (inference/api/openai_*.py)."""
+
+from __future__ import annotations
+
+from .common import Schema, nullable, obj, openai_generation_fields
+
+TEXT_PART = obj({"type": {"const": "text"}, "text": {"type": "string"}}, ("type", "text"))
+
+MESSAGE_CONTENT = nullable({"anyOf": [{"type": "string"}, {"type": "array", "items": TEXT_PART}]})
+# Passed to the chat template as sent: no type is checked.
+TEMPLATE_FIELDS = {"name": {}, "tool_call_id": {"description": "a tool message's call id"}}
+
+CHAT_MESSAGE = {
+    "anyOf": [
+        obj(
+            {
+                "role": {"enum": ["system", "developer", "user", "tool"]},
+                "content": MESSAGE_CONTENT,
+                **TEMPLATE_FIELDS,
+            },
+            ("role",),
+        ),
+        obj(
+            {
+                "role": {"const": "assistant"},
+                "content": MESSAGE_CONTENT,
+                **TEMPLATE_FIELDS,
+                "reasoning": {"description": "earlier reasoning (a string; others are ignored)"},
+                "tool_calls": {
+                    "type": ["array", "null"],
+                    "description": "The assistant's earlier calls.",
+                    "items": obj(
+                        {
+                            "id": {},
+                            "type": {},
+                            "function": obj(
+                                {
+                                    "name": {},
+                                    "arguments": {"description": "JSON text, or an object"},
+                                }
+                            ),
+                        },
+                        ("function",),
+                    ),
+                },
+            },
+            ("role",),
+        ),
+    ]
+}
+
+# Tool descriptions go to the chat template as sent (Anthropic's drop a non-string).
+ANY_DESCRIPTION = {"description": "A string; the server does not check it"}
+
+TOOL = obj(
+    {
+        "type": {"const": "function"},
+        "function": obj(
+            {
+                "name": {"type": "string"},
+                "description": ANY_DESCRIPTION,
+                "parameters": {"type": "object", "description": "A JSON schema."},
+            },
+            ("name",),
+        ),
+    },
+    ("function",),
+)
+
+TOOL_CHOICE = {
+    "anyOf": [
+        {"enum": ["auto", "none", "required"]},
+        obj(
+            {
+                "type": {"const": "function"},
+                "function": obj({"name": {"type": "string"}}, ("name",)),
+            },
+            ("type", "function"),
+        ),
+    ]
+}
+
+SCHEMA_OR_TEXT = {
+    "anyOf": [{"type": "object"}, {"type": "string", "description": "a JSON schema as text"}]
+}
+
+STRUCTURED_FIELDS: dict[str, Schema] = {
+    "response_format": nullable(
+        {
+            "anyOf": [
+                obj({"type": {"enum": ["text", "json_object"]}}, ("type",)),
+                obj(
+                    {
+                        "type": {"const": "json_schema"},
+                        "json_schema": obj({"name": {}, "schema": SCHEMA_OR_TEXT}, ("schema",)),
+                    },
+                    ("type", "json_schema"),
+                ),
+            ]
+        }
+    ),
+    "guided_json": nullable(SCHEMA_OR_TEXT),
+    "structured_outputs": nullable(SCHEMA_OR_TEXT),
+    "guided_regex": nullable({"type": "string", "minLength": 1}),
+    "guided_choice": nullable(
+        {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}}
+    ),
+    "guided_grammar": nullable({"type": "string", "minLength": 1, "description": "EBNF"}),
+}
+
+
+def chat_request(limit: int) -> Schema:
+    return obj(
+        {
+            **openai_generation_fields(limit),
+            "messages": {"type": "array", "minItems": 1, "items": CHAT_MESSAGE},
+            "logprobs": {"type": ["boolean", "null"]},
+            "tools": nullable({"type": "array", "items": TOOL}),
+            "tool_choice": TOOL_CHOICE,
+            **STRUCTURED_FIELDS,
+            "reasoning_effort": nullable(
+                {"enum": ["none", "minimal", "low", "medium", "high", "xhigh"]}
+            ),
+            "chat_template_kwargs": nullable({"type": "object"}),
+        },
+        ("messages",),
+    )
+
+
+def completion_request(limit: int) -> Schema:
+    return obj(
+        {
+            **openai_generation_fields(limit),
+            "prompt": {"type": "string", "minLength": 1, "description": "Text only, no tokens."},
+            "logprobs": {
+                "description": "true, or the number of alternatives (legacy API).",
+                "anyOf": [
+                    {"type": ["boolean", "null"]},
+                    {"type": "integer", "minimum": 0, "maximum": 11},
+                ],
+            },
+        },
+        ("prompt",),
+    )

@@ -1,0 +1,1 @@
+"""The lab's own REST API (/api): DRF views, their authentication and permissions."""

@@ -1,0 +1,67 @@
+"""Shapes of /api requests and answers (also their OpenAPI schema)."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from ..models import ApiKey
+
+
+class ApiKeySerializer(serializers.ModelSerializer):
+    """A key as listed: its prefix identifies it; the key itself is never shown again."""
+
+    active = serializers.BooleanField(read_only=True)
+
+    class Meta:
+        model = ApiKey
+        fields = ["id", "label", "prefix", "created_at", "last_used_at", "revoked_at", "active"]
+        read_only_fields = fields
+
+
+class StrictCharField(serializers.CharField):
+    """Only a JSON string: DRF would turn 0 or 1.5 into text, which the schema does not allow."""
+
+    def to_internal_value(self, data) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class ApiKeyCreateSerializer(serializers.Serializer):
+    label = StrictCharField(max_length=100, allow_blank=True, required=False, default="")
+
+
+class ApiKeyCreatedSerializer(ApiKeySerializer):
+    key = serializers.CharField(read_only=True, help_text="The whole key: shown this once only.")
+
+    class Meta(ApiKeySerializer.Meta):
+        fields = [*ApiKeySerializer.Meta.fields, "key"]
+        read_only_fields = fields
+
+
+class MeSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    username = serializers.CharField()
+    is_staff = serializers.BooleanField()
+    authenticated_by = serializers.ChoiceField(choices=["session", "api_key"])
+    api_key = serializers.CharField(
+        allow_null=True, help_text="The prefix of the key in use, or 'static key'."
+    )
+
+
+class AccessSettingsSerializer(serializers.Serializer):
+    api_key_required = serializers.BooleanField(help_text="Whether /v1 needs a key now.")
+    static_api_keys = serializers.IntegerField(help_text="Keys from MLXLAB_API_KEYS.")
+    active_api_keys = serializers.IntegerField()
+    revoked_api_keys = serializers.IntegerField()
+    allow_open_network_api = serializers.BooleanField()
+    cors_allowed_origins = serializers.ListField(child=serializers.CharField())
+    max_request_bytes = serializers.IntegerField()
+    max_request_bytes_by_path = serializers.DictField(child=serializers.IntegerField())
+    max_tokens_limit = serializers.IntegerField(allow_null=True)
+
+
+class ErrorDetailSerializer(serializers.Serializer):
+    """DRF's error shape for authentication, permission, parse and not-found errors."""
+
+    detail = serializers.CharField()

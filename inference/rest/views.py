@@ -1,0 +1,119 @@
+"""The first /api endpoints: who am I, my API keys, and the server's access settings."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ..api_keys import api_key_create, api_key_revoke, keys_exist, static_key_digests
+from ..models import ApiKey
+from .authentication import request_key
+from .permissions import StaffOnly
+from .serializers import (
+    AccessSettingsSerializer,
+    ApiKeyCreatedSerializer,
+    ApiKeyCreateSerializer,
+    ApiKeySerializer,
+    ErrorDetailSerializer,
+    MeSerializer,
+)
+
+ERROR_MEANINGS = {
+    400: "Invalid JSON or fields ({'detail': ...} or {field: [messages]})",
+    401: "No credentials, or a wrong, revoked or inactive user's API key",
+    403: "Logged in but not allowed (staff only), or a session without its CSRF token",
+    404: "No such object of yours",
+    413: "Request body over the limit for this path",
+    415: "Body is not application/json",
+}
+
+
+def errors(*codes: int) -> dict[int, OpenApiResponse]:
+    """Documented error answers; every /api operation may also answer 401 and 413."""
+    out = {}
+    for code in sorted({*codes, 401, 413}):
+        body = OpenApiTypes.OBJECT if code == 400 else ErrorDetailSerializer
+        out[code] = OpenApiResponse(body, description=ERROR_MEANINGS[code])
+    return out
+
+
+class MeApi(APIView):
+    @extend_schema(responses={200: MeSerializer, **errors(403)}, summary="Who am I")
+    def get(self, request: Request) -> Response:
+        key = request_key(request)
+        user = request.user
+        return Response(
+            {
+                "id": user.pk,
+                "username": user.get_username(),
+                "is_staff": user.is_staff,
+                "authenticated_by": "api_key" if key else "session",
+                "api_key": key.label if key else None,
+            }
+        )
+
+
+class ApiKeyListCreateApi(APIView):
+    """The user's own API keys (revoked ones too); a new key is shown once, on creation."""
+
+    @extend_schema(responses={200: ApiKeySerializer(many=True), **errors(403)})
+    def get(self, request: Request) -> Response:
+        keys = ApiKey.objects.filter(user=request.user)
+        return Response(ApiKeySerializer(keys, many=True).data)
+
+    @extend_schema(
+        request=ApiKeyCreateSerializer,
+        responses={201: ApiKeyCreatedSerializer, **errors(400, 403, 415)},
+    )
+    def post(self, request: Request) -> Response:
+        serializer = ApiKeyCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        key, raw = api_key_create(user=request.user, label=serializer.validated_data["label"])
+        body = ApiKeyCreatedSerializer(key).data
+        body["key"] = raw
+        return Response(body, status=status.HTTP_201_CREATED)
+
+
+class ApiKeyRevokeApi(APIView):
+    @extend_schema(responses={204: None, **errors(403, 404)}, summary="Revoke one of my keys")
+    def delete(self, request: Request, key_id: int) -> Response:
+        key = ApiKey.objects.filter(user=request.user, pk=key_id).first()
+        if key is None:
+            return Response({"detail": "No such API key of yours."}, status=404)
+        api_key_revoke(key=key)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class AccessSettingsApi(APIView):
+    """How the server guards itself; staff only (it is the lab's token settings page)."""
+
+    permission_classes = [StaffOnly]
+
+    @extend_schema(responses={200: AccessSettingsSerializer, **errors(403)})
+    def get(self, request: Request) -> Response:
+        options = settings.MLXLAB
+        return Response(
+            {
+                "api_key_required": keys_exist(),
+                "static_api_keys": len(static_key_digests()),
+                "active_api_keys": ApiKey.objects.filter(revoked_at__isnull=True).count(),
+                "revoked_api_keys": ApiKey.objects.filter(revoked_at__isnull=False).count(),
+                "allow_open_network_api": options["ALLOW_OPEN_NETWORK_API"],
+                "cors_allowed_origins": list(options["CORS_ALLOWED_ORIGINS"]),
+                "max_request_bytes": options["MAX_REQUEST_BYTES"],
+                "max_request_bytes_by_path": dict(options["MAX_REQUEST_BYTES_BY_PATH"]),
+                "max_tokens_limit": options["MAX_TOKENS_LIMIT"] or None,
+            }
+        )
+
+
+@csrf_exempt  # a 404 whatever the method: nothing here to protect
+def not_found(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"detail": f"Unknown endpoint {request.path}"}, status=404)

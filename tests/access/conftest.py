@@ -1,0 +1,81 @@
+"""A live server that needs API keys: users of each kind, their keys, and a static key."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+from tests.conftest import DEFAULT_MODEL, ROOT, LiveServer, _manage, start_daphne
+
+STATIC_KEY = "mlx-static-test-key-0123456789abcdefghijklmnopqrstuv"
+
+# Run in the server's database: the first user (static keys act for it) is staff.
+MAKE_USERS = """
+import json
+from django.contrib.auth.models import User
+from inference.api_keys import api_key_create, api_key_revoke
+fuzz = User.objects.create_superuser("fuzz", "fuzz@example.com", "fuzz-password")
+staff = User.objects.create_user("staffer", is_staff=True)
+member = User.objects.create_user("member")
+gone = User.objects.create_user("gone")
+keys = {
+    "staff": api_key_create(user=staff, label="staff")[1],
+    "member": api_key_create(user=member, label="member")[1],
+    "revoked": api_key_create(user=member, label="old")[1],
+    "inactive": api_key_create(user=gone, label="inactive user")[1],
+}
+api_key_revoke(key=member.api_keys.get(label="old"))
+gone.is_active = False
+gone.save()
+print(json.dumps(keys))
+"""
+
+
+@dataclass
+class SecuredServer:
+    server: LiveServer
+    keys: dict[str, str]  # staff, member, revoked, inactive, static
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+
+@pytest.fixture(scope="session")
+def secured_server(tmp_path_factory, model_folder) -> SecuredServer:
+    """Keys exist: /v1 needs one. Tiny generations: 2 tokens at most, by default and by cap."""
+    home = tmp_path_factory.mktemp("secured")
+    env = {
+        **os.environ,
+        "MLXLAB_DB_PATH": str(home / "db.sqlite3"),
+        "MLXLAB_MODELS_DIR": str(model_folder.parent),
+        "MLXLAB_DEFAULT_MODEL": DEFAULT_MODEL,
+        "MLXLAB_PRELOAD": "1",
+        "MLXLAB_API_KEYS": STATIC_KEY,
+        "MLXLAB_DEFAULT_MAX_TOKENS": "2",
+        "MLXLAB_MAX_TOKENS_LIMIT": "2",
+        "MLXLAB_MAX_BATCH_SIZE": "2",
+        # Small /v1 bodies: a fuzzed prompt of a few KiB would take a minute to prefill here.
+        "MLXLAB_MAX_REQUEST_BYTES": "2048",
+    }
+    _manage(env, "migrate", "--noinput", "-v", "0")
+    _manage(env, "add_model", str(model_folder), "--name", DEFAULT_MODEL)
+    made = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", MAKE_USERS],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    keys = {**json.loads(made.stdout.strip().splitlines()[-1]), "static": STATIC_KEY}
+    server = start_daphne(home, env, "secured")
+    try:
+        yield SecuredServer(server, keys)
+    finally:
+        server.stop()
