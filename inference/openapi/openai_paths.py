@@ -52,69 +52,60 @@ TOOL_CALL = obj(
     ("id", "type", "function"),
 )
 
-CHAT_COMPLETION = obj(
-    {
-        "id": {"type": "string"},
-        "object": {"const": "chat.completion"},
-        "created": {"type": "integer"},
-        "model": {"type": "string"},
-        "system_fingerprint": {"type": "string"},
-        "choices": {
-            "type": "array",
-            "items": obj(
-                {
-                    "index": {"type": "integer"},
-                    "message": obj(
-                        {
-                            "role": {"const": "assistant"},
-                            "content": {"type": ["string", "null"]},
-                            "reasoning_content": {"type": "string"},
-                            "tool_calls": {"type": "array", "items": TOOL_CALL},
-                        },
-                        ("role", "content"),
-                    ),
-                    "logprobs": CHAT_LOGPROBS,
-                    "finish_reason": FINISH_REASON,
-                },
-                ("index", "message", "finish_reason"),
-            ),
+
+def completion_object(object_name: str, choice: dict, choice_required: tuple) -> dict:
+    """The envelope both completion endpoints share (openai_render.Renderer._envelope)."""
+    return obj(
+        {
+            "id": {"type": "string"},
+            "object": {"const": object_name},
+            "created": {"type": "integer"},
+            "model": {"type": "string"},
+            "system_fingerprint": {"type": "string"},
+            "choices": {"type": "array", "items": obj(choice, choice_required)},
+            "usage": ref("OpenAIUsage"),
         },
-        "usage": ref("OpenAIUsage"),
+        ("id", "object", "created", "model", "choices", "usage"),
+    )
+
+
+CHAT_COMPLETION = completion_object(
+    "chat.completion",
+    {
+        "index": {"type": "integer"},
+        "message": obj(
+            {
+                "role": {"const": "assistant"},
+                "content": {"type": ["string", "null"]},
+                "reasoning_content": {"type": "string"},
+                "tool_calls": {"type": "array", "items": TOOL_CALL},
+            },
+            ("role", "content"),
+        ),
+        "logprobs": CHAT_LOGPROBS,
+        "finish_reason": FINISH_REASON,
     },
-    ("id", "object", "created", "model", "choices", "usage"),
+    ("index", "message", "finish_reason"),
 )
 
-TEXT_COMPLETION = obj(
+TEXT_COMPLETION = completion_object(
+    "text_completion",
     {
-        "id": {"type": "string"},
-        "object": {"const": "text_completion"},
-        "created": {"type": "integer"},
-        "model": {"type": "string"},
-        "system_fingerprint": {"type": "string"},
-        "choices": {
-            "type": "array",
-            "items": obj(
+        "index": {"type": "integer"},
+        "text": {"type": "string"},
+        "logprobs": nullable(
+            obj(
                 {
-                    "index": {"type": "integer"},
-                    "text": {"type": "string"},
-                    "logprobs": nullable(
-                        obj(
-                            {
-                                "tokens": {"type": "array", "items": {"type": "string"}},
-                                "token_logprobs": {"type": "array", "items": {"type": "number"}},
-                                "top_logprobs": {"type": "array", "items": {"type": "object"}},
-                                "text_offset": {"type": "array", "items": {"type": "integer"}},
-                            }
-                        )
-                    ),
-                    "finish_reason": FINISH_REASON,
-                },
-                ("index", "text", "finish_reason"),
-            ),
-        },
-        "usage": ref("OpenAIUsage"),
+                    "tokens": {"type": "array", "items": {"type": "string"}},
+                    "token_logprobs": {"type": "array", "items": {"type": "number"}},
+                    "top_logprobs": {"type": "array", "items": {"type": "object"}},
+                    "text_offset": {"type": "array", "items": {"type": "integer"}},
+                }
+            )
+        ),
+        "finish_reason": FINISH_REASON,
     },
-    ("id", "object", "created", "model", "choices", "usage"),
+    ("index", "text", "finish_reason"),
 )
 
 MODEL = obj(
