@@ -5,8 +5,9 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 STAMP := $(VENV)/.deps-installed
+CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: setup run test bench lint format clean
+.PHONY: setup run test bench screenshots format clean
 
 setup: $(STAMP)
 	@$(PY) manage.py migrate --noinput -v 0
@@ -28,10 +29,18 @@ $(STAMP): pyproject.toml
 run: setup
 	@$(PY) manage.py runlab --host $(HOST) --port $(PORT)
 
-test: setup
+test: setup $(CHROMIUM)
 	@$(VENV)/bin/ruff check .
 	@$(VENV)/bin/ruff format --check .
 	@$(VENV)/bin/pytest
+
+# The browser tests drive Debian's Chromium (tests/ui).
+$(CHROMIUM):
+	@scripts/install-chromium $(CHROMIUM)
+
+# Refresh docs/screenshots/ from the browser tests.
+screenshots: setup $(CHROMIUM)
+	@$(VENV)/bin/pytest tests/ui --screenshots
 
 bench: setup
 	@$(PY) bench/run.py

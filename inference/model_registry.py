@@ -7,7 +7,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from .engine.gguf_import import import_gguf
+from .engine.gguf_import import Progress, import_gguf
 from .engine.model_folder import describe_model_folder
 from .models import LanguageModel
 
@@ -33,10 +33,12 @@ def model_register(*, name: str, path: Path) -> LanguageModel:
     return record
 
 
-def model_import_gguf(*, gguf_path: Path, name: str | None = None) -> LanguageModel:
+def model_import_gguf(
+    *, gguf_path: Path, name: str | None = None, progress: Progress | None = None
+) -> LanguageModel:
     """Convert a GGUF file into the models directory and register it."""
     name = name or model_name_from(gguf_path)
     models_dir = Path(settings.MLXLAB["MODELS_DIR"])
     models_dir.mkdir(parents=True, exist_ok=True)
-    imported = import_gguf(gguf_path, models_dir / name)
+    imported = import_gguf(gguf_path, models_dir / name, progress)
     return model_register(name=name, path=imported.path)

@@ -1,8 +1,10 @@
-"""ASGI entry point: Django over HTTP; websockets join here as the lab grows."""
+"""ASGI entry point: Django over HTTP, the lab's websockets through Channels."""
 
 import os
 
-from channels.routing import ProtocolTypeRouter
+from channels.auth import AuthMiddlewareStack
+from channels.routing import ProtocolTypeRouter, URLRouter
+from channels.security.websocket import AllowedHostsOriginValidator
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mlxlab.settings")
@@ -13,10 +15,19 @@ from django.conf import settings  # noqa: E402  (after Django is set up)
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from inference.engines import preload_default_in_background  # noqa: E402
+from lab.routing import websocket_urlpatterns  # noqa: E402
 
 # Daphne serves no files: the lab's static assets (and the API docs page's, from
 # drf-spectacular-sidecar, as no CDN may be reached) come from Django's finders.
-application = ProtocolTypeRouter({"http": ASGIStaticFilesHandler(django_application)})
+# Websockets carry the session cookie, not a CSRF token: the Origin check stands in for it.
+application = ProtocolTypeRouter(
+    {
+        "http": ASGIStaticFilesHandler(django_application),
+        "websocket": AllowedHostsOriginValidator(
+            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+        ),
+    }
+)
 
 if settings.MLXLAB["PRELOAD_DEFAULT_MODEL"]:
     preload_default_in_background()

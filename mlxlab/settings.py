@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "corsheaders",
     "channels",
     "inference",
+    "lab",
     "publishing",
 ]
 
@@ -115,6 +116,10 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login/"
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]

@@ -3,6 +3,8 @@ from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("api/", include("inference.rest.urls")),
+    path("api/", include("lab.api_urls")),
+    path("api/", include("inference.rest.urls")),  # ends with the JSON 404 for /api/*
     path("", include("inference.urls")),
+    path("", include("lab.urls")),
 ]

@@ -26,12 +26,23 @@ def default_model_folder() -> Path:
     return folder
 
 
+def pytest_addoption(parser) -> None:
+    parser.addoption(
+        "--screenshots",
+        action="store_true",
+        help="save screenshots of the lab's pages under docs/screenshots/",
+    )
+
+
 @pytest.fixture(scope="session")
 def model_folder() -> Path:
     return default_model_folder()
 
 
 THINKING_MODEL = "smollm2-thinking"
+
+# The lab's staff user on the session server, for the browser tests.
+LAB_USER, LAB_PASSWORD = "tester", "tester-password-1"
 
 # The default model's template, with the assistant's turn opening a <think> block.
 THINKING_TEMPLATE = (
@@ -108,7 +119,8 @@ def lab_server(tmp_path_factory, model_folder) -> LiveServer:
     env = {
         **os.environ,
         "MLXLAB_DB_PATH": str(home / "db.sqlite3"),
-        "MLXLAB_MODELS_DIR": str(model_folder.parent),
+        # Imports from the models page land here, not in the checkout's var/models.
+        "MLXLAB_MODELS_DIR": str(home / "models"),
         "MLXLAB_DEFAULT_MODEL": DEFAULT_MODEL,
         "MLXLAB_PRELOAD": "1",
     }
@@ -116,6 +128,12 @@ def lab_server(tmp_path_factory, model_folder) -> LiveServer:
     _manage(env, "add_model", str(model_folder), "--name", DEFAULT_MODEL)
     thinking = thinking_model_folder(model_folder, home / "models")
     _manage(env, "add_model", str(thinking), "--name", THINKING_MODEL)
+    user_env = {
+        **env,
+        "DJANGO_SUPERUSER_USERNAME": LAB_USER,
+        "DJANGO_SUPERUSER_PASSWORD": LAB_PASSWORD,
+    }
+    _manage(user_env, "createsuperuser", "--noinput", "--email", "tester@localhost")
     server = start_daphne(home, env)
     try:
         yield server

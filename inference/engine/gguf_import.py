@@ -18,6 +18,7 @@ import shutil
 import struct
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,7 +102,14 @@ class _Header:
     data_offset: int
 
 
-def import_gguf(gguf_path: Path, dest_dir: Path) -> ImportedModel:
+Progress = Callable[[float, str], None]  # (fraction done, what is happening)
+
+
+def _no_progress(fraction: float, message: str) -> None:
+    pass
+
+
+def import_gguf(gguf_path: Path, dest_dir: Path, progress: Progress | None = None) -> ImportedModel:
     """Convert GGUF at gguf_path into an MLX model folder at dest_dir (must not exist yet).
 
     The folder is assembled in a hidden sibling directory and moved into place at the end,
@@ -110,6 +118,7 @@ def import_gguf(gguf_path: Path, dest_dir: Path) -> ImportedModel:
     Args:
         gguf_path: Path of the ``.gguf`` file.
         dest_dir: Folder to create; its parent is created if missing.
+        progress: Called at each stage with the fraction done and a short message.
 
     Returns:
         A summary of the imported model.
@@ -119,14 +128,17 @@ def import_gguf(gguf_path: Path, dest_dir: Path) -> ImportedModel:
             or it uses an unsupported architecture, tensor type or tokenizer.
     """
     gguf_path, dest_dir = Path(gguf_path), Path(dest_dir)
+    progress = progress or _no_progress
     if dest_dir.exists():
         raise GGUFImportError(f"destination already exists: {dest_dir}")
+    progress(0.0, "reading the GGUF header")
     header = _read_header(gguf_path)
     architecture = header.metadata.get("general.architecture")
     if architecture != "llama":
         raise GGUFImportError(f"unsupported architecture {architecture!r} (only 'llama')")
     tensor_types = _check_tensors(header, gguf_path.stat().st_size)
     config = _llama_config(header.metadata, tensor_types, _vocab_rows(header))
+    progress(0.1, "building the tokenizer")
     try:
         tokenizer = build_tokenizer(header.metadata, config["max_position_embeddings"])
     except TokenizerImportError as exc:
@@ -135,10 +147,12 @@ def import_gguf(gguf_path: Path, dest_dir: Path) -> ImportedModel:
         config["eos_token_id"] = eos[0] if len(eos) == 1 else eos
     if tokenizer.bos_token_id is not None:
         config["bos_token_id"] = tokenizer.bos_token_id
+    progress(0.3, f"reading {len(header.tensors)} tensors")
     weights = _load_weights(gguf_path, header)
 
     dest_dir.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{dest_dir.name}.partial-", dir=dest_dir.parent))
+    progress(0.6, "writing the MLX model folder")
     try:
         mx.save_safetensors(str(partial / "model.safetensors"), weights, {"format": "mlx"})
         write_json(partial / "config.json", config)
@@ -154,6 +168,7 @@ def import_gguf(gguf_path: Path, dest_dir: Path) -> ImportedModel:
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
+    progress(1.0, "imported")
     return ImportedModel(
         path=dest_dir,
         architecture=architecture,

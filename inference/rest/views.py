@@ -5,8 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -15,33 +14,15 @@ from rest_framework.views import APIView
 from ..api_keys import api_key_create, api_key_revoke, keys_exist, static_key_digests
 from ..models import ApiKey
 from .authentication import request_key
+from .error_responses import errors
 from .permissions import StaffOnly
 from .serializers import (
     AccessSettingsSerializer,
     ApiKeyCreatedSerializer,
     ApiKeyCreateSerializer,
     ApiKeySerializer,
-    ErrorDetailSerializer,
     MeSerializer,
 )
-
-ERROR_MEANINGS = {
-    400: "Invalid JSON or fields ({'detail': ...} or {field: [messages]})",
-    401: "No credentials, or a wrong, revoked or inactive user's API key",
-    403: "Logged in but not allowed (staff only), or a session without its CSRF token",
-    404: "No such object of yours",
-    413: "Request body over the limit for this path",
-    415: "Body is not application/json",
-}
-
-
-def errors(*codes: int) -> dict[int, OpenApiResponse]:
-    """Documented error answers; every /api operation may also answer 401 and 413."""
-    out = {}
-    for code in sorted({*codes, 401, 413}):
-        body = OpenApiTypes.OBJECT if code == 400 else ErrorDetailSerializer
-        out[code] = OpenApiResponse(body, description=ERROR_MEANINGS[code])
-    return out
 
 
 class MeApi(APIView):

@@ -16,6 +16,7 @@ from referencing.jsonschema import DRAFT202012
 from inference import urls as inference_urls
 from inference.api_keys import api_key_create
 from inference.rest import urls as rest_urls
+from lab import api_urls as lab_api_urls
 from tests.conftest import DEFAULT_MODEL
 
 NOT_OPERATIONS = {"v1/<rest>", "^schema/?$", "^docs/?$", "^.*$"}
@@ -30,7 +31,11 @@ def schema(client) -> dict:
 def routes() -> set[str]:
     """Every path Django routes to an endpoint, in OpenAPI's template syntax."""
     found = set()
-    for prefix, patterns in (("/", inference_urls.urlpatterns), ("/api/", rest_urls.urlpatterns)):
+    for prefix, patterns in (
+        ("/", inference_urls.urlpatterns),
+        ("/api/", rest_urls.urlpatterns),
+        ("/api/", lab_api_urls.urlpatterns),
+    ):
         for pattern in patterns:
             text = str(pattern.pattern).replace("^v1/(?P<rest>.*)$", "v1/<rest>")
             if text not in NOT_OPERATIONS:

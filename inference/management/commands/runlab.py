@@ -18,6 +18,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from inference.api_keys import keys_exist
+from lab.first_admin import credentials_path, ensure_first_admin
 
 
 def _listening(host: str, port: int) -> bool:
@@ -59,6 +60,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, host: str, port: int, no_worker: bool, **options):
         check_open_bind(host)  # before anything starts
+        self._first_admin()
         self.children: list[subprocess.Popen] = []
         signal.signal(signal.SIGTERM, lambda *_: self._stop_and_exit(0))
         try:
@@ -99,6 +101,17 @@ class Command(BaseCommand):
             self._stop_and_exit(failed.returncode or 1)
         except KeyboardInterrupt:
             self._stop_and_exit(0)
+
+    def _first_admin(self) -> None:
+        created = ensure_first_admin(settings.VAR_DIR)
+        if created is None:
+            return
+        username, password = created
+        self.stdout.write(
+            f"Created the lab's admin account (shown this once):\n"
+            f"  username: {username}\n  password: {password}\n"
+            f"  (also in {credentials_path(settings.VAR_DIR)}, readable only by you)"
+        )
 
     def _ensure_redis(self) -> None:
         url = urlparse(settings.REDIS_URL)

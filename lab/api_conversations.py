@@ -1,0 +1,183 @@
+"""/api/conversations, /api/messages and /api/presets: the chat page's saved state."""
+
+from __future__ import annotations
+
+from django.db.models import Count, Q
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from inference.rest.error_responses import errors
+
+from .conversations import branch, conversation_summary, message_dict, title_from
+from .models import Conversation, Message, Preset
+
+KIND_NAMES = {str: " string", dict: "n object"}
+EDITABLE = {"title": str, "model": str, "system_prompt": str, "params": dict}
+
+
+def _object(request: Request) -> dict:
+    if not isinstance(request.data, dict):
+        raise ValidationError({"detail": "expected a JSON object"})
+    return request.data
+
+
+def _fields(data: dict, allowed: dict) -> dict:
+    """The known fields of a body, each of its type; anything else is a 400."""
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        raise ValidationError({"detail": f"unknown field {unknown[0]!r}"})
+    for name, kind in allowed.items():
+        if name in data and not isinstance(data[name], kind):
+            raise ValidationError({"detail": f"{name} must be a{KIND_NAMES[kind]}"})
+    return data
+
+
+def _conversation(request: Request, conversation_id: int) -> Conversation:
+    conversation = Conversation.objects.filter(owner=request.user, id=conversation_id).first()
+    if conversation is None:
+        raise NotFound("No such conversation of yours.")
+    return conversation
+
+
+def conversation_dict(conversation: Conversation) -> dict:
+    return {
+        **conversation_summary(conversation),
+        "system_prompt": conversation.system_prompt,
+        "params": conversation.params,
+        "created_at": conversation.created_at.isoformat(),
+        "messages": [message_dict(m) for m in conversation.messages.all()],
+    }
+
+
+class ConversationListApi(APIView):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, **errors(403)}, summary="My conversations")
+    def get(self, request: Request) -> Response:
+        conversations = Conversation.objects.filter(owner=request.user)
+        if query := request.query_params.get("q", "").strip():
+            conversations = conversations.filter(
+                Q(title__icontains=query) | Q(messages__content__icontains=query)
+            ).distinct()
+        conversations = conversations.annotate(message_count=Count("messages", distinct=True))
+        results = [
+            {**conversation_summary(c), "message_count": c.message_count} for c in conversations
+        ]
+        return Response({"results": results})
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT, responses={201: OpenApiTypes.OBJECT, **errors(400, 403, 415)}
+    )
+    def post(self, request: Request) -> Response:
+        data = _fields(_object(request), EDITABLE)
+        conversation = Conversation.objects.create(
+            owner=request.user,
+            title=title_from(data.get("title") or "New chat"),
+            model=data.get("model", ""),
+            system_prompt=data.get("system_prompt", ""),
+            params=data.get("params", {}),
+        )
+        return Response(conversation_dict(conversation), status=status.HTTP_201_CREATED)
+
+
+class ConversationApi(APIView):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, **errors(403, 404)})
+    def get(self, request: Request, conversation_id: int) -> Response:
+        return Response(conversation_dict(_conversation(request, conversation_id)))
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        responses={200: OpenApiTypes.OBJECT, **errors(400, 403, 404, 415)},
+    )
+    def patch(self, request: Request, conversation_id: int) -> Response:
+        conversation = _conversation(request, conversation_id)
+        data = _fields(_object(request), EDITABLE)
+        if "title" in data:
+            if not data["title"].strip():
+                raise ValidationError({"detail": "title must not be blank"})
+            data = {**data, "title": title_from(data["title"])}
+        for name, value in data.items():
+            setattr(conversation, name, value)
+        conversation.save()
+        return Response(conversation_dict(conversation))
+
+    @extend_schema(responses={204: None, **errors(403, 404)})
+    def delete(self, request: Request, conversation_id: int) -> Response:
+        _conversation(request, conversation_id).delete()
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ConversationBranchApi(APIView):
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        responses={201: OpenApiTypes.OBJECT, **errors(400, 403, 404, 415)},
+    )
+    def post(self, request: Request, conversation_id: int) -> Response:
+        conversation = _conversation(request, conversation_id)
+        message_id = _object(request).get("message")
+        message = (
+            conversation.messages.filter(id=message_id).first()
+            if isinstance(message_id, int)
+            else None
+        )
+        if message is None:
+            raise ValidationError(
+                {"detail": "message must be the id of a message in this conversation"}
+            )
+        return Response(conversation_dict(branch(conversation, message)), status=201)
+
+
+class MessageApi(APIView):
+    @extend_schema(responses={204: None, **errors(403, 404)})
+    def delete(self, request: Request, message_id: int) -> Response:
+        message = Message.objects.filter(conversation__owner=request.user, id=message_id).first()
+        if message is None:
+            raise NotFound("No such message of yours.")
+        message.delete()
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def preset_dict(preset: Preset) -> dict:
+    return {
+        "id": preset.id,
+        "name": preset.name,
+        "system_prompt": preset.system_prompt,
+        "params": preset.params,
+    }
+
+
+class PresetListApi(APIView):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, **errors(403)}, summary="My presets")
+    def get(self, request: Request) -> Response:
+        presets = Preset.objects.filter(owner=request.user)
+        return Response({"results": [preset_dict(p) for p in presets]})
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT, responses={201: OpenApiTypes.OBJECT, **errors(400, 403, 415)}
+    )
+    def post(self, request: Request) -> Response:
+        data = _fields(_object(request), {"name": str, "system_prompt": str, "params": dict})
+        name = data.get("name", "").strip()
+        if not name or len(name) > 100:
+            raise ValidationError({"detail": "name must be 1 to 100 characters"})
+        preset, _ = Preset.objects.update_or_create(
+            owner=request.user,
+            name=name,
+            defaults={
+                "system_prompt": data.get("system_prompt", ""),
+                "params": data.get("params", {}),
+            },
+        )
+        return Response(preset_dict(preset), status=status.HTTP_201_CREATED)
+
+
+class PresetApi(APIView):
+    @extend_schema(responses={204: None, **errors(403, 404)})
+    def delete(self, request: Request, preset_id: int) -> Response:
+        deleted, _ = Preset.objects.filter(owner=request.user, id=preset_id).delete()
+        if not deleted:
+            raise NotFound("No such preset of yours.")
+        return Response(status=status.HTTP_204_NO_CONTENT)

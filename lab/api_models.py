@@ -1,0 +1,102 @@
+"""/api/models: the registry for the models page, load and unload, GGUF import."""
+
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from inference.engines import load_engine, unload_engine
+from inference.models import LanguageModel
+from inference.rest.error_responses import errors
+from inference.rest.permissions import StaffOnly
+
+from .model_imports import ImportRefused, import_status, start_import
+from .model_info import model_details, model_summary
+
+
+def _record(name: str) -> LanguageModel:
+    record = LanguageModel.objects.filter(name=name).first()
+    if record is None:
+        raise NotFound(f"No model named {name!r}.")
+    return record
+
+
+class ModelListApi(APIView):
+    @extend_schema(
+        responses={200: OpenApiTypes.OBJECT, **errors(403)}, summary="The model registry"
+    )
+    def get(self, request: Request) -> Response:
+        return Response({"results": [model_summary(r) for r in LanguageModel.objects.all()]})
+
+
+class ModelDetailApi(APIView):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, **errors(403, 404)}, summary="One model")
+    def get(self, request: Request, name: str) -> Response:
+        return Response(model_details(_record(name)))
+
+
+class ModelLoadApi(APIView):
+    permission_classes = [StaffOnly]
+
+    @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT, **errors(403, 404, 409)})
+    def post(self, request: Request, name: str) -> Response:
+        try:
+            load_engine(_record(name))
+        except Exception as error:  # a broken folder: the page shows why
+            return Response({"detail": f"could not load {name}: {error}"}, status=409)
+        return Response({"name": name, "loaded": True})
+
+
+class ModelUnloadApi(APIView):
+    permission_classes = [StaffOnly]
+
+    @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT, **errors(403, 404)})
+    def post(self, request: Request, name: str) -> Response:
+        unload_engine(_record(name).name)
+        return Response({"name": name, "loaded": False})
+
+
+class ModelImportApi(APIView):
+    permission_classes = [StaffOnly]
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT, responses={202: OpenApiTypes.OBJECT, **errors(400, 403, 415)}
+    )
+    def post(self, request: Request) -> Response:
+        data = request.data if isinstance(request.data, dict) else None
+        if data is None:
+            raise ValidationError({"detail": "expected a JSON object"})
+        path, name = data.get("path"), data.get("name") or None
+        if not isinstance(path, str) or not path.strip():
+            raise ValidationError({"detail": "path required"})
+        if name is not None and (not isinstance(name, str) or not _is_slug(name)):
+            raise ValidationError({"detail": "name must use only a-z, 0-9, '-' and '_'"})
+        try:
+            started = start_import(path.strip(), name)
+        except ImportRefused as error:
+            raise ValidationError({"detail": str(error)}) from None
+        return Response(started.as_dict(), status=status.HTTP_202_ACCEPTED)
+
+
+def _is_slug(name: str) -> bool:
+    return (
+        bool(name)
+        and len(name) <= 200
+        and all(c.isalnum() and c.isascii() or c in "-_" for c in name)
+    )
+
+
+class ModelImportStatusApi(APIView):
+    permission_classes = [StaffOnly]
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, **errors(403, 404)})
+    def get(self, request: Request, import_id: str) -> Response:
+        found = import_status(import_id)
+        if found is None:
+            raise NotFound("No such import.")
+        return Response(found.as_dict())

@@ -1,0 +1,21 @@
+from django.urls import path
+
+from . import api_conversations as conversations
+from . import api_models as models
+
+urlpatterns = [
+    path("conversations", conversations.ConversationListApi.as_view()),
+    path("conversations/<int:conversation_id>", conversations.ConversationApi.as_view()),
+    path(
+        "conversations/<int:conversation_id>/branch", conversations.ConversationBranchApi.as_view()
+    ),
+    path("messages/<int:message_id>", conversations.MessageApi.as_view()),
+    path("presets", conversations.PresetListApi.as_view()),
+    path("presets/<int:preset_id>", conversations.PresetApi.as_view()),
+    path("models", models.ModelListApi.as_view()),
+    path("models/import", models.ModelImportApi.as_view()),
+    path("models/imports/<str:import_id>", models.ModelImportStatusApi.as_view()),
+    path("models/<str:name>", models.ModelDetailApi.as_view()),
+    path("models/<str:name>/load", models.ModelLoadApi.as_view()),
+    path("models/<str:name>/unload", models.ModelUnloadApi.as_view()),
+]

@@ -1,0 +1,203 @@
+"""The chat websocket: one socket per chat page, one reply generated at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from inference.api.errors import ApiError
+from inference.chat_request import prepare_chat
+from inference.engine import stream_events
+from inference.engine.request import Failed, Finished, ReasoningDelta, TextDelta
+from inference.generation import PlannedGeneration, plan_generation
+
+from .chat_settings import ChatInputError, chat_body, parse_settings
+from .conversations import (
+    Turn,
+    conversation_summary,
+    message_dict,
+    plan_edit,
+    plan_regenerate,
+    plan_send,
+    save_reply,
+)
+
+log = logging.getLogger(__name__)
+
+UNAUTHENTICATED = 4401  # the websocket counterpart of HTTP 401
+
+
+def _plan_turn(user, message: dict) -> Turn:
+    """Work out an action from the page without changing anything yet."""
+    settings = parse_settings(message)
+    kind = message.get("type")
+    if kind == "send":
+        text = message.get("content")
+        if not isinstance(text, str) or not text.strip():
+            raise ChatInputError("content must be a non-empty string")
+        return plan_send(user, message.get("conversation"), text, settings)
+    if kind == "regenerate":
+        return plan_regenerate(user, message.get("conversation"), settings)
+    text = message.get("content")
+    if not isinstance(text, str) or not text.strip():
+        raise ChatInputError("content must be a non-empty string")
+    return plan_edit(user, message.get("conversation"), message.get("message"), text, settings)
+
+
+class LiveStats:
+    """Time to first token and decode speed, as the reply streams."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.first: float | None = None
+        self.tokens = 0
+
+    def token(self) -> None:
+        self.first = self.first or time.monotonic()
+        self.tokens += 1
+
+    def snapshot(self, tokens: int | None = None) -> dict:
+        tokens = self.tokens if tokens is None else tokens
+        now = time.monotonic()
+        decode = now - self.first if self.first else 0.0
+        return {
+            "ttft_ms": round((self.first - self.started) * 1000) if self.first else None,
+            "completion_tokens": tokens,
+            # The first token ends the prefill; speed counts the tokens after it.
+            "tokens_per_second": round((tokens - 1) / decode, 2) if decode > 0 else None,
+            "duration_ms": round((now - self.started) * 1000),
+        }
+
+
+class GenerationError(RuntimeError):
+    """The engine could not finish the reply."""
+
+
+class Reply:
+    """The reply so far: its text, its reasoning and its live figures."""
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.stats = LiveStats()
+
+    def add(self, event: TextDelta | ReasoningDelta) -> str:
+        self.stats.token()
+        if isinstance(event, TextDelta):
+            self.content.append(event.text)
+            return "delta"
+        self.reasoning.append(event.text)
+        return "reasoning"
+
+
+class ChatConsumer(AsyncJsonWebsocketConsumer):
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=UNAUTHENTICATED)
+            return
+        self.user = user
+        self.reply: asyncio.Task | None = None
+        await self.accept()
+
+    async def disconnect(self, code) -> None:
+        await self._stop()
+
+    async def receive(self, text_data=None, bytes_data=None, **kwargs) -> None:
+        try:
+            message = json.loads(text_data or "")
+        except ValueError:
+            await self._error("messages must be JSON objects")
+            return
+        await self.receive_json(message)
+
+    async def receive_json(self, message, **kwargs) -> None:
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind == "stop":
+            await self._stop()
+        elif kind not in {"send", "regenerate", "edit"}:
+            await self._error("type must be one of 'send', 'regenerate', 'edit', 'stop'")
+        elif self.reply is not None and not self.reply.done():
+            await self._error("a reply is still being generated: stop it first")
+        else:
+            await self._start(message)
+
+    async def _start(self, message: dict) -> None:
+        try:
+            turn = await database_sync_to_async(_plan_turn)(self.user, message)
+            body = chat_body(turn.settings, turn.turns)
+            plan = await plan_generation(body, prepare_chat)
+        except ChatInputError as error:
+            await self._error(str(error))
+            return
+        except ApiError as error:
+            await self._error(str(error))
+            return
+        conversation, user_message = await database_sync_to_async(turn.commit)(
+            self.user, plan.model_name
+        )
+        await self.send_json(
+            {"type": "conversation", "conversation": conversation_summary(conversation)}
+        )
+        if turn.drop_after is not None:
+            await self.send_json(
+                {"type": "truncated", "conversation": conversation.id, "after": turn.drop_after}
+            )
+        if user_message is not None:
+            await self.send_json({"type": "user_message", "message": message_dict(user_message)})
+        self.reply = asyncio.create_task(self._generate(conversation, plan))
+
+    async def _generate(self, conversation, plan: PlannedGeneration) -> None:
+        await self.send_json({"type": "start", "model": plan.model_name})
+        reply = Reply()
+        try:
+            finish = await self._stream(plan, reply)
+        except asyncio.CancelledError:
+            finish = None  # stopped by the user or the socket closed: keep what was generated
+        except GenerationError as error:
+            await self._error(str(error))
+            return
+        stats = {
+            **reply.stats.snapshot(finish.completion_tokens if finish else None),
+            "prompt_tokens": finish.prompt_tokens if finish else len(plan.request.prompt_tokens),
+            "cached_tokens": finish.cached_tokens if finish else 0,
+            "finish_reason": finish.finish_reason if finish else "cancelled",
+            "model": plan.model_name,
+        }
+        saved = await database_sync_to_async(save_reply)(
+            conversation, "".join(reply.content), "".join(reply.reasoning), stats
+        )
+        with contextlib.suppress(Exception):  # the socket may be gone
+            await self.send_json({"type": "done", "message": message_dict(saved)})
+
+    async def _stream(self, plan: PlannedGeneration, reply: Reply) -> Finished | None:
+        """Forward the reply's text as it comes; closing the stream cancels it in the engine."""
+        async with contextlib.aclosing(stream_events(plan.engine, plan.request)) as events:
+            async for event in events:
+                if isinstance(event, Finished):
+                    return event
+                if isinstance(event, Failed):
+                    log.error("lab generation failed: %s", event.message)
+                    raise GenerationError(f"generation failed: {event.message}")
+                if isinstance(event, TextDelta | ReasoningDelta):
+                    kind = reply.add(event)
+                    await self.send_json(
+                        {"type": kind, "text": event.text, "stats": reply.stats.snapshot()}
+                    )
+        return None
+
+    async def _stop(self) -> None:
+        reply, self.reply = getattr(self, "reply", None), None
+        if reply is not None and not reply.done():
+            reply.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reply
+
+    async def _error(self, text: str) -> None:
+        await self.send_json({"type": "error", "message": text})

@@ -1,0 +1,28 @@
+"""The lab's pages: templates only; their data comes from /api and the chat websocket."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.csrf import ensure_csrf_cookie
+
+from inference.engines import default_model_name
+
+
+@login_required
+@ensure_csrf_cookie  # the page's scripts send it back on every unsafe /api call
+def chat(request: HttpRequest) -> HttpResponse:
+    return render(request, "lab/chat.html", {"default_model": default_model_name()})
+
+
+@login_required
+@ensure_csrf_cookie
+def models(request: HttpRequest) -> HttpResponse:
+    return render(request, "lab/models.html")
+
+
+@login_required
+@ensure_csrf_cookie
+def lab_settings(request: HttpRequest) -> HttpResponse:
+    return render(request, "lab/settings.html")

@@ -1,0 +1,338 @@
+// The chat page's right-hand settings panel: model, system prompt, sampling parameters,
+// thinking switch, presets and structured output. `collect()` builds the settings
+// part of each websocket request ({model, system_prompt, params, thinking, structured}).
+
+import { apiDelete, apiGet, apiPost, results } from './api.js';
+import { debounce, el } from './util.js';
+
+const PARAMS = [
+  { key: 'temperature', integer: false },
+  { key: 'top_p', integer: false },
+  { key: 'top_k', integer: true },
+  { key: 'min_p', integer: false },
+  { key: 'max_tokens', integer: true },
+  { key: 'repetition_penalty', integer: false },
+  { key: 'seed', integer: true }, // no default: empty means a random seed
+];
+
+const STRUCTURED_HINTS = {
+  none: 'No constraint',
+  json_schema: '{"type": "object", "properties": {…}}',
+  regex: 'A regular expression the reply must match',
+  choice: 'One choice per line',
+};
+
+const $ = (id) => document.getElementById(id);
+
+export class SettingsPanel {
+  constructor({ defaultModel, onError }) {
+    this.defaultModel = defaultModel || '';
+    this.onError = onError;
+    this.models = [];
+    this.presets = [];
+    this.modelInfo = null;
+    this.detailsRequest = 0;
+    this.fillDefaults = true; // a new chat takes the model's defaults as its values
+    this.picker = $('model-picker');
+    this.systemPrompt = $('system-prompt');
+    this.stop = $('param-stop');
+    this.thinking = $('thinking-toggle');
+    this.thinkingField = $('thinking-field');
+    this.presetPicker = $('preset-picker');
+    this.structuredKind = $('structured-kind');
+    this.structuredValue = $('structured-value');
+    this.structuredError = $('structured-error');
+    this.inputs = new Map(PARAMS.map(({ key }) => [key, $(`param-${key}`)]));
+    this.wire();
+  }
+
+  wire() {
+    this.picker.addEventListener('change', () => this.modelChanged());
+    for (const input of this.inputs.values()) {
+      // A value the user typed survives a model change; untouched ones follow the model.
+      input.addEventListener('input', () => {
+        input.dataset.dirty = '1';
+      });
+    }
+    this.presetPicker.addEventListener('change', () => this.applySelectedPreset());
+    $('save-preset').addEventListener('click', () => this.savePreset());
+    $('delete-preset').addEventListener('click', () => this.deletePreset());
+    this.structuredKind.addEventListener('change', () => this.structuredKindChanged());
+    const check = debounce(() => this.readStructured({ quietWhenEmpty: true }), 300);
+    this.structuredValue.addEventListener('input', check);
+  }
+
+  async init() {
+    this.structuredKindChanged();
+    await Promise.all([this.loadModels(), this.loadPresets()]);
+  }
+
+  // ---- models
+
+  async loadModels() {
+    try {
+      this.models = results(await apiGet('/api/models'));
+    } catch (error) {
+      this.onError(`Could not list the models: ${error.message}`);
+      this.models = [];
+    }
+    // Selected at once, so the first answer cannot undo a choice the user makes later.
+    this.renderModelOptions(this.picker.value || this.fallbackModel());
+  }
+
+  renderModelOptions(selected) {
+    const options = this.models.map((model) => {
+      let label = model.name;
+      if (model.loaded) label += ' — loaded';
+      if (model.default) label += ' (default)';
+      return el('option', { value: model.name }, label);
+    });
+    this.picker.replaceChildren(...options);
+    if (selected) this.ensureModelOption(selected);
+  }
+
+  // A conversation may name a model that is no longer registered: still show it.
+  ensureModelOption(name) {
+    const exists = [...this.picker.options].some((option) => option.value === name);
+    // With no list at all (the request failed) "not installed" would be a guess.
+    const label = this.models.length ? `${name} (not installed)` : name;
+    if (!exists) this.picker.append(el('option', { value: name }, label));
+    this.picker.value = name;
+  }
+
+  fallbackModel() {
+    if (this.defaultModel) return this.defaultModel;
+    const marked = this.models.find((model) => model.default);
+    return marked ? marked.name : this.models[0]?.name || '';
+  }
+
+  async selectModel(name) {
+    const wanted = name || this.fallbackModel();
+    if (wanted) this.ensureModelOption(wanted);
+    await this.modelChanged();
+  }
+
+  async modelChanged() {
+    const name = this.picker.value;
+    const request = ++this.detailsRequest;
+    if (!name) {
+      this.modelInfo = null;
+      this.showThinking(false);
+      return;
+    }
+    let info;
+    try {
+      info = await apiGet(`/api/models/${encodeURIComponent(name)}`);
+    } catch (error) {
+      if (request !== this.detailsRequest) return;
+      this.modelInfo = null;
+      this.showThinking(false);
+      this.onError(`Model ${name}: ${error.message}`);
+      return;
+    }
+    if (request !== this.detailsRequest) return; // the user picked another model meanwhile
+    this.modelInfo = info;
+    this.applyDefaults(info.defaults || {});
+    this.showThinking(Boolean(info.supports_thinking));
+  }
+
+  // Quietly refresh the "loaded" marks (a send loads the model) without a change event.
+  async refreshModelStates() {
+    try {
+      this.models = results(await apiGet('/api/models'));
+      this.renderModelOptions(this.picker.value);
+    } catch {
+      // not worth an error banner: the list is only decoration here
+    }
+  }
+
+  applyDefaults(defaults) {
+    for (const [key, input] of this.inputs) {
+      const value = defaults[key];
+      input.placeholder = value === undefined || value === null ? (key === 'seed' ? 'random' : '') : String(value);
+      if (this.fillDefaults && !input.dataset.dirty && key !== 'seed') {
+        input.value = value === undefined || value === null ? '' : String(value);
+      }
+    }
+  }
+
+  showThinking(supported) {
+    // Both the field and the checkbox are hidden, so either reads as invisible.
+    this.thinkingField.hidden = !supported;
+    this.thinking.hidden = !supported;
+  }
+
+  // ---- values in and out
+
+  setParams(params, { dirty }) {
+    for (const [key, input] of this.inputs) {
+      const value = params[key];
+      input.value = value === undefined || value === null ? '' : String(value);
+      if (dirty && input.value !== '') input.dataset.dirty = '1';
+      else delete input.dataset.dirty;
+    }
+    this.stop.value = Array.isArray(params.stop) ? params.stop.join('\n') : '';
+  }
+
+  readParams() {
+    const params = {};
+    for (const { key, integer } of PARAMS) {
+      const text = this.inputs.get(key).value.trim();
+      if (text === '') continue; // empty: the server's default (for seed: random)
+      const number = Number(text);
+      if (!Number.isFinite(number)) continue;
+      params[key] = integer ? Math.trunc(number) : number;
+    }
+    const stops = this.stop.value.split('\n').filter((line) => line.trim() !== '');
+    if (stops.length) params.stop = stops;
+    return params;
+  }
+
+  // The settings part of a websocket request, or null when something is invalid
+  // (the problem is then shown next to its field).
+  collect() {
+    const structured = this.readStructured();
+    if (!structured.ok) return null;
+    return {
+      model: this.picker.value || null,
+      system_prompt: this.systemPrompt.value,
+      params: this.readParams(),
+      thinking: this.thinking.hidden ? null : this.thinking.checked,
+      structured: structured.value,
+    };
+  }
+
+  resetForNewChat() {
+    this.fillDefaults = true;
+    this.systemPrompt.value = '';
+    this.setParams({}, { dirty: false });
+    this.thinking.checked = true; // templates think by default when they can
+    this.setStructured(null);
+    this.presetPicker.value = '';
+    return this.selectModel(this.defaultModel);
+  }
+
+  // A saved conversation keeps thinking and structured inside its params.
+  applyConversation(conversation) {
+    this.fillDefaults = false;
+    const params = conversation.params && typeof conversation.params === 'object' ? conversation.params : {};
+    this.systemPrompt.value = conversation.system_prompt || '';
+    this.setParams(params, { dirty: false });
+    const thinking = conversation.thinking ?? params.thinking;
+    this.thinking.checked = thinking !== false;
+    this.setStructured(conversation.structured ?? params.structured ?? null);
+    this.presetPicker.value = '';
+    return this.selectModel(conversation.model);
+  }
+
+  // ---- presets
+
+  async loadPresets(selectId = '') {
+    try {
+      this.presets = results(await apiGet('/api/presets'));
+    } catch (error) {
+      this.onError(`Could not list the presets: ${error.message}`);
+      this.presets = [];
+    }
+    const options = this.presets.map((preset) => el('option', { value: String(preset.id) }, preset.name));
+    this.presetPicker.replaceChildren(el('option', { value: '' }, 'Choose a preset…'), ...options);
+    this.presetPicker.value = selectId ? String(selectId) : '';
+  }
+
+  selectedPreset() {
+    return this.presets.find((preset) => String(preset.id) === this.presetPicker.value) || null;
+  }
+
+  applySelectedPreset() {
+    const preset = this.selectedPreset();
+    if (!preset) return;
+    this.systemPrompt.value = preset.system_prompt || '';
+    this.setParams(preset.params || {}, { dirty: true });
+  }
+
+  async savePreset() {
+    const current = this.selectedPreset();
+    const name = window.prompt('Save the system prompt and parameters as preset:', current ? current.name : '');
+    if (name === null || !name.trim()) return;
+    try {
+      const body = { name: name.trim(), system_prompt: this.systemPrompt.value, params: this.readParams() };
+      const saved = await apiPost('/api/presets', body);
+      await this.loadPresets(saved.id);
+    } catch (error) {
+      this.onError(`Could not save the preset: ${error.message}`);
+    }
+  }
+
+  async deletePreset() {
+    const preset = this.selectedPreset();
+    if (!preset || !window.confirm(`Delete the preset "${preset.name}"?`)) return;
+    try {
+      await apiDelete(`/api/presets/${encodeURIComponent(preset.id)}`);
+      await this.loadPresets();
+    } catch (error) {
+      this.onError(`Could not delete the preset: ${error.message}`);
+    }
+  }
+
+  // ---- structured output
+
+  structuredKindChanged() {
+    const kind = this.structuredKind.value;
+    this.structuredValue.placeholder = STRUCTURED_HINTS[kind] || '';
+    // Dimmed, not disabled, for "none": a value may be typed before the kind is picked.
+    this.structuredValue.closest('.field')?.classList.toggle('inactive', kind === 'none');
+    this.showStructuredError('');
+  }
+
+  setStructured(structured) {
+    const kind = structured && structured.kind;
+    let text = '';
+    if (kind === 'json_schema') text = JSON.stringify(structured.schema ?? {}, null, 2);
+    else if (kind === 'regex') text = structured.pattern || '';
+    else if (kind === 'choice') text = (structured.choices || []).join('\n');
+    this.structuredKind.value = STRUCTURED_HINTS[kind] ? kind : 'none';
+    this.structuredValue.value = text;
+    this.structuredKindChanged();
+  }
+
+  showStructuredError(message) {
+    this.structuredError.textContent = message;
+    this.structuredError.hidden = !message;
+    this.structuredValue.setAttribute('aria-invalid', message ? 'true' : 'false');
+  }
+
+  // -> {ok: true, value: null | {...}} or {ok: false} with the error shown inline.
+  readStructured({ quietWhenEmpty = false } = {}) {
+    const kind = this.structuredKind.value;
+    const text = this.structuredValue.value;
+    const fail = (message) => {
+      this.showStructuredError(quietWhenEmpty && !text.trim() ? '' : message);
+      return { ok: false };
+    };
+    this.showStructuredError('');
+    if (kind === 'json_schema') {
+      let schema;
+      try {
+        schema = JSON.parse(text);
+      } catch (error) {
+        return fail(`Invalid JSON schema: ${error.message}`);
+      }
+      if (!schema || typeof schema !== 'object' || Array.isArray(schema)) {
+        return fail('Invalid JSON schema: it must be a JSON object.');
+      }
+      return { ok: true, value: { kind, schema } };
+    }
+    if (kind === 'regex') {
+      return text ? { ok: true, value: { kind, pattern: text } } : fail('Enter a regular expression.');
+    }
+    if (kind === 'choice') {
+      const choices = text.split('\n').map((line) => line.trim()).filter(Boolean);
+      return choices.length ? { ok: true, value: { kind, choices } } : fail('Enter at least one choice, one per line.');
+    }
+    return { ok: true, value: null };
+  }
+
+  focusStructured() {
+    this.structuredValue.focus();
+  }
+}

@@ -1,0 +1,128 @@
+// The chat page's conversation list: search, open, rename and delete.
+// Items are #conversation-list li[data-id] with a .title (the browser tests rely on it).
+
+import { apiDelete, apiGet, apiPatch, results } from './api.js';
+import { debounce, el, formatDate } from './util.js';
+
+export class ConversationList {
+  // onOpen(id): open a conversation; onDeleted(id): it is gone; onRenamed(id, title).
+  constructor({ onOpen, onDeleted, onRenamed, onError }) {
+    this.list = document.getElementById('conversation-list');
+    this.search = document.getElementById('conversation-search');
+    this.empty = document.getElementById('conversation-empty');
+    this.onOpen = onOpen;
+    this.onDeleted = onDeleted;
+    this.onRenamed = onRenamed;
+    this.onError = onError;
+    this.activeId = null;
+    this.loading = null;
+    this.search.addEventListener('input', debounce(() => this.reload(), 250));
+    this.list.addEventListener('click', (event) => this.clicked(event));
+  }
+
+  query() {
+    return this.search.value.trim();
+  }
+
+  async reload() {
+    const query = this.query();
+    // Only the answer to the latest query may be drawn (typing fires several requests).
+    const token = {};
+    this.loading = token;
+    const url = query ? `/api/conversations?q=${encodeURIComponent(query)}` : '/api/conversations';
+    try {
+      const items = results(await apiGet(url));
+      if (this.loading === token) this.render(items);
+    } catch (error) {
+      if (this.loading === token) this.onError(`Could not list the conversations: ${error.message}`);
+    }
+  }
+
+  render(items) {
+    this.list.replaceChildren(...items.map((item) => this.item(item)));
+    this.updateEmpty();
+  }
+
+  updateEmpty() {
+    const none = this.list.children.length === 0;
+    this.empty.hidden = !none;
+    this.empty.textContent = this.query() ? 'No conversation matches.' : 'No conversations yet.';
+  }
+
+  item(conversation) {
+    const id = String(conversation.id);
+    const meta = [conversation.model, formatDate(conversation.updated_at)].filter(Boolean).join(' · ');
+    const open = el(
+      'button',
+      { type: 'button', class: 'conversation-open', dataset: { action: 'open' }, title: conversation.title },
+      el('span', { class: 'title' }, conversation.title || 'Untitled'),
+      el('span', { class: 'meta' }, meta),
+    );
+    const rename = el('button', { type: 'button', class: 'icon-button', dataset: { action: 'rename' }, title: 'Rename', 'aria-label': 'Rename conversation' }, '✎');
+    const remove = el('button', { type: 'button', class: 'icon-button', dataset: { action: 'delete' }, title: 'Delete', 'aria-label': 'Delete conversation' }, '✕');
+    const li = el('li', { class: 'conversation-item', dataset: { id } }, open, el('div', { class: 'item-actions' }, rename, remove));
+    if (conversation.message_count !== undefined) li.dataset.count = String(conversation.message_count);
+    if (id === this.activeId) li.classList.add('active');
+    return li;
+  }
+
+  find(id) {
+    return this.list.querySelector(`li[data-id="${CSS.escape(String(id))}"]`);
+  }
+
+  // A conversation was created or changed over the websocket: move it to the top.
+  upsert(conversation) {
+    const query = this.query();
+    if (query) {
+      this.reload(); // whether it still matches is the server's call
+      return;
+    }
+    const existing = this.find(conversation.id);
+    const fresh = this.item({ message_count: existing?.dataset.count, ...conversation });
+    if (existing) existing.remove();
+    this.list.prepend(fresh);
+    this.updateEmpty();
+  }
+
+  setActive(id) {
+    this.activeId = id === null || id === undefined ? null : String(id);
+    for (const li of this.list.children) li.classList.toggle('active', li.dataset.id === this.activeId);
+  }
+
+  clicked(event) {
+    const li = event.target.closest('li[data-id]');
+    if (!li) return;
+    const action = event.target.closest('[data-action]')?.dataset.action || 'open';
+    const id = Number(li.dataset.id);
+    if (action === 'rename') this.rename(li, id);
+    else if (action === 'delete') this.remove(li, id);
+    else this.onOpen(id);
+  }
+
+  async rename(li, id) {
+    const current = li.querySelector('.title').textContent;
+    const title = window.prompt('Rename the conversation:', current);
+    if (title === null || !title.trim() || title === current) return;
+    try {
+      const saved = await apiPatch(`/api/conversations/${id}`, { title: title.trim() });
+      li.querySelector('.title').textContent = saved.title;
+      li.querySelector('.conversation-open').title = saved.title;
+      this.onRenamed(id, saved.title);
+    } catch (error) {
+      this.onError(`Could not rename: ${error.message}`);
+    }
+  }
+
+  async remove(li, id) {
+    const title = li.querySelector('.title').textContent;
+    if (!window.confirm(`Delete "${title}"? This cannot be undone.`)) return;
+    try {
+      await apiDelete(`/api/conversations/${id}`);
+      li.remove();
+      this.updateEmpty();
+      this.onDeleted(id);
+    } catch (error) {
+      this.onError(`Could not delete: ${error.message}`);
+    }
+  }
+}

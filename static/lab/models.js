@@ -1,0 +1,201 @@
+// The models page: the registry table, load/unload, details dialog and GGUF import.
+
+import { apiGet, apiPost, results } from './api.js';
+import { el, formatBytes, hideBanner, showBanner, wireBannerClose } from './util.js';
+
+const $ = (id) => document.getElementById(id);
+const IMPORT_POLL_MS = 500;
+
+const dom = {
+  tbody: $('models-table').tBodies[0],
+  error: $('models-error'),
+  dialog: $('model-details'),
+  importForm: $('import-form'),
+  importPath: $('import-path'),
+  importName: $('import-name'),
+  importButton: $('import-button'),
+  importStatus: $('import-status'),
+  importProgress: $('import-progress'),
+  importMessage: $('import-message'),
+  importError: $('import-error'),
+};
+
+const modelUrl = (name, action = '') => `/api/models/${encodeURIComponent(name)}${action ? `/${action}` : ''}`;
+
+// ---- table
+
+function actionButton(action, label) {
+  return el('button', { type: 'button', class: 'small-button', dataset: { action } }, label);
+}
+
+function modelRow(model) {
+  const loaded = el('td', { class: 'loaded' }, model.loaded ? 'loaded' : '—');
+  if (model.loaded) loaded.classList.add('is-loaded');
+  const name = el('td', { class: 'model-name' }, model.name);
+  if (model.default) name.append(' ', el('span', { class: 'badge' }, 'default'));
+  return el(
+    'tr',
+    { dataset: { name: model.name } },
+    name,
+    el('td', {}, model.architecture || '—'),
+    el('td', {}, model.quantization || '—'),
+    el('td', { class: 'num' }, formatBytes(model.size_bytes)),
+    // Plain digits ("8192", not "8,192"): it is the figure people compare with configs.
+    el('td', { class: 'num' }, Number.isFinite(model.context_length) ? String(model.context_length) : '—'),
+    loaded,
+    el(
+      'td',
+      { class: 'row-actions' },
+      actionButton('load', 'Load'),
+      actionButton('unload', 'Unload'),
+      actionButton('details', 'Details'),
+    ),
+  );
+}
+
+function placeholderRow(text) {
+  return el('tr', { class: 'placeholder-row' }, el('td', { colspan: 7, class: 'muted' }, text));
+}
+
+async function refreshTable() {
+  try {
+    const models = results(await apiGet('/api/models'));
+    dom.tbody.replaceChildren(...(models.length ? models.map(modelRow) : [placeholderRow('No models registered yet.')]));
+  } catch (error) {
+    showBanner(dom.error, `Could not list the models: ${error.message}`);
+    if (!dom.tbody.querySelector('tr[data-name]')) dom.tbody.replaceChildren(placeholderRow('Could not load the models.'));
+  }
+}
+
+// Loading a model takes seconds: every button of the row waits, the clicked one says why.
+async function loadOrUnload(row, button, action) {
+  const buttons = [...row.querySelectorAll('button')];
+  const label = button.textContent;
+  for (const other of buttons) other.disabled = true;
+  button.replaceChildren(el('span', { class: 'spinner', 'aria-hidden': 'true' }), action === 'load' ? ' Loading…' : ' Unloading…');
+  row.setAttribute('aria-busy', 'true');
+  try {
+    await apiPost(modelUrl(row.dataset.name, action));
+    hideBanner(dom.error);
+  } catch (error) {
+    showBanner(dom.error, `Could not ${action} ${row.dataset.name}: ${error.message}`);
+  }
+  await refreshTable();
+  // Still there only if the refresh failed: give the row its buttons back.
+  if (row.isConnected) {
+    for (const other of buttons) other.disabled = false;
+    button.textContent = label;
+    row.removeAttribute('aria-busy');
+  }
+}
+
+// ---- details dialog
+
+function formatDefaults(defaults) {
+  if (!defaults || typeof defaults !== 'object') return '—';
+  return Object.entries(defaults)
+    .map(([key, value]) => `${key} ${value}`)
+    .join(' · ');
+}
+
+async function showDetails(name) {
+  let info;
+  try {
+    info = await apiGet(modelUrl(name));
+  } catch (error) {
+    showBanner(dom.error, `Could not read ${name}: ${error.message}`);
+    return;
+  }
+  const dialog = dom.dialog;
+  dialog.querySelector('.name').textContent = info.name;
+  dialog.querySelector('.path').textContent = info.path || '—';
+  dialog.querySelector('.thinking').textContent = info.supports_thinking ? 'yes (enable_thinking)' : 'no';
+  dialog.querySelector('.defaults').textContent = formatDefaults(info.defaults);
+  dialog.querySelector('.config').textContent = JSON.stringify(info.config ?? {}, null, 2);
+  dialog.querySelector('.chat-template').textContent = info.chat_template || '(no chat template)';
+  if (!dialog.open) dialog.showModal();
+}
+
+function tableClick(event) {
+  const button = event.target.closest('button[data-action]');
+  const row = button?.closest('tr[data-name]');
+  if (!row) return;
+  const action = button.dataset.action;
+  if (action === 'details') showDetails(row.dataset.name);
+  else if (action === 'load' || action === 'unload') loadOrUnload(row, button, action);
+}
+
+// ---- import
+
+function showImportError(message) {
+  dom.importError.textContent = message;
+  dom.importError.hidden = !message;
+}
+
+function showImportProgress(job) {
+  dom.importStatus.hidden = false;
+  const progress = Number(job.progress);
+  dom.importProgress.value = Number.isFinite(progress) ? Math.min(Math.max(progress, 0), 1) : 0;
+  dom.importMessage.textContent = job.message || job.status || '';
+}
+
+function setImporting(on) {
+  dom.importButton.disabled = on;
+  dom.importButton.textContent = on ? 'Importing…' : 'Import';
+}
+
+const delay = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// Polls until the job ends; a failed poll (server restarting) is reported, not retried.
+async function followImport(job) {
+  let current = job;
+  while (current.status === 'running') {
+    showImportProgress(current);
+    await delay(IMPORT_POLL_MS);
+    current = await apiGet(`/api/models/imports/${encodeURIComponent(job.id)}`);
+  }
+  showImportProgress(current);
+  return current;
+}
+
+async function startImport(event) {
+  event.preventDefault();
+  const path = dom.importPath.value.trim();
+  if (!path) {
+    showImportError('Enter the path of a .gguf file on the server.');
+    dom.importPath.focus();
+    return;
+  }
+  const body = { path };
+  const name = dom.importName.value.trim();
+  if (name) body.name = name;
+  showImportError('');
+  setImporting(true);
+  try {
+    const job = await followImport(await apiPost('/api/models/import', body));
+    if (job.status === 'succeeded') {
+      dom.importProgress.value = 1; // done, whatever the last progress report said
+      dom.importMessage.textContent = `Imported as ${job.model || job.name || 'a new model'}.`;
+      dom.importForm.reset();
+      await refreshTable();
+    } else {
+      showImportError(job.error || 'The import failed.');
+    }
+  } catch (error) {
+    showImportError(error.message);
+  } finally {
+    setImporting(false);
+  }
+}
+
+// ---- start
+
+wireBannerClose(dom.error);
+$('models-table').addEventListener('click', tableClick);
+$('refresh-models').addEventListener('click', refreshTable);
+dom.importForm.addEventListener('submit', startImport);
+// A click on the backdrop (outside the dialog's box) closes it, as users expect.
+dom.dialog.addEventListener('click', (event) => {
+  if (event.target === dom.dialog) dom.dialog.close();
+});
+refreshTable();

@@ -1,0 +1,213 @@
+"""The chat websocket on the real model, through Channels' WebsocketCommunicator."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import AnonymousUser
+
+from inference.engines import loaded_engines
+from lab.models import Conversation, Message
+from lab.routing import websocket_urlpatterns
+from tests.conftest import DEFAULT_MODEL, THINKING_MODEL
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+GREEDY = {"temperature": 0, "max_tokens": 6}
+
+
+async def connected(user) -> WebsocketCommunicator:
+    communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), "/ws/chat/")
+    communicator.scope["user"] = user
+    accepted, _ = await communicator.connect()
+    assert accepted
+    return communicator
+
+
+async def until(communicator, kind: str, timeout: float = 120) -> tuple[dict, list[dict]]:
+    """Read messages until one of `kind` arrives; returns it and everything before it."""
+    seen = []
+    while True:
+        message = await communicator.receive_json_from(timeout=timeout)
+        if message["type"] == kind:
+            return message, seen
+        assert message["type"] != "error", message
+        seen.append(message)
+
+
+def send(content: str, conversation=None, **settings) -> dict:
+    return {
+        "type": "send",
+        "conversation": conversation,
+        "content": content,
+        "model": DEFAULT_MODEL,
+        "params": GREEDY,
+        **settings,
+    }
+
+
+def run(scenario):
+    return asyncio.run(scenario())
+
+
+def test_anonymous_socket_is_closed_with_4401():
+    async def scenario():
+        communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), "/ws/chat/")
+        communicator.scope["user"] = AnonymousUser()
+        accepted, code = await communicator.connect()
+        assert (accepted, code) == (False, 4401)
+
+    run(scenario)
+
+
+def test_send_streams_and_saves_the_reply(registered_models, alice):
+    async def scenario():
+        chat = await connected(alice)
+        await chat.send_json_to(send("What is the capital of France?", system_prompt="Be brief."))
+        done, before = await until(chat, "done")
+        await chat.disconnect()
+        return done, before
+
+    done, before = run(scenario)
+    kinds = [m["type"] for m in before]
+    assert kinds[:3] == ["conversation", "user_message", "start"]
+    deltas = [m for m in before if m["type"] == "delta"]
+    assert len(deltas) >= 2  # streamed token by token, not in one piece
+    reply = done["message"]
+    assert reply["content"] == "".join(d["text"] for d in deltas)
+    assert "Paris" in reply["content"]
+    stats = reply["stats"]
+    assert stats["finish_reason"] == "length" and stats["completion_tokens"] == 6
+    assert stats["ttft_ms"] > 0 and stats["tokens_per_second"] > 0
+    assert stats["prompt_tokens"] > 10 and stats["model"] == DEFAULT_MODEL
+    conversation = Conversation.objects.get(owner=alice)
+    assert conversation.title == "What is the capital of France?"
+    assert conversation.system_prompt == "Be brief."
+    assert conversation.params["temperature"] == 0
+    assert [m.role for m in conversation.messages.all()] == ["user", "assistant"]
+    assert conversation.messages.last().content == reply["content"]
+
+
+def test_stop_cancels_in_the_engine_and_keeps_the_partial_reply(registered_models, alice):
+    async def scenario():
+        chat = await connected(alice)
+        await chat.send_json_to(
+            send("Write a long story about a dragon.", params={"max_tokens": 400})
+        )
+        await until(chat, "delta")
+        await chat.send_json_to({"type": "stop"})
+        done, _ = await until(chat, "done")
+        engine = loaded_engines()[DEFAULT_MODEL]
+        for _ in range(50):  # the engine drops the row at its next step
+            if engine.in_flight == 0:
+                break
+            await asyncio.sleep(0.1)
+        await chat.disconnect()
+        return done, engine.in_flight
+
+    done, in_flight = run(scenario)
+    stats = done["message"]["stats"]
+    assert stats["finish_reason"] == "cancelled"
+    assert 1 <= stats["completion_tokens"] < 400
+    assert in_flight == 0
+    assert Message.objects.get(id=done["message"]["id"]).content == done["message"]["content"]
+
+
+def test_regenerate_and_edit_replace_the_tail(registered_models, alice):
+    async def scenario():
+        chat = await connected(alice)
+        await chat.send_json_to(send("Say hello."))
+        first, before = await until(chat, "done")
+        conversation = before[0]["conversation"]["id"]
+        user_id = before[1]["message"]["id"]
+        await chat.send_json_to(
+            {"type": "regenerate", "conversation": conversation, "model": DEFAULT_MODEL,
+             "params": {"temperature": 0.9, "seed": 7, "max_tokens": 6}}
+        )  # fmt: skip
+        second, between = await until(chat, "done")
+        await chat.send_json_to(
+            {"type": "edit", "conversation": conversation, "message": user_id,
+             "content": "What is the capital of France?", "model": DEFAULT_MODEL,
+             "params": GREEDY}
+        )  # fmt: skip
+        third, edited = await until(chat, "done")
+        await chat.disconnect()
+        return conversation, user_id, first, second, between, third, edited
+
+    conversation, user_id, first, second, between, third, edited = run(scenario)
+    assert {"type": "truncated", "conversation": conversation, "after": user_id} in between
+    assert second["message"]["id"] != first["message"]["id"]
+    assert [m for m in edited if m["type"] == "user_message"][0]["message"]["content"] == (
+        "What is the capital of France?"
+    )
+    assert "Paris" in third["message"]["content"]
+    messages = list(Message.objects.filter(conversation_id=conversation))
+    assert [(m.id, m.role) for m in messages] == [
+        (user_id, "user"),
+        (third["message"]["id"], "assistant"),
+    ]
+    assert messages[0].content == "What is the capital of France?"
+
+
+def test_thinking_switch_splits_the_reasoning(registered_models, alice):
+    async def reply(thinking: bool):
+        chat = await connected(alice)
+        await chat.send_json_to(send("Hi", model=THINKING_MODEL, thinking=thinking))
+        done, before = await until(chat, "done")
+        await chat.disconnect()
+        return done["message"], [m["type"] for m in before]
+
+    thought, kinds = run(lambda: reply(True))
+    assert "reasoning" in kinds and thought["reasoning"]
+    assert "<think>" not in thought["content"]
+    plain, kinds = run(lambda: reply(False))
+    assert "reasoning" not in kinds and plain["reasoning"] == ""
+
+
+@pytest.mark.parametrize(
+    "message, error",
+    [
+        (send("hi", params={"temperature": "hot"}), "temperature must be of type"),
+        (send("hi", model="no-such-model"), "no-such-model"),
+        (send("   "), "content must be a non-empty string"),
+        (send("hi", params={"top_k": 10**9}), "top_k must be less than the vocabulary size"),
+        (send("hi", structured={"kind": "regex"}), "structured must be null"),
+        (send("hi", conversation=999), "no conversation 999 of yours"),
+        ({"type": "dance"}, "type must be one of"),
+        ("not json", "messages must be JSON objects"),
+    ],
+)
+def test_refusals_change_nothing(registered_models, alice, message, error):
+    async def scenario():
+        chat = await connected(alice)
+        if isinstance(message, str):
+            await chat.send_to(text_data=message)
+        else:
+            await chat.send_json_to(message)
+        answer = await chat.receive_json_from(timeout=60)
+        await chat.disconnect()
+        return answer
+
+    answer = run(scenario)
+    assert answer["type"] == "error" and error in answer["message"]
+    assert not Conversation.objects.exists()
+
+
+def test_one_reply_at_a_time(registered_models, alice):
+    async def scenario():
+        chat = await connected(alice)
+        await chat.send_json_to(send("Tell me a story.", params={"max_tokens": 200}))
+        await until(chat, "start")
+        await chat.send_json_to(send("And another."))
+        busy, _ = await until(chat, "error")
+        await chat.send_json_to({"type": "stop"})
+        done, _ = await until(chat, "done")
+        await chat.disconnect()
+        return busy, done
+
+    busy, done = run(scenario)
+    assert "still being generated" in busy["message"]
+    assert done["message"]["stats"]["finish_reason"] == "cancelled"

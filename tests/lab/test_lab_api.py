@@ -1,0 +1,203 @@
+"""/api/conversations, /api/presets and /api/models as the lab's pages use them."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.test import Client
+
+from inference.management.commands.ensure_default_model import embedded_gguf
+from inference.models import LanguageModel
+from lab.models import Conversation, Message, Preset
+from tests.conftest import DEFAULT_MODEL, THINKING_MODEL
+
+
+@pytest.fixture
+def client(alice) -> Client:
+    client = Client()
+    client.force_login(alice)
+    return client
+
+
+@pytest.fixture
+def staff_client(db, django_user_model) -> Client:
+    client = Client()
+    client.force_login(django_user_model.objects.create_user("root", is_staff=True))
+    return client
+
+
+@pytest.fixture
+def chat(alice) -> Conversation:
+    conversation = Conversation.objects.create(owner=alice, title="Capitals", model=DEFAULT_MODEL)
+    conversation.messages.create(role="user", content="Capital of France?")
+    conversation.messages.create(role="assistant", content="Paris.", stats={"ttft_ms": 5})
+    conversation.messages.create(role="user", content="And of Italy?")
+    conversation.messages.create(role="assistant", content="Rome.")
+    return conversation
+
+
+def test_conversations_list_search_rename_delete(client, chat, alice, django_user_model):
+    other = django_user_model.objects.create_user("bob")
+    Conversation.objects.create(owner=other, title="Capitals of bob")
+    listed = client.get("/api/conversations").json()["results"]
+    assert [(c["id"], c["title"], c["message_count"]) for c in listed] == [(chat.id, "Capitals", 4)]
+    assert client.get("/api/conversations?q=rome").json()["results"][0]["id"] == chat.id
+    assert client.get("/api/conversations?q=berlin").json()["results"] == []
+    renamed = client.patch(
+        f"/api/conversations/{chat.id}", {"title": "Europe"}, content_type="application/json"
+    )
+    assert renamed.status_code == 200 and renamed.json()["title"] == "Europe"
+    detail = client.get(f"/api/conversations/{chat.id}").json()
+    assert [m["content"] for m in detail["messages"]] == [
+        "Capital of France?", "Paris.", "And of Italy?", "Rome."
+    ]  # fmt: skip
+    assert detail["messages"][1]["stats"] == {"ttft_ms": 5}
+    assert client.delete(f"/api/conversations/{chat.id}").status_code == 204
+    assert not Message.objects.filter(conversation_id=chat.id).exists()
+    assert client.get(f"/api/conversations/{chat.id}").status_code == 404
+
+
+def test_branch_copies_up_to_a_message_and_delete_removes_one(client, chat):
+    second = chat.messages.all()[1]
+    branched = client.post(
+        f"/api/conversations/{chat.id}/branch",
+        {"message": second.id},
+        content_type="application/json",
+    )
+    assert branched.status_code == 201
+    copy = branched.json()
+    assert copy["id"] != chat.id and copy["title"] == "Capitals (branch)"
+    assert [m["content"] for m in copy["messages"]] == ["Capital of France?", "Paris."]
+    assert chat.messages.count() == 4  # the original is untouched
+    assert client.delete(f"/api/messages/{second.id}").status_code == 204
+    assert chat.messages.count() == 3
+    assert client.delete(f"/api/messages/{second.id}").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "path, body, detail",
+    [
+        ("/api/conversations", [1], "expected a JSON object"),
+        ("/api/conversations", {"title": 5}, "title must be a string"),
+        ("/api/conversations", {"colour": "red"}, "unknown field 'colour'"),
+        ("/api/presets", {"name": ""}, "name must be 1 to 100 characters"),
+        ("/api/presets", {"name": "x", "params": []}, "params must be an object"),
+    ],
+)
+def test_bad_bodies_are_400s_with_a_reason(client, path, body, detail):
+    answer = client.post(path, body, content_type="application/json")
+    assert answer.status_code == 400 and answer.json() == {"detail": detail}
+
+
+def test_branch_needs_a_message_of_that_conversation(client, chat, alice):
+    elsewhere = Conversation.objects.create(owner=alice).messages.create(role="user", content="x")
+    answer = client.post(
+        f"/api/conversations/{chat.id}/branch", {"message": elsewhere.id}, "application/json"
+    )
+    assert answer.status_code == 400
+
+
+def test_presets_are_per_user_and_saved_by_name(client, alice):
+    body = {"name": "terse", "system_prompt": "Be brief.", "params": {"temperature": 0.2}}
+    assert client.post("/api/presets", body, content_type="application/json").status_code == 201
+    body["params"] = {"temperature": 0.5}
+    client.post("/api/presets", body, content_type="application/json")
+    presets = client.get("/api/presets").json()["results"]
+    assert [(p["name"], p["params"]) for p in presets] == [("terse", {"temperature": 0.5})]
+    assert client.delete(f"/api/presets/{presets[0]['id']}").status_code == 204
+    assert not Preset.objects.filter(owner=alice).exists()
+
+
+def test_models_list_and_details(client, registered_models):
+    listed = {m["name"]: m for m in client.get("/api/models").json()["results"]}
+    assert set(listed) == {DEFAULT_MODEL, THINKING_MODEL}
+    assert listed[DEFAULT_MODEL]["default"] and listed[DEFAULT_MODEL]["architecture"] == "llama"
+    assert listed[DEFAULT_MODEL]["context_length"] == 8192
+    detail = client.get(f"/api/models/{DEFAULT_MODEL}").json()
+    assert detail["config"]["model_type"] == "llama"
+    assert "<|im_start|>" in detail["chat_template"]
+    assert detail["supports_thinking"] is False
+    assert detail["defaults"]["temperature"] == 0.0 and detail["defaults"]["max_tokens"] > 0
+    assert client.get(f"/api/models/{THINKING_MODEL}").json()["supports_thinking"] is True
+    assert client.get("/api/models/nope").status_code == 404
+
+
+def test_model_management_is_staff_only(client, registered_models):
+    assert client.post(f"/api/models/{DEFAULT_MODEL}/unload").status_code == 403
+    answer = client.post("/api/models/import", {"path": "/x.gguf"}, "application/json")
+    assert answer.status_code == 403
+
+
+@pytest.mark.parametrize(
+    "body, detail",
+    [
+        ({}, "path required"),
+        ({"path": "relative.gguf"}, "path must be an absolute path on the server"),
+        ({"path": "/no/such/file.gguf"}, "no file at /no/such/file.gguf"),
+        ({"path": __file__}, "path must name a .gguf file"),
+        ({"path": str(embedded_gguf()), "name": DEFAULT_MODEL}, "already exists"),
+        ({"path": str(embedded_gguf()), "name": "bad name!"}, "name must use only"),
+    ],
+)
+def test_import_refusals(staff_client, registered_models, body, detail):
+    answer = staff_client.post("/api/models/import", body, "application/json")
+    assert answer.status_code == 400 and detail in answer.json()["detail"]
+
+
+@pytest.mark.django_db(transaction=True)  # the import thread writes through its own connection
+def test_import_a_gguf_with_progress(staff_client, settings, tmp_path):
+    settings.MLXLAB = {**settings.MLXLAB, "MODELS_DIR": tmp_path}
+    started = staff_client.post(
+        "/api/models/import",
+        {"path": str(embedded_gguf()), "name": "smol-copy"},
+        "application/json",
+    )
+    assert started.status_code == 202 and started.json()["status"] == "running"
+    url = f"/api/models/imports/{started.json()['id']}"
+    progress = [started.json()["progress"]]
+    for _ in range(600):
+        state = staff_client.get(url).json()
+        progress.append(state["progress"])
+        if state["status"] != "running":
+            break
+        time.sleep(0.1)
+    assert state["status"] == "succeeded", state
+    assert state["model"] == "smol-copy" and progress == sorted(progress) and progress[-1] == 1.0
+    record = LanguageModel.objects.get(name="smol-copy")
+    assert record.path == str(tmp_path / "smol-copy") and record.size_bytes > 50_000_000
+
+
+def test_a_failed_import_says_why(staff_client, registered_models, tmp_path):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\0" * 64)
+    started = staff_client.post("/api/models/import", {"path": str(broken)}, "application/json")
+    url = f"/api/models/imports/{started.json()['id']}"
+    for _ in range(100):
+        state = staff_client.get(url).json()
+        if state["status"] != "running":
+            break
+        time.sleep(0.05)
+    assert state["status"] == "failed" and state["error"]
+    assert not LanguageModel.objects.filter(name="broken").exists()
+
+
+def test_pages_need_a_login_and_api_needs_csrf(db, alice, chat):
+    anonymous = Client()
+    for page in ["/", "/models/", "/settings/"]:
+        answer = anonymous.get(page)
+        assert answer.status_code == 302 and answer["Location"] == f"/login/?next={page}"
+    assert anonymous.get("/api/conversations").status_code in (401, 403)
+    browser = Client(enforce_csrf_checks=True)
+    login = browser.get("/login/")
+    token = login.cookies["csrftoken"].value
+    answer = browser.post(
+        "/login/", {"username": "alice", "password": "alice-password", "csrfmiddlewaretoken": token}
+    )
+    assert answer.status_code == 302 and answer["Location"] == "/"
+    page = browser.get("/")
+    assert page.status_code == 200
+    token = browser.cookies["csrftoken"].value
+    url = f"/api/conversations/{chat.id}"
+    assert browser.delete(url).status_code == 403  # no CSRF header
+    assert browser.delete(url, headers={"X-CSRFToken": token}).status_code == 204

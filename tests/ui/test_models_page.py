@@ -1,0 +1,47 @@
+"""The models page in a real browser: the registry, details, load/unload, GGUF import."""
+
+from __future__ import annotations
+
+from playwright.sync_api import Page, expect
+
+from inference.management.commands.ensure_default_model import embedded_gguf
+from tests.conftest import DEFAULT_MODEL, THINKING_MODEL
+
+
+def row(page: Page, name: str):
+    return page.locator(f"#models-table tr[data-name='{name}']")
+
+
+def test_registry_details_and_unload_load(page: Page, screenshot):
+    page.goto("/models/")
+    expect(row(page, DEFAULT_MODEL)).to_contain_text("llama")
+    expect(row(page, DEFAULT_MODEL)).to_contain_text("8192")
+    expect(row(page, DEFAULT_MODEL).locator(".loaded")).to_contain_text("loaded")
+    screenshot(page, "models")
+    row(page, DEFAULT_MODEL).locator("[data-action=details]").click()
+    details = page.locator("#model-details")
+    expect(details).to_be_visible()
+    expect(details.locator(".config")).to_contain_text('"model_type": "llama"')
+    expect(details.locator(".chat-template")).to_contain_text("<|im_start|>")
+    page.keyboard.press("Escape")
+
+    thinking = row(page, THINKING_MODEL)
+    thinking.locator("[data-action=load]").click()
+    expect(thinking.locator(".loaded")).to_contain_text("loaded")
+    thinking.locator("[data-action=unload]").click()
+    expect(thinking.locator(".loaded")).not_to_contain_text("loaded")
+    health = page.request.get("/health").json()
+    assert THINKING_MODEL not in health["models_loaded"]
+
+
+def test_import_a_gguf_from_the_page(page: Page):
+    page.goto("/models/")
+    page.fill("#import-path", "/no/such/model.gguf")
+    page.click("#import-button")
+    expect(page.locator("#import-error")).to_contain_text("no file at /no/such/model.gguf")
+
+    page.fill("#import-path", str(embedded_gguf()))
+    page.fill("#import-name", "smol-imported")
+    page.click("#import-button")
+    expect(row(page, "smol-imported")).to_contain_text("llama", timeout=120_000)
+    expect(page.locator("#import-progress")).to_have_js_property("value", 1)
