@@ -2,7 +2,7 @@ from django.contrib import admin, messages
 from django.utils.html import format_html, format_html_join
 
 from .api_keys import api_key_assign_secret, api_key_revoke
-from .models import ApiKey, LanguageModel, StoredResponse
+from .models import Adapter, ApiKey, LanguageModel, StoredResponse
 from .response_store import response_chain
 
 
@@ -102,3 +102,11 @@ class ApiKeyAdmin(admin.ModelAdmin):
         for key in queryset.filter(revoked_at__isnull=True):
             api_key_revoke(key=key)
         self.message_user(request, "Revoked.", messages.SUCCESS)
+
+
+@admin.register(Adapter)
+class AdapterAdmin(admin.ModelAdmin):
+    list_display = ["name", "base_model", "fine_tune_type", "created_at"]
+    list_filter = ["base_model", "fine_tune_type"]
+    search_fields = ["name", "base_model"]
+    readonly_fields = ["job_id", "summary", "created_at"]

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from .adapter_registry import resolve_adapters
 from .api.errors import ApiError
 from .api.openai_params import CommonParams, parse_common
 from .engine import Engine, GenerationRequest
@@ -36,6 +37,7 @@ def generation_request(
     vocab_size: int,
     grammar=None,
     output=None,
+    adapters: tuple = (),
 ) -> GenerationRequest:
     """Fit the request into the context window, or say plainly why it cannot."""
     _check_logit_bias(params.sampling.logit_bias, vocab_size)
@@ -72,6 +74,7 @@ def generation_request(
         top_logprobs=params.top_logprobs,
         grammar=grammar,
         output=output,
+        adapters=adapters,
     )
 
 
@@ -92,6 +95,7 @@ async def plan_generation(body: dict, prepare_prompt) -> PlannedGeneration:
     """
     params = parse_common(body)
     name, engine = await get_engine(params.model)
+    adapters = await resolve_adapters(body.get("adapter"), name)
     prepared = await prepare_prompt(body, engine)
     request = generation_request(
         params,
@@ -100,5 +104,6 @@ async def plan_generation(body: dict, prepare_prompt) -> PlannedGeneration:
         vocab_size=engine.vocab_size,
         grammar=prepared.grammar,
         output=prepared.output,
+        adapters=adapters,
     )
     return PlannedGeneration(name, engine, params, request, prepared.warning)

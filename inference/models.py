@@ -66,3 +66,21 @@ class ApiKey(models.Model):
     @property
     def active(self) -> bool:
         return self.revoked_at is None
+
+
+class Adapter(models.Model):
+    """A LoRA or DoRA adapter made by a finetune job, applied at inference on request."""
+
+    name = models.SlugField(max_length=200, unique=True)
+    base_model = models.CharField(max_length=200)  # the LanguageModel it was trained on
+    path = models.CharField(max_length=1000)  # holds adapter_config.json, adapters.safetensors
+    fine_tune_type = models.CharField(max_length=16, default="lora")
+    job_id = models.CharField(max_length=64, blank=True)
+    summary = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

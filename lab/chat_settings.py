@@ -30,10 +30,16 @@ class ChatSettings:
     params: dict = field(default_factory=dict)
     thinking: bool | None = None
     structured: dict | None = None
+    adapter: str | None = None
 
     def saved(self) -> dict:
         """What the conversation remembers for the next visit."""
-        return {**self.params, "thinking": self.thinking, "structured": self.structured}
+        return {
+            **self.params,
+            "thinking": self.thinking,
+            "structured": self.structured,
+            "adapter": self.adapter,
+        }
 
 
 def _text(message: dict, name: str, *, required: bool = False) -> str:
@@ -91,12 +97,16 @@ def parse_settings(message: dict) -> ChatSettings:
     thinking = message.get("thinking")
     if thinking is not None and not isinstance(thinking, bool):
         raise ChatInputError("thinking must be true, false or null")
+    adapter = message.get("adapter")
+    if adapter is not None and not isinstance(adapter, str):
+        raise ChatInputError("adapter must be an adapter name, names joined with '+', or 'none'")
     return ChatSettings(
         model=model,
         system_prompt=_text(message, "system_prompt"),
         params=_params(message.get("params")),
         thinking=thinking,
         structured=_structured(message.get("structured")),
+        adapter=adapter,
     )
 
 
@@ -119,4 +129,6 @@ def chat_body(settings: ChatSettings, turns: list[dict]) -> dict:
         body["chat_template_kwargs"] = {"enable_thinking": settings.thinking}
     if settings.structured:
         body.update(_constraint(settings.structured))
+    if settings.adapter:
+        body["adapter"] = settings.adapter
     return body

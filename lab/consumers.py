@@ -97,6 +97,9 @@ class Reply:
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
+    # A chat socket talks to no other process: no channel layer, no Redis round trips.
+    channel_layer_alias = None
+
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:

@@ -15,7 +15,8 @@ from django.conf import settings  # noqa: E402  (after Django is set up)
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from inference.engines import preload_default_in_background  # noqa: E402
-from lab.routing import websocket_urlpatterns  # noqa: E402
+from jobs.routing import websocket_urlpatterns as job_sockets  # noqa: E402
+from lab.routing import websocket_urlpatterns as chat_sockets  # noqa: E402
 
 # Daphne serves no files: the lab's static assets (and the API docs page's, from
 # drf-spectacular-sidecar, as no CDN may be reached) come from Django's finders.
@@ -24,7 +25,7 @@ application = ProtocolTypeRouter(
     {
         "http": ASGIStaticFilesHandler(django_application),
         "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+            AuthMiddlewareStack(URLRouter([*chat_sockets, *job_sockets]))
         ),
     }
 )

@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "channels",
     "inference",
     "lab",
+    "jobs",
     "publishing",
 ]
 
@@ -94,6 +95,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "jobs.views.navigation",
             ],
         },
     },
@@ -125,11 +127,32 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 
-CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+# Workers publish job progress here; the job pages' websockets listen.
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": "mlxlab"},
+    }
+}
+
+# Jobs (jobs/): one at a time per worker, each in a fresh child process so a finished
+# training run hands its memory back. A job past the soft limit is told to stop and
+# cleans up; the hard limit kills it; Redis redelivers an unacknowledged task only
+# after the visibility timeout, which is longer than any job may run.
+JOB_SOFT_TIME_LIMIT = int(os.environ.get("MLXLAB_JOB_TIME_LIMIT_SECONDS", str(6 * 3600)))
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = REDIS_URL
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_WORKER_CONCURRENCY = 1
+CELERY_WORKER_MAX_TASKS_PER_CHILD = 1
+CELERY_TASK_SOFT_TIME_LIMIT = JOB_SOFT_TIME_LIMIT
+CELERY_TASK_TIME_LIMIT = JOB_SOFT_TIME_LIMIT + 300
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": JOB_SOFT_TIME_LIMIT + 3600}
+CELERY_RESULT_EXPIRES = 24 * 3600
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 LOGGING = {
     "version": 1,
@@ -143,6 +166,12 @@ LOGGING = {
 # The engine's one namespaced setting; defaults live here, the environment overrides.
 MLXLAB = {
     "MODELS_DIR": Path(os.environ.get("MLXLAB_MODELS_DIR", VAR_DIR / "models")),
+    # Where pushes go: the Hugging Face Hub, or a stand-in speaking its protocol.
+    "HF_ENDPOINT": os.environ.get("HF_ENDPOINT", "https://huggingface.co"),
+    # How long a push request waits for its upload before answering with the job to poll.
+    "PUBLISH_WAIT_SECONDS": int(os.environ.get("MLXLAB_PUBLISH_WAIT_SECONDS", "600")),
+    # What jobs make (quantized models, adapters, datasets), one folder per job.
+    "ARTIFACTS_DIR": Path(os.environ.get("MLXLAB_ARTIFACTS_DIR", VAR_DIR / "artifacts")),
     "DEFAULT_MODEL": os.environ.get("MLXLAB_DEFAULT_MODEL", "smollm2-135m-instruct"),
     "PRELOAD_DEFAULT_MODEL": _env_bool("MLXLAB_PRELOAD", True),
     "MAX_LOADED_MODELS": int(os.environ.get("MLXLAB_MAX_LOADED_MODELS", "2")),
@@ -172,6 +201,7 @@ MLXLAB = {
     # Per-path body limits, longest prefix first; MAX_REQUEST_BYTES elsewhere.
     "MAX_REQUEST_BYTES_BY_PATH": {
         "/api/": 1024 * 1024,
+        "/api/datasets/uploads": 64 * 1024 * 1024,  # training data files
         **_path_limits("MLXLAB_MAX_REQUEST_BYTES_BY_PATH"),
     },
     # The most tokens one request may ask for; 0 means only the context length limits it.
@@ -230,6 +260,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "inference.openapi.hooks.add_inference_api",
+        "publishing.openapi.add_publishing_api",
     ],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 import httpx
 import pytest
+import redis
+from django.test.utils import override_settings
 
 ROOT = Path(__file__).resolve().parent.parent
+pytest_plugins = ["tests.browser"]  # Chromium for the UI and job page tests
 DEFAULT_MODEL = os.environ.get("MLXLAB_DEFAULT_MODEL", "smollm2-135m-instruct")
 
 
@@ -93,8 +98,10 @@ def _manage(env: dict, *args: str) -> None:
     subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True)
 
 
-def start_daphne(home: Path, env: dict, label: str = "daphne") -> LiveServer:
-    """A real Daphne on an ephemeral loopback port; returns once the model is loaded."""
+def start_daphne(
+    home: Path, env: dict, label: str = "daphne", *, wait_for_model: bool = True
+) -> LiveServer:
+    """A real Daphne on an ephemeral loopback port; returns once it (and its model) is up."""
     port = _free_port()
     log_path = home / f"{label}.log"
     with open(log_path, "ab") as log:
@@ -105,15 +112,76 @@ def start_daphne(home: Path, env: dict, label: str = "daphne") -> LiveServer:
         )  # fmt: skip
     server = LiveServer(f"http://127.0.0.1:{port}", process, log_path, env)
     try:
-        _wait_until_ready(server)
+        _wait_until_ready(server, DEFAULT_MODEL if wait_for_model else None)
     except BaseException:
         server.stop()
         raise
     return server
 
 
+# The tests' own Redis database, emptied at the start: stale tasks of an earlier run
+# must not reach this run's workers.
+TEST_REDIS_URL = os.environ.get("MLXLAB_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+def _listening(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _start_redis() -> tuple[subprocess.Popen, str]:
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.fail("no Redis answers and redis-server is not installed: apt install redis-server")
+    port = _free_port()
+    process = subprocess.Popen(
+        [server, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    for _ in range(100):
+        if _listening("127.0.0.1", port):
+            return process, f"redis://127.0.0.1:{port}/15"
+        time.sleep(0.05)
+    process.kill()
+    pytest.fail("redis-server did not start")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def redis_url():
+    """A real Redis for Celery and the channel layer: the one on loopback, or our own."""
+    url, process = TEST_REDIS_URL, None
+    parsed = urlparse(url)
+    if not _listening(parsed.hostname or "127.0.0.1", parsed.port or 6379):
+        process, url = _start_redis()
+    redis.Redis.from_url(url).flushdb()
+    os.environ["REDIS_URL"] = url  # for every server and worker the tests start
+    layers = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [url], "prefix": "mlxlab"},
+        }
+    }
+    override = override_settings(
+        REDIS_URL=url, CELERY_BROKER_URL=url, CELERY_RESULT_BACKEND=url, CHANNEL_LAYERS=layers
+    )
+    override.enable()
+    from mlxlab.celery import app
+
+    app.conf.broker_url = app.conf.result_backend = url
+    try:
+        yield url
+    finally:
+        override.disable()
+        if process is not None:
+            process.terminate()
+            process.wait(10)
+
+
 @pytest.fixture(scope="session")
-def lab_server(tmp_path_factory, model_folder) -> LiveServer:
+def lab_server(tmp_path_factory, model_folder, redis_url) -> LiveServer:
     """The session's server, with its own database and the default model loaded."""
     home = tmp_path_factory.mktemp("server")
     env = {
@@ -141,16 +209,47 @@ def lab_server(tmp_path_factory, model_folder) -> LiveServer:
         server.stop()
 
 
-def _wait_until_ready(server: LiveServer, timeout: float = 120) -> None:
+def _wait_until_ready(server: LiveServer, model: str | None, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
             pytest.fail(f"daphne exited early:\n{server.log()}")
         try:
             health = httpx.get(f"{server.url}/health", timeout=2).json()
-            if DEFAULT_MODEL in health.get("models_loaded", []):
+            if model is None or model in health.get("models_loaded", []):
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.3)
     pytest.fail(f"daphne did not become ready:\n{server.log()}")
+
+
+@pytest.fixture(scope="session")
+def hub():
+    """A stand-in for the Hugging Face Hub on loopback, speaking its HTTP protocol."""
+    from tests.hub_standin import HubStandIn
+
+    standin = HubStandIn().start()
+    try:
+        yield standin
+    finally:
+        standin.stop()
+
+
+@pytest.fixture(scope="session")
+def jobs_lab(tmp_path_factory, model_folder, redis_url, hub):
+    """Daphne and a real Celery worker over one database, for the job tests."""
+    from tests.live_jobs import start_jobs_lab
+
+    lab = start_jobs_lab(
+        tmp_path_factory.mktemp("jobs-lab"), model_folder, DEFAULT_MODEL,
+        # The stand-in speaks the Hub's HTTP and LFS protocols, not Xet storage.
+        extra_env={"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_XET": "1"},
+    )  # fmt: skip
+    try:
+        yield lab
+    finally:
+        for client in lab.clients:
+            client.close()
+        lab.server.stop()
+        lab.worker.stop()

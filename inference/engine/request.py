@@ -65,6 +65,7 @@ class GenerationRequest:
     top_logprobs: int = 0
     grammar: object | None = None  # a compiled xgrammar grammar
     output: object | None = None  # an output_parser.OutputFormat
+    adapters: tuple = ()  # adapters.AdapterRef, applied in this order
 
     def __post_init__(self) -> None:
         if not self.prompt_tokens:

@@ -7,6 +7,7 @@ calls, as in nano-vllm: admit (schedule), run the batch, postprocess.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import queue
@@ -19,6 +20,7 @@ import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, StopSequences
 from mlx_lm.sample_utils import greedy_sampler
 
+from .adapters import activate, adapter_key, load_adapter
 from .grammar import GrammarProcessor
 from .loader import LoadedModel
 from .prompt_cache import PromptCache, PromptCacheConfig
@@ -105,6 +107,11 @@ class Engine:
         self._thread = threading.Thread(target=self._run, name="mlx-engine", daemon=True)
         self._generator: BatchGenerator | None = None
         self.prompt_cache: PromptCache | None = None  # made once the tokenizer is loaded
+        # Adapters: one set is active for the whole batch; requests for another set
+        # wait (in order) until the batch drains, then the engine switches.
+        self._adapter_key: tuple[str, ...] = ()
+        self._adapters_loaded: set[str] = set()
+        self._parked: collections.deque = collections.deque()
 
     # -- public API, callable from any thread ---------------------------------
 
@@ -190,7 +197,9 @@ class Engine:
         with mx.stream(stream):
             self._generator = self._new_generator(stream)
             while not self._stopping.is_set():
-                self._admit(block=not self._active)
+                self._admit(block=not self._active and not self._parked)
+                if not self._active and self._parked:
+                    self._unpark()
                 if self._active:
                     self._step()
             for sequence in list(self._active.values()):
@@ -215,13 +224,53 @@ class Engine:
         while True:
             kind, payload = message
             if kind == "submit":
-                self._insert(*payload)
+                self._accept(*payload)
             elif kind == "cancel":
                 self._cancel(payload)
             try:
                 message = self._inbox.get_nowait()
             except queue.Empty:
                 return
+
+    def _accept(self, request_id: int, request: GenerationRequest, emit) -> None:
+        """Admit now, or park behind earlier requests for another adapter set."""
+        key = adapter_key(request.adapters)
+        if self._parked or (self._active and key != self._adapter_key):
+            self._parked.append((request_id, request, emit))
+            return
+        if self._use_adapters(request, emit):
+            self._insert(request_id, request, emit)
+
+    def _unpark(self) -> None:
+        """The batch has drained: switch to the oldest waiting set and admit its requests."""
+        key = adapter_key(self._parked[0][1].adapters)
+        waiting, self._parked = self._parked, collections.deque()
+        for request_id, request, emit in waiting:
+            if adapter_key(request.adapters) != key:
+                self._parked.append((request_id, request, emit))
+            elif self._use_adapters(request, emit):
+                self._insert(request_id, request, emit)
+
+    def _use_adapters(self, request: GenerationRequest, emit) -> bool:
+        key = adapter_key(request.adapters)
+        if key == self._adapter_key:
+            return True
+        try:
+            for ref in request.adapters:
+                if ref.name not in self._adapters_loaded:
+                    load_adapter(self.loaded.model, ref)
+                    self._adapters_loaded.add(ref.name)
+        except Exception as exc:
+            log.warning("adapter for request rejected: %s", exc)
+            self._count(-1)
+            self.stats.requests_failed += 1
+            emit(Failed(str(exc)))
+            return False
+        activate(self.loaded.model, key)
+        self._adapter_key = key
+        # Caches made under other adapters must never be reused under these.
+        self.prompt_cache.key = (str(self.loaded.path), *key)
+        return True
 
     def _insert(self, request_id: int, request: GenerationRequest, emit) -> None:
         sequence = Sequence(request_id, request, emit, self.loaded.tokenizer)
@@ -253,6 +302,12 @@ class Engine:
         self.stats.prompt_tokens += len(request.prompt_tokens)
 
     def _cancel(self, request_id: int) -> None:
+        for item in self._parked:
+            if item[0] == request_id:
+                self._parked.remove(item)
+                self._count(-1)
+                self.stats.requests_cancelled += 1
+                return
         uid = self._uid_of.get(request_id)
         if uid is None or uid not in self._active:
             return  # already finished, or never admitted

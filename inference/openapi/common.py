@@ -174,6 +174,13 @@ def openai_generation_fields(limit: int) -> dict[str, Schema]:
         "max_completion_tokens": max_tokens_field(limit),
         **sampling_fields(),
         "top_logprobs": integer(0, MAX_TOP_LOGPROBS),
+        "adapter": {
+            "type": ["string", "null"],
+            "description": (
+                "A finetuned adapter of the model (GET /api/adapters), several joined with '+' "
+                "to stack them, or 'none'. Switching adapters never reloads the model."
+            ),
+        },
     }
 
 

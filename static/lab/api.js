@@ -1,5 +1,6 @@
 // A small fetch wrapper for the lab's /api calls: JSON in and out, the CSRF header on
-// unsafe methods, and an Error carrying the server's `detail` message on 4xx/5xx.
+// unsafe methods, and an Error carrying the server's message (`detail`, or `error` of
+// an {"ok": false} answer) on 4xx/5xx.
 
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 
@@ -40,11 +41,14 @@ function flatten(value) {
   return String(value);
 }
 
-// The contract says errors are {"detail": "..."}; DRF field errors ({"label": ["..."]})
-// and HTML error pages (a crashed view) still deserve a readable message.
+// The contract's errors are {"detail": "..."}; the publishing endpoints answer
+// {"ok": false, "error": "..."} (perhaps with more fields, e.g. the failed job, which
+// are no part of the message). DRF field errors ({"label": ["..."]}) and HTML error
+// pages (a crashed view) still deserve a readable message.
 function errorMessage(body, response) {
   if (body && typeof body === 'object') {
     if (body.detail !== undefined) return flatten(body.detail);
+    if (body.ok === false && body.error !== undefined && body.error !== null) return flatten(body.error);
     const text = flatten(body);
     if (text) return text;
   }
@@ -64,11 +68,14 @@ async function readBody(response) {
   return response.text();
 }
 
-export async function api(path, { method = 'GET', body, signal } = {}) {
+// `form` (a FormData) is sent as multipart instead of a JSON `body`.
+export async function api(path, { method = 'GET', body, form, signal } = {}) {
   const upper = method.toUpperCase();
   const headers = { Accept: 'application/json' };
   const init = { method: upper, headers, credentials: 'same-origin', signal };
-  if (body !== undefined) {
+  if (form !== undefined) {
+    init.body = form; // no Content-Type: the browser writes multipart's with its boundary
+  } else if (body !== undefined) {
     headers['Content-Type'] = 'application/json';
     init.body = JSON.stringify(body);
   }
@@ -94,6 +101,7 @@ export const apiGet = (path, options) => api(path, { ...options, method: 'GET' }
 export const apiPost = (path, body, options) => api(path, { ...options, method: 'POST', body });
 export const apiPatch = (path, body, options) => api(path, { ...options, method: 'PATCH', body });
 export const apiDelete = (path, options) => api(path, { ...options, method: 'DELETE' });
+export const apiUpload = (path, form, options) => api(path, { ...options, method: 'POST', form });
 
 // Lists come as {"results": [...]} per the contract; /api/keys answers a bare list.
 export function results(data) {

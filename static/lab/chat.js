@@ -374,14 +374,16 @@ async function init() {
   socket.connect();
   sidebar.reload();
   await panel.init();
-  const id = Number(new URLSearchParams(location.search).get('c'));
+  const query = new URLSearchParams(location.search);
+  const id = Number(query.get('c'));
   if (id) {
     await openConversation(id, { historyMode: 'none' });
   } else {
     column.changed();
     // The template's inputs start empty: only fetch the selected model's defaults, so
-    // anything chosen or typed while the page was loading stays.
-    await panel.modelChanged();
+    // anything chosen or typed while the page was loading stays. /?model=&adapter=
+    // (a job's "use" link) picks both.
+    await panel.startWith({ model: query.get('model'), adapter: query.get('adapter') });
   }
 }
 

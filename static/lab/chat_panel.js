@@ -1,8 +1,10 @@
-// The chat page's right-hand settings panel: model, system prompt, sampling parameters,
-// thinking switch, presets and structured output. `collect()` builds the settings
-// part of each websocket request ({model, system_prompt, params, thinking, structured}).
+// The chat page's right-hand settings panel: model, adapter, system prompt, sampling
+// parameters, thinking switch, presets and structured output. `collect()` builds the
+// settings part of each websocket request ({model, adapter, system_prompt, params,
+// thinking, structured}).
 
 import { apiDelete, apiGet, apiPost, results } from './api.js';
+import { AdapterPicker, NO_ADAPTER } from './chat_adapters.js';
 import { debounce, el } from './util.js';
 
 const PARAMS = [
@@ -34,6 +36,7 @@ export class SettingsPanel {
     this.detailsRequest = 0;
     this.fillDefaults = true; // a new chat takes the model's defaults as its values
     this.picker = $('model-picker');
+    this.adapters = new AdapterPicker({ select: $('adapter-picker'), onError });
     this.systemPrompt = $('system-prompt');
     this.stop = $('param-stop');
     this.thinking = $('thinking-toggle');
@@ -115,6 +118,7 @@ export class SettingsPanel {
   async modelChanged() {
     const name = this.picker.value;
     const request = ++this.detailsRequest;
+    this.adapters.refresh(name); // in parallel with the details; it reports its own errors
     if (!name) {
       this.modelInfo = null;
       this.showThinking(false);
@@ -195,6 +199,7 @@ export class SettingsPanel {
     if (!structured.ok) return null;
     return {
       model: this.picker.value || null,
+      adapter: this.adapters.value(), // "none" included: the conversation remembers it
       system_prompt: this.systemPrompt.value,
       params: this.readParams(),
       thinking: this.thinking.hidden ? null : this.thinking.checked,
@@ -209,10 +214,18 @@ export class SettingsPanel {
     this.thinking.checked = true; // templates think by default when they can
     this.setStructured(null);
     this.presetPicker.value = '';
+    this.adapters.want(NO_ADAPTER);
     return this.selectModel(this.defaultModel);
   }
 
-  // A saved conversation keeps thinking and structured inside its params.
+  // /?model=X&adapter=Y: a new chat on that model (registered or not) and adapter.
+  startWith({ model, adapter }) {
+    if (adapter) this.adapters.want(adapter);
+    if (model) this.ensureModelOption(model);
+    return this.modelChanged();
+  }
+
+  // A saved conversation keeps thinking, structured and adapter inside its params.
   applyConversation(conversation) {
     this.fillDefaults = false;
     const params = conversation.params && typeof conversation.params === 'object' ? conversation.params : {};
@@ -222,6 +235,7 @@ export class SettingsPanel {
     this.thinking.checked = thinking !== false;
     this.setStructured(conversation.structured ?? params.structured ?? null);
     this.presetPicker.value = '';
+    this.adapters.want(conversation.adapter ?? params.adapter ?? NO_ADAPTER);
     return this.selectModel(conversation.model);
   }
 

@@ -16,7 +16,9 @@ from referencing.jsonschema import DRAFT202012
 from inference import urls as inference_urls
 from inference.api_keys import api_key_create
 from inference.rest import urls as rest_urls
+from jobs import api_urls as jobs_api_urls
 from lab import api_urls as lab_api_urls
+from publishing import urls as publishing_urls
 from tests.conftest import DEFAULT_MODEL
 
 NOT_OPERATIONS = {"v1/<rest>", "^schema/?$", "^docs/?$", "^.*$"}
@@ -35,6 +37,8 @@ def routes() -> set[str]:
         ("/", inference_urls.urlpatterns),
         ("/api/", rest_urls.urlpatterns),
         ("/api/", lab_api_urls.urlpatterns),
+        ("/api/", jobs_api_urls.urlpatterns),
+        ("/api/", publishing_urls.urlpatterns),
     ):
         for pattern in patterns:
             text = str(pattern.pattern).replace("^v1/(?P<rest>.*)$", "v1/<rest>")

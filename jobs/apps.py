@@ -1,0 +1,8 @@
+from django.apps import AppConfig
+
+
+class JobsConfig(AppConfig):
+    """Long work on Celery workers: quantize, finetune, build datasets."""
+
+    name = "jobs"
+    default_auto_field = "django.db.models.BigAutoField"

@@ -1,0 +1,182 @@
+"""Runs one job on a worker: claim it, give its service a context, finish it cleanly.
+
+A job is claimed by moving it from queued to running in one UPDATE, so a task
+delivered twice (acks_late redelivery) finds nothing to do the second time. Its
+service writes into a private `.partial-<id>` folder, which becomes the artifact
+folder only on success; anything else removes it, so no half-made model is
+ever registered.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections import deque
+from pathlib import Path
+
+from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
+from django.utils import timezone
+
+from inference.models import Adapter
+
+from .context import JobCancelled, JobResult
+from .events import publish
+from .kinds import service
+from .models import Job
+
+log = logging.getLogger(__name__)
+
+LOG_LINES = 200
+SAVE_EVERY = 0.5  # seconds between progress writes: the page needs no more
+
+
+def artifacts_dir() -> Path:
+    return Path(settings.MLXLAB["ARTIFACTS_DIR"])
+
+
+def partial_dir(job_id) -> Path:
+    return artifacts_dir() / f".partial-{job_id}"
+
+
+class DbJobContext:
+    """The JobContext a worker gives a service: progress to the DB and the channel layer."""
+
+    def __init__(self, job: Job, workdir: Path) -> None:
+        self.job = job
+        self.job_id = str(job.id)
+        self.params = job.params
+        self.workdir = workdir
+        self._lines = deque(job.log_tail.splitlines(), maxlen=LOG_LINES)
+        self._saved_at = 0.0
+
+    def progress(self, fraction: float, message: str = "", *, eta_seconds=None) -> None:
+        self.job.progress = min(max(float(fraction), 0.0), 1.0)
+        self.job.message = message[:300] or self.job.message
+        self.job.eta_seconds = eta_seconds
+        self._save(force=fraction >= 1.0)
+        self.check_cancelled()
+
+    def metric(self, series: str, x: float, y: float) -> None:
+        self.job.metrics.setdefault(series, []).append([x, y])
+
+    def set_metrics(self, **values) -> None:
+        self.job.metrics.update(values)
+
+    def log(self, line: str) -> None:
+        self._lines.append(line)
+        self.job.log_tail = "\n".join(self._lines)
+
+    def check_cancelled(self) -> None:
+        if Job.objects.filter(id=self.job.id, cancel_requested=True).exists():
+            raise JobCancelled()
+
+    def _save(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self._saved_at >= SAVE_EVERY:
+            self._saved_at = now
+            self.job.save(
+                update_fields=["progress", "message", "eta_seconds", "metrics", "log_tail"]
+            )
+            publish(self.job)
+
+
+def claim(job_id, worker: str) -> Job | None:
+    """Move a queued job to running for this worker; None if another delivery has it."""
+    claimed = Job.objects.filter(id=job_id, status="queued", cancel_requested=False).update(
+        status="running", worker=worker, started_at=timezone.now(), message="starting"
+    )
+    return Job.objects.get(id=job_id) if claimed else None
+
+
+def execute(job_id, worker: str) -> str:
+    """Run a job to its end; returns the status it ended with (or why it did not run)."""
+    job = claim(job_id, worker)
+    if job is None:
+        return "not queued"
+    workdir = partial_dir(job.id)
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    context = DbJobContext(job, workdir)
+    try:
+        context.log(f"{job.kind} started on {worker}")
+        result = service(job.kind).run(context)
+        _succeed(job, context, result)
+    except JobCancelled:
+        _end(job, context, "cancelled", "cancelled on request")
+    except SoftTimeLimitExceeded:
+        _end(job, context, "failed", "stopped: the job ran past its time limit", error=True)
+    except Exception as error:
+        log.exception("job %s failed", job.id)
+        _end(job, context, "failed", f"{type(error).__name__}: {error}", error=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return job.status
+
+
+def _succeed(job: Job, context: DbJobContext, result: JobResult) -> None:
+    final = artifacts_dir() / str(job.id)
+    shutil.rmtree(final, ignore_errors=True)
+    context.workdir.rename(final)
+    made = dict(result.summary)
+    if result.model:
+        # Imported here: the worker's parent process must not load MLX before it forks.
+        from inference.model_registry import model_register
+
+        made["model"] = model_register(name=result.model, path=final / result.model_subdir).name
+    if result.adapter:
+        made["adapter"] = _register_adapter(job, result, final / result.adapter_subdir).name
+    job.artifact_path = str(final)
+    job.result = made
+    context.log("finished")
+    _finish(job, "succeeded", progress=1.0, message="finished")
+
+
+def _register_adapter(job: Job, result: JobResult, path: Path) -> Adapter:
+    adapter, _ = Adapter.objects.update_or_create(
+        name=result.adapter["name"],
+        defaults={
+            "base_model": result.adapter["base_model"],
+            "path": str(path),
+            "fine_tune_type": result.adapter.get("fine_tune_type", "lora"),
+            "job_id": str(job.id),
+            "summary": result.summary,
+        },
+    )
+    return adapter
+
+
+def _end(job: Job, context: DbJobContext, status: str, reason: str, error: bool = False) -> None:
+    context.log(reason)
+    if error:
+        job.error = reason
+    _finish(job, status, message=reason)
+
+
+FINISH_FIELDS = [
+    "status", "finished_at", "progress", "message", "eta_seconds", "metrics", "log_tail",
+    "artifact_path", "result", "error",
+]  # fmt: skip
+
+
+def _finish(job: Job, status: str, **fields) -> None:
+    for name, value in {"status": status, "finished_at": timezone.now(), **fields}.items():
+        setattr(job, name, value)
+    job.eta_seconds = None
+    job.save(update_fields=FINISH_FIELDS)  # not cancel_requested: the API may be setting it
+    publish(job)
+
+
+def fail_orphans(worker: str) -> int:
+    """Jobs left running by this worker's previous life (killed, crashed): failed, cleaned."""
+    orphans = list(Job.objects.filter(status="running", worker=worker))
+    for job in orphans:
+        shutil.rmtree(partial_dir(job.id), ignore_errors=True)
+        job.error = (
+            f"the worker ({worker}) stopped while running this job (killed or crashed); "
+            "its partial output was removed"
+        )
+        job.log_tail = "\n".join([*job.log_tail.splitlines()[-LOG_LINES + 1 :], job.error])
+        _finish(job, "failed", message="worker lost")
+    return len(orphans)

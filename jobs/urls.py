@@ -1,0 +1,8 @@
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("jobs/", views.job_list, name="jobs"),
+    path("jobs/<uuid:job_id>/", views.job_page, name="job"),
+]

@@ -1,0 +1,30 @@
+"""The jobs pages (staff): templates only; data from /api/jobs and the job websockets."""
+
+from __future__ import annotations
+
+from django.contrib.admin.views.decorators import staff_member_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.csrf import ensure_csrf_cookie
+
+from .models import Job
+
+
+@staff_member_required(login_url="/login/")
+@ensure_csrf_cookie
+def job_list(request: HttpRequest) -> HttpResponse:
+    return render(request, "jobs/list.html")
+
+
+@staff_member_required(login_url="/login/")
+@ensure_csrf_cookie
+def job_page(request: HttpRequest, job_id) -> HttpResponse:
+    if not Job.objects.filter(id=job_id).exists():
+        raise Http404("No such job.")
+    return render(request, "jobs/detail.html", {"job_id": str(job_id)})
+
+
+def navigation(request: HttpRequest) -> dict:
+    """Context processor: the Jobs link is for staff."""
+    user = getattr(request, "user", None)
+    return {"jobs_enabled": bool(user and user.is_authenticated and user.is_staff)}
