@@ -57,3 +57,17 @@ def screenshot(request):
             page.screenshot(path=str(SCREENSHOTS / f"{name}.png"))
 
     return take
+
+
+@pytest.fixture
+def staff_page(browser, jobs_lab) -> Page:
+    """A logged-in staff page on the jobs lab (Daphne with a real worker)."""
+    context = browser.new_context(base_url=jobs_lab.url, viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(60_000)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    log_in(page, jobs_lab.url)
+    yield page
+    context.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"

@@ -5,25 +5,10 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser import log_in
 from tests.jobs.conftest import TRAIN_QUESTIONS
 from tests.jobs.test_finetune_job import TINY, finetune
-
-
-@pytest.fixture
-def staff_page(browser, jobs_lab) -> Page:
-    context = browser.new_context(base_url=jobs_lab.url, viewport={"width": 1400, "height": 900})
-    context.set_default_timeout(60_000)
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    log_in(page, jobs_lab.url)
-    yield page
-    context.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
 
 
 def test_a_dataset_from_an_uploaded_file(staff_page: Page, tmp_path, screenshot):

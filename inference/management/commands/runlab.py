@@ -50,6 +50,16 @@ def check_open_bind(host: str) -> None:
     )
 
 
+class Terminated(Exception):
+    """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt."""
+
+
+def _terminated(signum, frame) -> None:
+    # Only raise here: stopping the children from inside the handler could wait on a
+    # Popen lock that the interrupted code holds (a SIGTERM during child.poll()).
+    raise Terminated()
+
+
 class Command(BaseCommand):
     help = "Serve the lab (Daphne) with a Celery worker, starting Redis if none is listening."
 
@@ -62,7 +72,7 @@ class Command(BaseCommand):
         check_open_bind(host)  # before anything starts
         self._first_admin()
         self.children: list[subprocess.Popen] = []
-        signal.signal(signal.SIGTERM, lambda *_: self._stop_and_exit(0))
+        signal.signal(signal.SIGTERM, _terminated)
         try:
             if not no_worker:
                 self._ensure_redis()
@@ -99,7 +109,7 @@ class Command(BaseCommand):
             failed = next(child for child in self.children if child.poll() is not None)
             self.stderr.write(f"{failed.args} exited with code {failed.returncode}; stopping")
             self._stop_and_exit(failed.returncode or 1)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Terminated):
             self._stop_and_exit(0)
 
     def _first_admin(self) -> None:
