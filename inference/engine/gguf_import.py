@@ -4,18 +4,15 @@ MLX reads GGUF natively and keeps Q4_0, Q4_1 and Q8_0 tensors packed as affine-q
 weights, so the conversion is mostly renaming: tensors get mlx-lm names, the metadata
 becomes ``config.json`` and the embedded vocabulary becomes a Hugging Face tokenizer.
 
-The file header is parsed here as well because ``mx.load`` hides each tensor's GGUF type
-(it silently dequantizes some K-quants), and the type decides what we can import faithfully.
+The file header (each tensor's exact GGUF type) is read by gguf_header.py.
 """
 
 from __future__ import annotations
 
 import math
-import mmap
 import os
 import re
 import shutil
-import struct
 import tempfile
 from collections import Counter
 from collections.abc import Callable
@@ -25,20 +22,9 @@ from typing import Any
 
 import mlx.core as mx
 
+from .gguf_header import GGUFImportError, Header, TensorInfo, read_header
 from .gguf_tokenizer import TokenizerImportError, build_tokenizer, write_json
 
-_MAGIC = b"GGUF"
-_SUPPORTED_VERSIONS = (2, 3)
-_DEFAULT_ALIGNMENT = 32
-
-# ggml tensor type ids -> names, so unsupported types can be named in errors.
-_GGML_TYPE_NAMES = {
-    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 9: "Q8_1",
-    10: "Q2_K", 11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 15: "Q8_K", 16: "IQ2_XXS",
-    17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S",
-    23: "IQ4_XS", 24: "I8", 25: "I16", 26: "I32", 27: "I64", 28: "F64", 29: "IQ1_M",
-    30: "BF16", 34: "TQ1_0", 35: "TQ2_0", 39: "MXFP4",
-}  # fmt: skip
 # Types MLX loads losslessly: name -> (elements per block, bytes per block).
 _BLOCK_LAYOUT = {
     "F32": (1, 4), "F16": (1, 2), "BF16": (1, 2), "Q4_0": (32, 18), "Q4_1": (32, 20),
@@ -47,11 +33,6 @@ _BLOCK_LAYOUT = {
 _QUANT_BITS = {"Q4_0": 4, "Q4_1": 4, "Q8_0": 8}
 _QUANT_GROUP_SIZE = 32
 _FLOAT_NAMES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
-
-# GGUF metadata value types -> struct format (strings and arrays are handled apart).
-_SCALAR_FORMATS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q"}
-_SCALAR_FORMATS |= {11: "q", 12: "d"}
-_VALUE_FLOAT32, _VALUE_STRING, _VALUE_ARRAY = 6, 8, 9
 
 _LLAMA_GLOBAL = {"token_embd": "model.embed_tokens", "output_norm": "model.norm"}
 _LLAMA_GLOBAL |= {"output": "lm_head"}
@@ -62,10 +43,6 @@ _LLAMA_BLOCK = {
     "ffn_down": "mlp.down_proj",
 }  # fmt: skip
 _TENSOR_NAME = re.compile(r"(?:blk\.(?P<layer>\d+)\.)?(?P<part>\w+)\.weight")
-
-
-class GGUFImportError(ValueError):
-    """The GGUF file cannot be imported; the message names the problem."""
 
 
 @dataclass(frozen=True)
@@ -85,21 +62,6 @@ class ImportedModel:
     quantization: str
     context_length: int
     size_bytes: int
-
-
-@dataclass(frozen=True)
-class _TensorInfo:
-    name: str
-    shape: tuple[int, ...]  # ggml order: innermost dimension first
-    type_name: str
-    offset: int
-
-
-@dataclass(frozen=True)
-class _Header:
-    metadata: dict[str, Any]
-    tensors: list[_TensorInfo]
-    data_offset: int
 
 
 Progress = Callable[[float, str], None]  # (fraction done, what is happening)
@@ -132,7 +94,7 @@ def import_gguf(gguf_path: Path, dest_dir: Path, progress: Progress | None = Non
     if dest_dir.exists():
         raise GGUFImportError(f"destination already exists: {dest_dir}")
     progress(0.0, "reading the GGUF header")
-    header = _read_header(gguf_path)
+    header = read_header(gguf_path)
     architecture = header.metadata.get("general.architecture")
     if architecture != "llama":
         raise GGUFImportError(f"unsupported architecture {architecture!r} (only 'llama')")
@@ -178,92 +140,7 @@ def import_gguf(gguf_path: Path, dest_dir: Path, progress: Progress | None = Non
     )
 
 
-# --- GGUF header -------------------------------------------------------------------------
-
-
-class _Reader:
-    """Sequential little-endian reader over the memory-mapped file."""
-
-    def __init__(self, buffer: mmap.mmap) -> None:
-        self.buffer, self.pos = buffer, 0
-
-    def unpack(self, fmt: str) -> tuple[Any, ...]:
-        values = struct.unpack_from("<" + fmt, self.buffer, self.pos)
-        self.pos += struct.calcsize("<" + fmt)
-        return values
-
-    def string(self) -> str:
-        (length,) = self.unpack("Q")
-        if self.pos + length > len(self.buffer):
-            raise struct.error("string runs past end of file")
-        raw = self.buffer[self.pos : self.pos + length]
-        self.pos += length
-        return raw.decode("utf-8", errors="replace")
-
-    def value(self, value_type: int) -> Any:
-        if value_type == _VALUE_STRING:
-            return self.string()
-        if value_type == _VALUE_ARRAY:
-            item_type, count = self.unpack("IQ")
-            if item_type in _SCALAR_FORMATS:  # one unpack call, not one per element
-                return list(self.unpack(f"{count}{_SCALAR_FORMATS[item_type]}"))
-            return [self.value(item_type) for _ in range(count)]
-        if value_type not in _SCALAR_FORMATS:
-            raise struct.error(f"unknown metadata value type {value_type}")
-        value = self.unpack(_SCALAR_FORMATS[value_type])[0]
-        return _short_float32(value) if value_type == _VALUE_FLOAT32 else value
-
-
-def _read_header(path: Path) -> _Header:
-    """Parse metadata and tensor descriptors, turning every low-level failure into ours."""
-    try:
-        with path.open("rb") as file:
-            if file.read(4) != _MAGIC:
-                raise GGUFImportError(f"not a GGUF file (bad magic): {path}")
-            with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as buffer:
-                return _parse_header(_Reader(buffer))
-    except GGUFImportError:
-        raise
-    except FileNotFoundError as exc:
-        raise GGUFImportError(f"GGUF file not found: {path}") from exc
-    except (OSError, ValueError, struct.error, OverflowError, MemoryError) as exc:
-        raise GGUFImportError(f"unreadable or truncated GGUF file {path}: {exc}") from exc
-
-
-def _short_float32(value: float) -> float:
-    """Shortest decimal equal to a float32, so 1e-5 is not written as 9.9999997e-06."""
-    for digits in range(1, 10):
-        candidate = float(f"{value:.{digits}g}")
-        if struct.pack("<f", candidate) == struct.pack("<f", value):
-            return candidate
-    return value
-
-
-def _parse_header(reader: _Reader) -> _Header:
-    reader.pos = 4
-    (version,) = reader.unpack("I")
-    if version not in _SUPPORTED_VERSIONS:
-        raise GGUFImportError(f"unsupported GGUF version {version}")
-    tensor_count, kv_count = reader.unpack("QQ")
-    metadata = {}
-    for _ in range(kv_count):
-        key = reader.string()
-        (value_type,) = reader.unpack("I")
-        metadata[key] = reader.value(value_type)
-    tensors = []
-    for _ in range(tensor_count):
-        name = reader.string()
-        (n_dims,) = reader.unpack("I")
-        shape = reader.unpack(f"{n_dims}Q")
-        type_id, offset = reader.unpack("IQ")
-        type_name = _GGML_TYPE_NAMES.get(type_id, f"type {type_id}")
-        tensors.append(_TensorInfo(name, shape, type_name, offset))
-    alignment = int(metadata.get("general.alignment", _DEFAULT_ALIGNMENT)) or 1
-    data_offset = -(-reader.pos // alignment) * alignment
-    return _Header(metadata, tensors, data_offset)
-
-
-def _check_tensors(header: _Header, file_size: int) -> dict[str, str]:
+def _check_tensors(header: Header, file_size: int) -> dict[str, str]:
     """Validate tensor names, types and extents; map mlx-lm module name -> GGUF type."""
     layers = header.metadata.get("llama.block_count")
     if not isinstance(layers, int):
@@ -304,7 +181,7 @@ def _mlx_name(gguf_name: str) -> str:
 # --- config and weights ------------------------------------------------------------------
 
 
-def _vocab_rows(header: _Header) -> int:
+def _vocab_rows(header: Header) -> int:
     """Rows of the embedding matrix: the vocab size the weights actually have."""
     embedding = next(t for t in header.tensors if t.name == "token_embd.weight")
     tokens = header.metadata.get("tokenizer.ggml.tokens")
@@ -393,7 +270,7 @@ def _describe_quantization(tensor_types: dict[str, str]) -> str:
     return " + ".join([text, *others])
 
 
-def _load_weights(gguf_path: Path, header: _Header) -> dict[str, mx.array]:
+def _load_weights(gguf_path: Path, header: Header) -> dict[str, mx.array]:
     """Load all tensors with MLX and rename them, keeping quantized triplets together."""
     try:
         loaded = mx.load(str(gguf_path))
@@ -411,7 +288,7 @@ def _load_weights(gguf_path: Path, header: _Header) -> dict[str, mx.array]:
     return weights
 
 
-def _read_bf16(gguf_path: Path, data_offset: int, tensor: _TensorInfo) -> mx.array:
+def _read_bf16(gguf_path: Path, data_offset: int, tensor: TensorInfo) -> mx.array:
     count = math.prod(tensor.shape)
     with gguf_path.open("rb") as file:
         file.seek(data_offset + tensor.offset)
