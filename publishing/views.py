@@ -16,7 +16,7 @@ from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from inference.api.access import _csrf_passes
+from inference.api.access import csrf_passes
 from inference.api_keys import acheck_key, key_user, presented_key
 from jobs.context import JobParamsError
 from jobs.events import job_dict
@@ -54,7 +54,7 @@ async def staff_user(request: HttpRequest):
         user = await request.auser()
         if not user.is_authenticated:
             return None, failure("Log in, or send an API key of your user.", 401)
-        if not _csrf_passes(request):
+        if not csrf_passes(request):
             return None, failure("CSRF check failed: send the X-CSRFToken header.", 403)
     if user is None or not user.is_active or not user.is_staff:
         return None, failure("Only staff users may do this.", 403)

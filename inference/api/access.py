@@ -24,7 +24,8 @@ MISSING_KEY = (
 )
 
 
-def _csrf_passes(request: HttpRequest) -> bool:
+def csrf_passes(request: HttpRequest) -> bool:
+    """Whether a session request passes Django's CSRF check (for csrf-exempt views)."""
     # The /v1 views are csrf-exempt for programs; a browser session must still pass CSRF.
     rejection = CsrfViewMiddleware(lambda _request: None).process_view(request, None, (), {})
     return rejection is None
@@ -47,6 +48,6 @@ async def api_access_error(request: HttpRequest) -> ApiError | None:
     if raw is not None:
         return unauthorized(check.reason)
     user = await request.auser()
-    if user.is_authenticated and user.is_active and _csrf_passes(request):
+    if user.is_authenticated and user.is_active and csrf_passes(request):
         return None
     return unauthorized(MISSING_KEY)
