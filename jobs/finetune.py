@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .context import JobContext, JobParamsError, JobResult
 from .dataset_examples import check_example
-from .params import NAME_PATTERN, check_known, registered_model, required_string
+from .params import NAME_PATTERN, check_int, check_known, registered_model, required_string
 
 FINE_TUNE_TYPES = ("lora", "dora", "full")
 # mlx.optimizers.schedulers whose arguments are numbers (join_schedules takes schedules),
@@ -133,9 +133,7 @@ def _model(model) -> tuple[str, Path, dict]:
 
 
 def _integer(value, key: str, low: int, high: int) -> int:
-    # bool is an int subclass: `true` must not pass as 1 iteration.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise JobParamsError(f"{key} must be an integer")
+    check_int(value, key)
     if not low <= value <= high:
         raise JobParamsError(f"{key} must be between {low} and {high}")
     return value

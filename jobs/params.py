@@ -29,6 +29,13 @@ def required_string(params: dict, key: str) -> str:
     return value
 
 
+def check_int(value, key: str):
+    """`value` unless it is not an integer (bool is an int subclass: `true` is not 1)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise JobParamsError(f"{key} must be an integer")
+    return value
+
+
 def registered_model(name: str) -> tuple[Path, dict]:
     """A registry model's folder and config, checked to be a local model folder."""
     from inference.models import LanguageModel

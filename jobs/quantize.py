@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from .context import JobContext, JobParamsError, JobResult
-from .params import NAME_PATTERN, check_known, registered_model, required_string
+from .params import NAME_PATTERN, check_int, check_known, registered_model, required_string
 
 # What `mx.quantize` accepts per mode (its "Quantization modes" table), restricted to
 # the bits the lab offers: mx*/nv* modes each allow exactly one (bits, group_size).
@@ -49,10 +49,7 @@ def validate(params: dict) -> dict:
 
 def _optional_int(params: dict, key: str) -> int | None:
     value = params.get(key)
-    # bool is an int subclass: `true` must not pass as 1 bit.
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise JobParamsError(f"{key} must be an integer")
-    return value
+    return None if value is None else check_int(value, key)
 
 
 def _source_folder(model: str) -> Path:

@@ -50,6 +50,7 @@ class DbJobContext:
         self.workdir = workdir
         self._lines = deque(job.log_tail.splitlines(), maxlen=LOG_LINES)
         self._saved_at = 0.0
+        self._checked_at = 0.0
 
     def progress(self, fraction: float, message: str = "", *, eta_seconds=None) -> None:
         self.job.progress = min(max(float(fraction), 0.0), 1.0)
@@ -69,6 +70,12 @@ class DbJobContext:
         self.job.log_tail = "\n".join(self._lines)
 
     def check_cancelled(self) -> None:
+        # Services call this before every training batch: ask the database at most
+        # every SAVE_EVERY seconds, not once per step.
+        now = time.monotonic()
+        if now - self._checked_at < SAVE_EVERY:
+            return
+        self._checked_at = now
         if Job.objects.filter(id=self.job.id, cancel_requested=True).exists():
             raise JobCancelled()
 
