@@ -52,6 +52,9 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer tokens and repeats")
     parser.add_argument("--only", choices=["mlxlab", "mlx_lm"], help="benchmark one server")
+    parser.add_argument(
+        "--skip-boundary", action="store_true", help="skip the process-boundary benchmark"
+    )
     return parser.parse_args()
 
 
@@ -174,6 +177,14 @@ def structured_line(structured: dict | None) -> str:
     )
 
 
+def bench_boundary(quick: bool) -> int:
+    """bench/boundary.py, in a process of its own: it loads the model itself and in a worker."""
+    print("\n== the process boundary: bench/boundary.py", flush=True)
+    argv = [sys.executable, str(ROOT / "bench" / "boundary.py"), *(["--quick"] if quick else [])]
+    # Run after the servers are stopped, so it has the CPU to itself like they did.
+    return subprocess.run(argv, cwd=ROOT).returncode
+
+
 def main() -> int:
     args = parse_args()
     exit_on_sigterm()
@@ -196,7 +207,10 @@ def main() -> int:
     print(f"\n{text}\n")
     print(structured_line(results.get("mlxlab", {}).get("structured")))
     print(f"total {report['run_seconds']:.0f}s; results in {out.relative_to(ROOT)}")
-    return 1 if any("error" in result for result in results.values()) else 0
+    failed = any("error" in result for result in results.values())
+    if not args.skip_boundary and bench_boundary(args.quick) != 0:
+        failed = True
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

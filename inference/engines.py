@@ -1,125 +1,90 @@
-"""The models loaded in this process, one engine each, loaded on first use."""
+"""The model workers as the web process sees them: one supervisor, started on first use."""
 
 from __future__ import annotations
 
-import asyncio
 import atexit
-import logging
+import sys
 import threading
-from collections import OrderedDict
 
 from django.conf import settings
 
 from .api.errors import model_not_found
-from .engine import Engine, EngineConfig, load_model
-from .engine.dense_weights import FastPathOptions
-from .engine.prompt_cache import PromptCacheConfig
 from .models import LanguageModel
+from .workers.streams import RequestStream
+from .workers.supervisor import Supervisor, SupervisorConfig
 
-log = logging.getLogger(__name__)
-
-_engines: OrderedDict[str, Engine] = OrderedDict()  # most recently used last
-_lock = threading.Lock()  # loads happen on worker threads, one at a time
+_supervisor: Supervisor | None = None
+_lock = threading.Lock()
 
 
 def default_model_name() -> str:
     return settings.MLXLAB["DEFAULT_MODEL"]
 
 
-def loaded_engines() -> dict[str, Engine]:
-    return dict(_engines)
+def _worker_command(model: str, path: str, address: str) -> list[str]:
+    manage = str(settings.BASE_DIR / "manage.py")
+    return [
+        *(sys.executable, manage, "modelworker", "--model", model, "--path", path),
+        *("--listen", address, "--exit-with-parent"),
+    ]
 
 
-def _engine_config() -> EngineConfig:
-    options = settings.MLXLAB
-    return EngineConfig(
-        max_batch_size=options["MAX_BATCH_SIZE"],
-        prefill_step_size=options["PREFILL_STEP_SIZE"],
-        prompt_cache=PromptCacheConfig(
-            max_entries=options["PROMPT_CACHE_ENTRIES"],
-            max_bytes=options["PROMPT_CACHE_MB"] << 20,
-        ),
-    )
-
-
-def _fast_path_options() -> FastPathOptions:
-    options = settings.MLXLAB
-    return FastPathOptions(
-        enabled=options["CPU_FAST_PATH"],
-        dense_weight_budget_bytes=options["DENSE_WEIGHT_BUDGET_MB"] << 20,
-    )
-
-
-def load_engine(record: LanguageModel) -> Engine:
-    """The running engine for a registered model, starting it if needed (blocking)."""
+def supervisor() -> Supervisor:
+    """The process's supervisor of model workers (started, with its thread, on first use)."""
+    global _supervisor
     with _lock:
-        engine = _engines.get(record.name)
-        if engine is not None and engine.alive:
-            _engines.move_to_end(record.name)
-            return engine
-        log.info("loading model %s from %s", record.name, record.path)
-        fast_path = _fast_path_options()
-        engine = Engine(
-            lambda: load_model(record.path, fast_path=fast_path), config=_engine_config()
-        ).start()
-        _engines[record.name] = engine
-        _evict_beyond(settings.MLXLAB["MAX_LOADED_MODELS"])
-        return engine
+        if _supervisor is None:
+            options = settings.MLXLAB
+            _supervisor = Supervisor(
+                SupervisorConfig(
+                    command=_worker_command,
+                    socket_dir=options["WORKER_SOCKET_DIR"],
+                    max_loaded=options["MAX_LOADED_MODELS"],
+                    memory_limit_bytes=options["MODEL_MEMORY_MB"] << 20,
+                    idle_seconds=options["MODEL_IDLE_SECONDS"],
+                    wait_seconds=options["ENGINE_WAIT_SECONDS"],
+                    load_seconds=options["MODEL_LOAD_SECONDS"],
+                    pinned=frozenset({default_model_name()}),
+                )
+            )
+            atexit.register(_supervisor.shutdown)
+        return _supervisor
 
 
-def _evict_beyond(limit: int) -> None:
-    while len(_engines) > max(limit, 1):
-        name, engine = _engines.popitem(last=False)
-        log.info("unloading model %s to make room", name)
-        engine.shutdown()
-
-
-@atexit.register
-def shutdown_engines() -> None:
-    """Stop every engine thread before the interpreter tears MLX down.
-
-    An engine thread still holding MLX state at exit aborts the process
-    ("terminate called without an active exception") instead of exiting cleanly.
-    """
-    with _lock:
-        engines = list(_engines.values())
-        _engines.clear()
-    for engine in engines:
-        engine.shutdown(timeout=5)
-
-
-def unload_engine(name: str) -> bool:
-    with _lock:
-        engine = _engines.pop(name, None)
-    if engine is None:
-        return False
-    engine.shutdown()
-    return True
-
-
-async def get_engine(name: str | None) -> tuple[str, Engine]:
-    """(model name, engine) for a request's `model` field; 404 when unknown."""
+async def model_record(name: str | None) -> LanguageModel:
+    """The registry entry a request's `model` names (the default when none); 404 if unknown."""
     name = name or default_model_name()
-    engine = _engines.get(name)
-    if engine is not None and engine.alive:
-        return name, engine
     record = await LanguageModel.objects.filter(name=name).afirst()
     if record is None:
         raise model_not_found(name)
-    return name, await asyncio.to_thread(load_engine, record)
+    return record
+
+
+async def open_generation(record: LanguageModel, call) -> RequestStream:
+    """Send a call to its model's worker; raises EngineUnavailable if none can take it."""
+    return await supervisor().open(record.name, record.path, call, size_bytes=record.size_bytes)
+
+
+def load_model_worker(record: LanguageModel) -> None:
+    """Make the model resident and wait until its worker is ready (the models page's load)."""
+    supervisor().ensure(record.name, record.path, size_bytes=record.size_bytes)
+
+
+def unload_model_worker(name: str) -> bool:
+    return supervisor().unload(name)
+
+
+def resident_models() -> list[str]:
+    return supervisor().ready_models() if _supervisor is not None else []
 
 
 def preload_default_in_background() -> None:
-    """Warm the default model so the first request does not pay for the load."""
+    """Start the default model's worker so the first request does not pay for the load."""
 
     def warm() -> None:
         record = LanguageModel.objects.filter(name=default_model_name()).first()
         if record is None:
-            log.warning("default model %s is not registered", default_model_name())
             return
-        try:
-            load_engine(record)
-        except Exception:
-            log.exception("could not preload %s", record.name)
+        supervisor().ensure(record.name, record.path, size_bytes=record.size_bytes, wait=False)
 
     threading.Thread(target=warm, name="preload-default-model", daemon=True).start()

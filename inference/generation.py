@@ -1,4 +1,9 @@
-"""From validated OpenAI fields and prompt tokens to one GenerationRequest."""
+"""From a validated request body to one call for a model worker.
+
+Everything that needs no tokenizer is checked here, in the web process, before any
+model is touched; what needs one (template, tokens, grammar, context) is the
+worker's (engine/prompt.py).
+"""
 
 from __future__ import annotations
 
@@ -8,102 +13,69 @@ from django.conf import settings
 
 from .adapter_registry import resolve_adapters
 from .api.errors import ApiError
+from .api.openai_chat import parse_messages, template_kwargs
+from .api.openai_completions import parse_prompt
 from .api.openai_params import CommonParams, parse_common
-from .engine import Engine, GenerationRequest
-from .engines import get_engine
-
-
-def _check_top_k(top_k: int, vocab_size: int) -> None:
-    # mlx-lm's top-k sampler raises mid-generation (a 500) unless 0 < top_k < vocabulary.
-    if top_k >= vocab_size:
-        raise ApiError(f"top_k must be less than the vocabulary size ({vocab_size})", param="top_k")
-
-
-def _check_logit_bias(bias: dict[int, float] | None, vocab_size: int) -> None:
-    # MLX does not bounds-check scatter indices: an unknown id would crash the process.
-    for token in bias or {}:
-        if not 0 <= token < vocab_size:
-            raise ApiError(
-                f"logit_bias token id {token} is out of range for a vocabulary of {vocab_size}",
-                param="logit_bias",
-            )
-
-
-def generation_request(
-    params: CommonParams,
-    prompt: list[int],
-    *,
-    context_length: int,
-    vocab_size: int,
-    grammar=None,
-    output=None,
-    adapters: tuple = (),
-) -> GenerationRequest:
-    """Fit the request into the context window, or say plainly why it cannot."""
-    _check_logit_bias(params.sampling.logit_bias, vocab_size)
-    _check_top_k(params.sampling.top_k, vocab_size)
-    # A server-wide cap (MLXLAB_MAX_TOKENS_LIMIT), published as the schema's maximum.
-    limit = settings.MLXLAB.get("MAX_TOKENS_LIMIT") or 0
-    if limit and params.max_tokens is not None and params.max_tokens > limit:
-        raise ApiError(f"max_tokens must be at most {limit} on this server", param="max_tokens")
-    room = context_length - len(prompt)
-    if room < 1:
-        raise ApiError(
-            f"The prompt is {len(prompt)} tokens long, which leaves no room to generate "
-            f"in this model's context length of {context_length} tokens.",
-            param="messages",
-            code="context_length_exceeded",
-        )
-    if params.max_tokens is not None and params.max_tokens > room:
-        raise ApiError(
-            f"This model's context length is {context_length} tokens, but the request asks for "
-            f"{len(prompt) + params.max_tokens} ({len(prompt)} in the prompt and "
-            f"{params.max_tokens} to generate). Shorten the prompt or lower max_tokens.",
-            param="max_tokens",
-            code="context_length_exceeded",
-        )
-    max_tokens = params.max_tokens or min(
-        settings.MLXLAB["DEFAULT_MAX_TOKENS"], room, limit or room
-    )
-    return GenerationRequest(
-        prompt_tokens=prompt,
-        max_tokens=max_tokens,
-        sampling=params.sampling,
-        stop=params.stop,
-        logprobs=params.logprobs,
-        top_logprobs=params.top_logprobs,
-        grammar=grammar,
-        output=output,
-        adapters=adapters,
-    )
+from .api.openai_structured import parse_structured_output
+from .api.openai_tools import parse_tools
+from .engine.wire import ChatInput, GenerateCall
+from .engines import model_record
+from .models import LanguageModel
 
 
 @dataclass(frozen=True)
 class PlannedGeneration:
-    model_name: str
-    engine: Engine
+    """A call ready for its model's worker."""
+
+    model: LanguageModel
     params: CommonParams
-    request: GenerationRequest
-    warning: str | None
+    call: GenerateCall
+
+    @property
+    def model_name(self) -> str:
+        return self.model.name
 
 
-async def plan_generation(body: dict, prepare_prompt) -> PlannedGeneration:
-    """Validate a chat-style body, find its engine, build its prompt and request.
-
-    `prepare_prompt(body, engine)` returns the prompt, grammar and output
-    format (a chat conversation, or raw text for completions).
-    """
-    params = parse_common(body)
-    name, engine = await get_engine(params.model)
-    adapters = await resolve_adapters(body.get("adapter"), name)
-    prepared = await prepare_prompt(body, engine)
-    request = generation_request(
-        params,
-        prepared.prompt,
-        context_length=engine.context_length,
-        vocab_size=engine.vocab_size,
-        grammar=prepared.grammar,
-        output=prepared.output,
-        adapters=adapters,
+def chat_input(body: dict) -> ChatInput:
+    messages = parse_messages(body)
+    plan = parse_tools(body)
+    structured = parse_structured_output(body)
+    return ChatInput(
+        messages=messages,
+        template_kwargs=template_kwargs(body),
+        tools=plan.tools,
+        tool_names=sorted(plan.names),
+        tool_choice=plan.choice,
+        structured=structured,
     )
-    return PlannedGeneration(name, engine, params, request, prepared.warning)
+
+
+def _check_max_tokens(params: CommonParams) -> None:
+    # A server-wide cap (MLXLAB_MAX_TOKENS_LIMIT), published as the schema's maximum.
+    limit = settings.MLXLAB.get("MAX_TOKENS_LIMIT") or 0
+    if limit and params.max_tokens is not None and params.max_tokens > limit:
+        raise ApiError(f"max_tokens must be at most {limit} on this server", param="max_tokens")
+
+
+async def plan_generation(body: dict, *, text: bool = False, count_only: bool = False):
+    """Validate a chat (or, with `text`, a raw completion) body into a PlannedGeneration."""
+    params = parse_common(body)
+    chat, prompt = (None, parse_prompt(body)) if text else (chat_input(body), None)
+    _check_max_tokens(params)
+    record = await model_record(params.model)
+    adapters = await resolve_adapters(body.get("adapter"), record.name)
+    limit = settings.MLXLAB.get("MAX_TOKENS_LIMIT") or 0
+    default = settings.MLXLAB["DEFAULT_MAX_TOKENS"]
+    call = GenerateCall(
+        chat=chat,
+        text=prompt,
+        sampling=params.sampling,
+        max_tokens=params.max_tokens,
+        default_max_tokens=min(default, limit) if limit else default,
+        stop=params.stop,
+        logprobs=params.logprobs,
+        top_logprobs=params.top_logprobs,
+        adapters=adapters,
+        count_only=count_only,
+    )
+    return PlannedGeneration(record, params, call)

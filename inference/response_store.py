@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import Count, Sum
 from django.utils import timezone
 
 from .models import StoredResponse
@@ -81,3 +81,14 @@ def _evict(*, keep: str) -> None:
             break
         StoredResponse.objects.filter(id=response_id).delete()
         total -= size
+
+
+def response_store_stats() -> dict:
+    """Entries and bytes held, and the bounds (the /engine report's `response_store`)."""
+    totals = StoredResponse.objects.aggregate(total=Sum("size_bytes"), entries=Count("id"))
+    return {
+        "entries": totals["entries"] or 0,
+        "bytes": totals["total"] or 0,
+        "max_bytes": settings.MLXLAB["RESPONSES_MAX_BYTES"],
+        "ttl_ms": settings.MLXLAB["RESPONSES_TTL_SECONDS"] * 1000,
+    }

@@ -15,4 +15,5 @@ urlpatterns = [
     re_path(r"^v1/(?P<rest>.*)$", views_openai.not_found),
     path("health", views_status.health),
     path("stats", views_status.stats),
+    path("engine", views_status.engine),
 ]

@@ -7,7 +7,6 @@ only the rendering (message object, named events, error shape) is Anthropic's.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
@@ -16,52 +15,36 @@ from .api.anthropic_request import chat_body
 from .api.endpoints import api_endpoint
 from .api.errors import ApiError
 from .api.openai_params import parse_json_body
-from .api.sse import event_stream_response, typed_event_frame
-from .chat_request import prepare_chat
-from .engine import Event, stream_events
-from .engines import get_engine
+from .api.surfaces import ANTHROPIC
 from .generation import plan_generation
+from .serve import serve, start
+from .workers.streams import EngineUnavailable, WorkerStopped
 
 log = logging.getLogger(__name__)
-
-
-async def _frames(builder: MessageBuilder, events: AsyncIterator[Event]) -> AsyncIterator[bytes]:
-    for event in builder.start():
-        yield typed_event_frame(event)
-    async for engine_event in events:
-        for event in builder.feed(engine_event):
-            yield typed_event_frame(event)
 
 
 @api_endpoint("POST", render_error=error_response)
 async def messages(request: HttpRequest) -> HttpResponse:
     try:
         body = parse_json_body(request.body)
-        plan = await plan_generation(chat_body(body), prepare_chat)
+        plan = await plan_generation(chat_body(body))
     except ApiError as error:
         return error_response(error)
-    builder = MessageBuilder(model=plan.model_name, input_tokens=len(plan.request.prompt_tokens))
-    events = stream_events(plan.engine, plan.request)
-    if plan.params.stream:
-        response = event_stream_response(_frames(builder, events))
-    else:
-        async for event in events:
-            builder.feed(event)
-        if builder.error is not None:
-            log.error("generation failed: %s", builder.error)
-            return error_response(ApiError(builder.error, status=500))
-        response = JsonResponse(builder.message())
-    if plan.warning:
-        response["Warning"] = f'299 mlxlab "{plan.warning}"'
-    return response
+    return await serve(
+        plan,
+        ANTHROPIC,
+        lambda accepted: MessageBuilder(model=plan.model_name, input_tokens=accepted.prompt_tokens),
+        stream=plan.params.stream,
+    )
 
 
 @api_endpoint("POST", render_error=error_response)
 async def count_tokens(request: HttpRequest) -> HttpResponse:
     try:
         body = chat_body(parse_json_body(request.body), count_only=True)
-        _, engine = await get_engine(body["model"])
-        prepared = await prepare_chat(body, engine)
+        _, accepted = await start(await plan_generation(body, count_only=True))
     except ApiError as error:
         return error_response(error)
-    return JsonResponse({"input_tokens": len(prepared.prompt)})
+    except (EngineUnavailable, WorkerStopped) as error:
+        return ANTHROPIC.unavailable(error.message, error.state)
+    return JsonResponse({"input_tokens": accepted.prompt_tokens})

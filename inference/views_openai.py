@@ -9,52 +9,34 @@ from django.views.decorators.csrf import csrf_exempt
 
 from .api.endpoints import api_endpoint
 from .api.errors import ApiError, model_not_found
-from .api.openai_completions import completion_logprobs, completion_prompt_tokens, parse_prompt
+from .api.openai_completions import completion_logprobs
 from .api.openai_params import parse_json_body
-from .api.openai_render import ChatRenderer, CompletionRenderer, GenerationFailed, collect
-from .api.sse import event_stream_response, openai_frames
-from .chat_request import PreparedChat, prepare_chat
-from .engine import stream_events
-from .engine.output_parser import OutputFormat
+from .api.openai_render import ChatRenderer, CompletionRenderer
+from .api.surfaces import OPENAI
 from .generation import plan_generation
 from .models import LanguageModel
+from .serve import serve
 
 log = logging.getLogger(__name__)
 
 
-async def _serve(
-    request: HttpRequest, *, prepare_prompt, renderer_class, adapt_body=None
-) -> HttpResponse:
+async def _serve(request: HttpRequest, *, renderer_class, text: bool = False) -> HttpResponse:
     """The one path of every OpenAI generation endpoint."""
     try:
         body = parse_json_body(request.body)
-        body = adapt_body(body) if adapt_body else body
-        plan = await plan_generation(body, prepare_prompt)
+        body = _legacy_logprobs(body) if text else body
+        plan = await plan_generation(body, text=text)
     except ApiError as error:
         return error.response()
     params = plan.params
-    renderer = renderer_class(
-        plan.model_name, logprobs=params.logprobs, include_usage=params.include_usage
+    return await serve(
+        plan,
+        OPENAI,
+        lambda accepted: renderer_class(
+            plan.model_name, logprobs=params.logprobs, include_usage=params.include_usage
+        ),
+        stream=params.stream,
     )
-    events = stream_events(plan.engine, plan.request)
-    if params.stream:
-        response = event_stream_response(openai_frames(renderer.chunks(events)))
-    else:
-        try:
-            result = await collect(events)
-        except GenerationFailed as failure:
-            log.error("generation failed: %s", failure)
-            return ApiError(str(failure), status=500, type="server_error").response()
-        response = JsonResponse(renderer.complete(result))
-    if plan.warning:
-        response["Warning"] = f'299 mlxlab "{plan.warning}"'
-    return response
-
-
-async def _text_prompt(body: dict, engine) -> PreparedChat:
-    prompt = completion_prompt_tokens(engine.tokenizer, parse_prompt(body))
-    # Raw text continues the prompt: no reasoning split, no tool calls.
-    return PreparedChat(prompt=prompt, grammar=None, output=OutputFormat(think=None))
 
 
 def _legacy_logprobs(body: dict) -> dict:
@@ -68,17 +50,12 @@ def _legacy_logprobs(body: dict) -> dict:
 
 @api_endpoint("POST")
 async def chat_completions(request: HttpRequest) -> HttpResponse:
-    return await _serve(request, prepare_prompt=prepare_chat, renderer_class=ChatRenderer)
+    return await _serve(request, renderer_class=ChatRenderer)
 
 
 @api_endpoint("POST")
 async def completions(request: HttpRequest) -> HttpResponse:
-    return await _serve(
-        request,
-        prepare_prompt=_text_prompt,
-        renderer_class=CompletionRenderer,
-        adapt_body=_legacy_logprobs,
-    )
+    return await _serve(request, renderer_class=CompletionRenderer, text=True)
 
 
 def _model_object(record: LanguageModel) -> dict:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -13,11 +12,10 @@ from .api.errors import ApiError
 from .api.openai_params import parse_json_body
 from .api.responses_render import ResponseBuilder
 from .api.responses_request import ResponsesCall, chat_body, items_to_messages, parse_responses_call
-from .api.sse import event_stream_response, typed_event_frame
-from .chat_request import prepare_chat
-from .engine import stream_events
+from .api.surfaces import RESPONSES
 from .generation import plan_generation
 from .response_store import response_chain, response_delete, response_get, response_store
+from .serve import serve
 
 log = logging.getLogger(__name__)
 
@@ -53,37 +51,25 @@ async def _store(call: ResponsesCall, builder: ResponseBuilder) -> None:
         )
 
 
-async def _stream(call: ResponsesCall, builder: ResponseBuilder, events) -> AsyncIterator[bytes]:
-    for event in builder.start():
-        yield typed_event_frame(event)
-    async for engine_event in events:
-        for event in builder.feed(engine_event):
-            yield typed_event_frame(event)
-    await _store(call, builder)
-
-
 @api_endpoint("POST")
 async def responses_create(request: HttpRequest) -> HttpResponse:
     try:
         body = parse_json_body(request.body)
         call = parse_responses_call(body)
-        plan = await plan_generation(chat_body(call, await _history(call)), prepare_chat)
+        plan = await plan_generation(chat_body(call, await _history(call)))
     except ApiError as error:
         return error.response()
-    builder = ResponseBuilder(model=plan.model_name, request=body)
-    events = stream_events(plan.engine, plan.request)
-    if plan.params.stream:
-        response = event_stream_response(_stream(call, builder, events))
-    else:
-        async for event in events:
-            builder.feed(event)
-        if builder.status == "failed":
-            return ApiError(builder.error["message"], status=500, type="server_error").response()
+
+    async def store(builder: ResponseBuilder) -> None:
         await _store(call, builder)
-        response = JsonResponse(builder.response())
-    if plan.warning:
-        response["Warning"] = f'299 mlxlab "{plan.warning}"'
-    return response
+
+    return await serve(
+        plan,
+        RESPONSES,
+        lambda accepted: ResponseBuilder(model=plan.model_name, request=body),
+        stream=plan.params.stream,
+        on_result=store,
+    )
 
 
 async def _stored_or_404(response_id: str):

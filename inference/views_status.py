@@ -1,34 +1,98 @@
-"""Health and statistics of the serving process."""
+"""Health, statistics and the engine report, answered by the web process itself.
+
+They never wait on a busy worker for long: a worker that does not answer within
+two seconds is reported as unreachable, and the web process keeps answering.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import time
-from dataclasses import asdict
 
-import mlx.core as mx
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest, JsonResponse
 
 from .api.endpoints import api_endpoint
-from .engine import Engine
-from .engine.cpu_fast_path import blas_state
-from .engines import loaded_engines
+from .engines import default_model_name, supervisor
+from .response_store import response_store_stats
+from .workers.supervisor import Worker
 
 _started = time.time()
 
 
-def _in_flight() -> int:
-    return sum(engine.in_flight for engine in loaded_engines().values())
+def _worker_report(worker: Worker) -> dict:
+    status = worker.status
+    return {
+        "id": worker.id,
+        "role": "primary",
+        "model": worker.model,
+        "pid": worker.pid,
+        "state": worker.state,
+        "restarts": worker.restarts,
+        "socket": worker.socket_path or worker.address,
+        "memory": None
+        if status is None or worker.state != "ready"
+        else {
+            "active_bytes": status.active_bytes,
+            "cache_bytes": status.cache_bytes,
+            "peak_bytes": status.peak_bytes,
+        },
+    }
+
+
+async def engine_report() -> dict:
+    """mlx-bun's EngineReport: the default model's worker, then every resident worker."""
+    workers = supervisor().resident()
+    model = default_model_name()
+    current = next((w for w in workers if w.model == model), None)
+    return {
+        "isolated": True,
+        "state": current.state if current else "none",
+        "pid": current.pid if current else None,
+        "restarts": current.restarts if current else None,
+        "socket": (current.socket_path or current.address) if current else None,
+        "model": model,
+        "last_exit": current.last_exit.as_dict() if current and current.last_exit else None,
+        "response_store": await sync_to_async(response_store_stats)(),
+        "workers": [_worker_report(w) for w in workers],
+    }
+
+
+async def _live(model: str):
+    """The worker's own report, or None when it cannot answer within two seconds."""
+    try:
+        return await asyncio.wrap_future(supervisor().live_status(model, 2.0))
+    except Exception:
+        return None
+
+
+@api_endpoint("GET")
+async def engine(request: HttpRequest) -> JsonResponse:
+    return JsonResponse(await engine_report())
 
 
 @api_endpoint("GET", public=True)  # a liveness probe carries no key
 async def health(request: HttpRequest) -> JsonResponse:
-    engines = loaded_engines()
-    healthy = all(engine.alive for engine in engines.values())
+    report = await engine_report()
+    report.pop("response_store")
+    report.pop("isolated")
+    workers = report.pop("workers")
+    if report["state"] == "ready":
+        status = await _live(report["model"])
+        report["in_flight"] = status.in_flight if status else None
+        if status is None:
+            report["state"] = "unreachable"
+    ready = [w["model"] for w in workers if w["state"] == "ready"]
+    # Healthy while any worker can serve, or none has failed yet (one starts on demand).
+    healthy = bool(ready) or all(w["state"] == "starting" for w in workers)
     return JsonResponse(
         {
             "status": "ok" if healthy else "degraded",
-            "in_flight": _in_flight(),
-            "models_loaded": sorted(engines),
+            "isolated": True,
+            "engine": report,
+            "workers": workers,
+            "models_loaded": sorted(ready),
+            "in_flight": sum(len(w.streams) for w in supervisor().resident()),
         },
         status=200 if healthy else 503,
     )
@@ -36,43 +100,33 @@ async def health(request: HttpRequest) -> JsonResponse:
 
 @api_endpoint("GET")
 async def stats(request: HttpRequest) -> JsonResponse:
-    models = {}
-    for name, engine in loaded_engines().items():
-        s = engine.stats
-        models[name] = {
-            "in_flight": engine.in_flight,
-            "requests_completed": s.requests_completed,
-            "requests_failed": s.requests_failed,
-            "requests_cancelled": s.requests_cancelled,
-            "prompt_tokens": s.prompt_tokens,
-            "generated_tokens": s.generated_tokens,
-            "decode_tokens_per_second": round(s.tokens_per_second, 3),
-            "fast_path": asdict(engine.loaded.fast_path),
-            "prompt_cache": _prompt_cache(engine),
-        }
-    return JsonResponse(
-        {
-            "status": "ok",
-            "uptime_seconds": round(time.time() - _started, 1),
-            "in_flight": _in_flight(),
-            "generated_tokens": sum(m["generated_tokens"] for m in models.values()),
-            "models": models,
-            "memory": {
-                "active_bytes": mx.get_active_memory(),
-                "peak_bytes": mx.get_peak_memory(),
-                "cache_bytes": mx.get_cache_memory(),
-                "dense_weight_bytes": sum(
-                    m["fast_path"]["dense_weight_bytes"] for m in models.values()
-                ),
-                "prompt_cache_bytes": sum(m["prompt_cache"]["bytes"] for m in models.values()),
-            },
-            "blas": asdict(blas_state()),
-        }
-    )
-
-
-def _prompt_cache(engine: Engine) -> dict:
-    cache = engine.prompt_cache
-    if cache is None:
-        return {"enabled": False, "entries": 0, "bytes": 0}
-    return {"enabled": cache.config.enabled, **asdict(cache.stats())}
+    report = await engine_report()
+    ready = [w for w in supervisor().resident() if w.state == "ready"]
+    statuses = await asyncio.gather(*(_live(w.model) for w in ready))
+    models = {
+        worker.model: {"in_flight": status.in_flight, **status.stats}
+        for worker, status in zip(ready, statuses, strict=True)
+        if status is not None
+    }
+    body = {
+        "status": "ok",
+        "uptime_seconds": round(time.time() - _started, 1),
+        "in_flight": sum(m["in_flight"] for m in models.values()),
+        "generated_tokens": sum(m["generated_tokens"] for m in models.values()),
+        "models": models,
+        "memory": {
+            "active_bytes": sum(s.active_bytes for s in statuses if s),
+            "peak_bytes": sum(s.peak_bytes for s in statuses if s),
+            "cache_bytes": sum(s.cache_bytes for s in statuses if s),
+            "dense_weight_bytes": sum(
+                m["fast_path"]["dense_weight_bytes"] for m in models.values()
+            ),
+            "prompt_cache_bytes": sum(m["prompt_cache"]["bytes"] for m in models.values()),
+        },
+        "blas": next(iter(models.values()))["blas"] if models else None,
+        "engine": report,
+        "response_store": report["response_store"],
+    }
+    if not models:
+        body["unavailable"] = "inference engine unavailable: no model worker is resident"
+    return JsonResponse(body)

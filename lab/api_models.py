@@ -10,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from inference.engines import load_engine, unload_engine
+from inference.engines import load_model_worker, unload_model_worker
 from inference.models import LanguageModel
 from inference.rest.error_responses import errors
 from inference.rest.permissions import StaffOnly
@@ -46,7 +46,7 @@ class ModelLoadApi(APIView):
     @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT, **errors(403, 404, 409)})
     def post(self, request: Request, name: str) -> Response:
         try:
-            load_engine(_record(name))
+            load_model_worker(_record(name))
         except Exception as error:  # a broken folder: the page shows why
             return Response({"detail": f"could not load {name}: {error}"}, status=409)
         return Response({"name": name, "loaded": True})
@@ -57,7 +57,7 @@ class ModelUnloadApi(APIView):
 
     @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT, **errors(403, 404)})
     def post(self, request: Request, name: str) -> Response:
-        unload_engine(_record(name).name)
+        unload_model_worker(_record(name).name)
         return Response({"name": name, "loaded": False})
 
 

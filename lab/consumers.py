@@ -12,10 +12,10 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from inference.api.errors import ApiError
-from inference.chat_request import prepare_chat
-from inference.engine import stream_events
 from inference.engine.request import Failed, Finished, ReasoningDelta, TextDelta
-from inference.generation import PlannedGeneration, plan_generation
+from inference.generation import plan_generation
+from inference.serve import start
+from inference.workers.streams import EngineUnavailable, RequestStream, WorkerStopped
 
 from .chat_settings import ChatInputError, chat_body, parse_settings
 from .conversations import (
@@ -135,16 +135,23 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         try:
             turn = await database_sync_to_async(_plan_turn)(self.user, message)
             body = chat_body(turn.settings, turn.turns)
-            plan = await plan_generation(body, prepare_chat)
-        except ChatInputError as error:
+            plan = await plan_generation(body)
+            # The worker's verdict comes before anything is saved: a refusal changes nothing.
+            events, accepted = await start(plan)
+        except (ChatInputError, ApiError) as error:
             await self._error(str(error))
             return
-        except ApiError as error:
-            await self._error(str(error))
+        except (EngineUnavailable, WorkerStopped) as error:
+            await self._error(error.message)
             return
-        conversation, user_message = await database_sync_to_async(turn.commit)(
-            self.user, plan.model_name
-        )
+        try:
+            await self._begin(turn, plan.model_name, events, accepted.prompt_tokens)
+        except BaseException:
+            events.close()
+            raise
+
+    async def _begin(self, turn: Turn, model: str, events: RequestStream, prompt_tokens: int):
+        conversation, user_message = await database_sync_to_async(turn.commit)(self.user, model)
         await self.send_json(
             {"type": "conversation", "conversation": conversation_summary(conversation)}
         )
@@ -154,35 +161,42 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             )
         if user_message is not None:
             await self.send_json({"type": "user_message", "message": message_dict(user_message)})
-        self.reply = asyncio.create_task(self._generate(conversation, plan))
+        self.reply = asyncio.create_task(self._generate(conversation, model, events, prompt_tokens))
 
-    async def _generate(self, conversation, plan: PlannedGeneration) -> None:
-        await self.send_json({"type": "start", "model": plan.model_name})
+    async def _generate(self, conversation, model: str, events, prompt_tokens: int) -> None:
+        await self.send_json({"type": "start", "model": model})
         reply = Reply()
+        interrupted = None
         try:
-            finish = await self._stream(plan, reply)
+            finish = await self._stream(events, reply)
         except asyncio.CancelledError:
             finish = None  # stopped by the user or the socket closed: keep what was generated
         except GenerationError as error:
             await self._error(str(error))
             return
+        except WorkerStopped as error:  # keep the partial reply, marked interrupted
+            finish, interrupted = None, error.stream_message
         stats = {
             **reply.stats.snapshot(finish.completion_tokens if finish else None),
-            "prompt_tokens": finish.prompt_tokens if finish else len(plan.request.prompt_tokens),
+            "prompt_tokens": finish.prompt_tokens if finish else prompt_tokens,
             "cached_tokens": finish.cached_tokens if finish else 0,
-            "finish_reason": finish.finish_reason if finish else "cancelled",
-            "model": plan.model_name,
+            "finish_reason": finish.finish_reason
+            if finish
+            else ("interrupted" if interrupted else "cancelled"),
+            "model": model,
         }
         saved = await database_sync_to_async(save_reply)(
             conversation, "".join(reply.content), "".join(reply.reasoning), stats
         )
         with contextlib.suppress(Exception):  # the socket may be gone
             await self.send_json({"type": "done", "message": message_dict(saved)})
+            if interrupted:
+                await self._error(interrupted)
 
-    async def _stream(self, plan: PlannedGeneration, reply: Reply) -> Finished | None:
-        """Forward the reply's text as it comes; closing the stream cancels it in the engine."""
-        async with contextlib.aclosing(stream_events(plan.engine, plan.request)) as events:
-            async for event in events:
+    async def _stream(self, events: RequestStream, reply: Reply) -> Finished | None:
+        """Forward the reply's text as it comes; closing the stream cancels it in the worker."""
+        async with contextlib.aclosing(events.events()) as stream:
+            async for event in stream:
                 if isinstance(event, Finished):
                     return event
                 if isinstance(event, Failed):

@@ -8,7 +8,7 @@ from pathlib import Path
 from django.conf import settings
 
 from inference.engine import SamplingParams
-from inference.engines import default_model_name, loaded_engines
+from inference.engines import default_model_name, resident_models
 from inference.models import LanguageModel
 
 # generation_config.json keys the chat page's controls take as the model's defaults.
@@ -71,7 +71,7 @@ def model_summary(record: LanguageModel) -> dict:
         "quantization": record.quantization,
         "size_bytes": record.size_bytes,
         "context_length": record.context_length,
-        "loaded": record.name in loaded_engines(),
+        "loaded": record.name in resident_models(),
         "default": record.name == default_model_name(),
     }
 

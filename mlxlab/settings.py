@@ -174,7 +174,19 @@ MLXLAB = {
     "ARTIFACTS_DIR": Path(os.environ.get("MLXLAB_ARTIFACTS_DIR", VAR_DIR / "artifacts")),
     "DEFAULT_MODEL": os.environ.get("MLXLAB_DEFAULT_MODEL", "smollm2-135m-instruct"),
     "PRELOAD_DEFAULT_MODEL": _env_bool("MLXLAB_PRELOAD", True),
+    # Model workers (inference/workers): how many stay resident, and in how much memory
+    # (MB, as the workers report it; 0: no memory bound); idle ones unload after a while.
     "MAX_LOADED_MODELS": int(os.environ.get("MLXLAB_MAX_LOADED_MODELS", "2")),
+    "MODEL_MEMORY_MB": int(os.environ.get("MLXLAB_MODEL_MEMORY_MB", "0")),
+    "MODEL_IDLE_SECONDS": float(os.environ.get("MLXLAB_MODEL_IDLE_SECONDS", "1800")),
+    # How long a request waits for a restarting worker before its 502.
+    "ENGINE_WAIT_SECONDS": float(os.environ.get("MLXLAB_ENGINE_WAIT_SECONDS", "30")),
+    # How long a worker may take to load its model before it counts as failed.
+    "MODEL_LOAD_SECONDS": float(os.environ.get("MLXLAB_MODEL_LOAD_SECONDS", "600")),
+    # Worker sockets (ipc://, Unix sockets) live here.
+    "WORKER_SOCKET_DIR": Path(os.environ.get("MLXLAB_WORKER_SOCKET_DIR", VAR_DIR / "run")),
+    # A chat template render that takes longer than this is a 400.
+    "TEMPLATE_RENDER_SECONDS": float(os.environ.get("MLXLAB_TEMPLATE_RENDER_SECONDS", "10")),
     "DEFAULT_MAX_TOKENS": int(os.environ.get("MLXLAB_DEFAULT_MAX_TOKENS", "512")),
     "MAX_BATCH_SIZE": int(os.environ.get("MLXLAB_MAX_BATCH_SIZE", "8")),
     "PREFILL_STEP_SIZE": int(os.environ.get("MLXLAB_PREFILL_STEP_SIZE", "512")),

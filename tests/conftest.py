@@ -57,17 +57,21 @@ THINKING_TEMPLATE = (
 )
 
 
-def thinking_model_folder(source: Path, models_dir: Path) -> Path:
-    """The default model's weights under a chat template that opens a <think> block."""
-    folder = models_dir / THINKING_MODEL
-    folder.mkdir(parents=True)
+def with_chat_template(source: Path, folder: Path, template: str) -> Path:
+    """The weights of the model at `source` (symlinked) under another chat template."""
+    folder.mkdir(parents=True, exist_ok=True)
     for item in source.iterdir():
         if item.name != "tokenizer_config.json":
             (folder / item.name).symlink_to(item)
     config = json.loads((source / "tokenizer_config.json").read_text())
-    config["chat_template"] = THINKING_TEMPLATE
+    config["chat_template"] = template
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     return folder
+
+
+def thinking_model_folder(source: Path, models_dir: Path) -> Path:
+    """The default model's weights under a chat template that opens a <think> block."""
+    return with_chat_template(source, models_dir / THINKING_MODEL, THINKING_TEMPLATE)
 
 
 def _free_port() -> int:

@@ -98,6 +98,13 @@ class MessageBuilder:
             "usage": dict(self.usage),
         }
 
+    def result(self) -> dict:
+        return self.message()
+
+    @property
+    def failure(self) -> str | None:
+        return self.error
+
     def start(self) -> list[dict]:
         started = {**self.message(), "content": []}
         return [{"type": "message_start", "message": started}, {"type": "ping"}]

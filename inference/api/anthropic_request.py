@@ -2,7 +2,7 @@
 
 Only the wire format is translated here. Prompt building, tools and their grammar,
 reasoning, sampling and stop sequences stay with the chat path
-(`chat_request.prepare_chat`, `openai_params.parse_common`). Messages name the
+(`generation.plan_generation`, `openai_params.parse_common`). Messages name the
 field as Anthropic's API does (`messages.0.content.1.text: ...`).
 """
 

@@ -97,19 +97,11 @@ def template_kwargs(body: dict) -> dict:
     if extra is not None:
         if not isinstance(extra, dict):
             raise ApiError("chat_template_kwargs must be an object", param="chat_template_kwargs")
+        if "chat_template" in extra:  # a template is code the worker would run
+            raise ApiError(
+                "chat_template_kwargs.chat_template is not accepted: "
+                "the model's own chat template is used",
+                param="chat_template_kwargs",
+            )
         kwargs.update(extra)
     return kwargs
-
-
-def render_chat(tokenizer, messages: list[dict], *, tools=None, kwargs=None) -> str:
-    """The prompt text; a template that rejects the messages is a 400."""
-    try:
-        return tokenizer.apply_chat_template(
-            messages,
-            tools=tools or None,
-            add_generation_prompt=True,
-            tokenize=False,
-            **(kwargs or {}),
-        )
-    except Exception as exc:  # jinja raises whatever the template author chose
-        raise ApiError(f"prompt build failed: {exc}", param="messages") from None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import mlx.core as mx
@@ -15,10 +14,6 @@ from ..engine.request import ReasoningDelta, ToolCall
 SYSTEM_FINGERPRINT = f"fp_mlxlab_mlx{mx.__version__}"
 
 
-class GenerationFailed(Exception):
-    """The engine could not finish a request that was valid."""
-
-
 @dataclass
 class Collected:
     text: str = ""
@@ -26,24 +21,6 @@ class Collected:
     tool_calls: list[ToolCall] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
     finished: Finished | None = None
-
-
-async def collect(events: AsyncIterator[Event]) -> Collected:
-    """Gather a whole generation for a non-streaming answer."""
-    result = Collected()
-    async for event in events:
-        if isinstance(event, TextDelta):
-            result.text += event.text
-            result.logprobs.extend(event.logprobs)
-        elif isinstance(event, ReasoningDelta):
-            result.reasoning += event.text
-        elif isinstance(event, ToolCall):
-            result.tool_calls.append(event)
-        elif isinstance(event, Finished):
-            result.finished = event
-        elif isinstance(event, Failed):
-            raise GenerationFailed(event.message)
-    return result
 
 
 def tool_call_object(call: ToolCall, index: int | None = None) -> dict:
@@ -108,6 +85,8 @@ class Renderer:
         self.model = model
         self.logprobs = logprobs
         self.include_usage = include_usage
+        self.collected = Collected()
+        self.failure: str | None = None
 
     def _envelope(self, object_name: str, choices: list[dict]) -> dict:
         return {
@@ -119,35 +98,42 @@ class Renderer:
             "choices": choices,
         }
 
-    def complete(self, result: Collected) -> dict:
-        body = self._envelope(self.object_name, [self._full_choice(result)])
-        body["usage"] = usage(result.finished)
-        return body
-
-    async def chunks(self, events: AsyncIterator[Event]) -> AsyncIterator[dict]:
-        """The stream of chunks; a failure ends it with an OpenAI error object."""
+    def start(self) -> list[dict]:
         first = self._first_chunk()
-        if first is not None:
-            yield self._chunk(first)
-        sent = 0
-        calls = 0
-        async for event in events:
-            if isinstance(event, TextDelta):
-                yield self._chunk(self._delta_choice(event, sent))
-                sent += len(event.text)
-            elif isinstance(event, ReasoningDelta | ToolCall):
-                choice = self._side_choice(event, calls)
-                calls += isinstance(event, ToolCall)
-                if choice is not None:
-                    yield self._chunk(choice)
-            elif isinstance(event, Finished):
-                yield self._chunk(self._final_choice(event))
-                if self.include_usage:
-                    body = self._envelope(self.chunk_name, [])
-                    body["usage"] = usage(event)
-                    yield body
-            elif isinstance(event, Failed):
-                yield {"error": {"message": event.message, "type": "server_error"}}
+        return [] if first is None else [self._chunk(first)]
+
+    def feed(self, event: Event) -> list[dict]:
+        """Take one engine event; the chunks it makes (a failure: an OpenAI error object)."""
+        result = self.collected
+        if isinstance(event, TextDelta):
+            offset = len(result.text)
+            result.text += event.text
+            result.logprobs.extend(event.logprobs)
+            return [self._chunk(self._delta_choice(event, offset))]
+        if isinstance(event, ReasoningDelta | ToolCall):
+            if isinstance(event, ReasoningDelta):
+                result.reasoning += event.text
+            choice = self._side_choice(event, len(result.tool_calls))
+            if isinstance(event, ToolCall):
+                result.tool_calls.append(event)
+            return [] if choice is None else [self._chunk(choice)]
+        if isinstance(event, Finished):
+            result.finished = event
+            chunks = [self._chunk(self._final_choice(event))]
+            if self.include_usage:
+                body = self._envelope(self.chunk_name, [])
+                body["usage"] = usage(event)
+                chunks.append(body)
+            return chunks
+        if isinstance(event, Failed):
+            self.failure = event.message
+            return [{"error": {"message": event.message, "type": "server_error"}}]
+        return []
+
+    def result(self) -> dict:
+        body = self._envelope(self.object_name, [self._full_choice(self.collected)])
+        body["usage"] = usage(self.collected.finished)
+        return body
 
     def _chunk(self, choice: dict) -> dict:
         body = self._envelope(self.chunk_name, [choice])

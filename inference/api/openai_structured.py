@@ -71,19 +71,3 @@ def parse_structured_output(body: dict) -> GrammarSpec | None:
             )
         candidates.append(GrammarSpec("choice", choice_regex(choices)))
     return candidates[0] if candidates else None
-
-
-def degrade_instruction(spec: GrammarSpec) -> str:
-    """A system message asking for the format the grammar could not enforce."""
-    if spec.kind == "json_schema":
-        return (
-            "You must respond with valid JSON matching this JSON Schema:\n"
-            f"{spec.source}\nRespond with only the JSON, no other text."
-        )
-    if spec.kind == "json_object":
-        return "You must respond with a valid JSON object only, no other text."
-    if spec.kind == "regex":
-        return f"You must respond with text matching this regular expression:\n{spec.source}"
-    if spec.kind == "choice":
-        return f"You must respond with exactly one of these choices: {spec.source}"
-    return f"You must respond with text matching this grammar:\n{spec.source}"

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
-from ..engine.grammar import GrammarSpec, schema_text
 from .errors import ApiError
 
 TOOL_CHOICE_MODES = ("auto", "none", "required")
@@ -66,37 +64,3 @@ def parse_tools(body: dict) -> ToolPlan:
     if choice == "required" and not tools:
         raise ApiError("tool_choice 'required' needs at least one tool", param="tool_choice")
     return ToolPlan(tools=tools, names=names, choice=choice)
-
-
-def forced_call_grammar(plan: ToolPlan) -> GrammarSpec:
-    """The JSON of one call, {"name", "arguments"}, with each function's own schema."""
-    options = []
-    for tool in plan.tools:
-        function = tool["function"]
-        if plan.choice not in ("required", function["name"]):
-            continue
-        options.append(
-            {
-                "type": "object",
-                "properties": {
-                    "name": {"const": function["name"]},
-                    "arguments": function.get("parameters") or {"type": "object"},
-                },
-                "required": ["name", "arguments"],
-                "additionalProperties": False,
-            }
-        )
-    schema = options[0] if len(options) == 1 else {"anyOf": options}
-    return GrammarSpec("json_schema", schema_text(schema))
-
-
-def tools_instruction(plan: ToolPlan, markers: tuple[str, str]) -> str:
-    """For templates that ignore `tools`: describe them and the call format in words."""
-    start, end = markers
-    listing = "\n".join(json.dumps(tool["function"], ensure_ascii=False) for tool in plan.tools)
-    return (
-        "You can call these functions:\n"
-        f"{listing}\n"
-        f'To call one, reply with {start}{{"name": <function name>, "arguments": '
-        f"<arguments object>}}{end} and nothing else."
-    )

@@ -52,6 +52,13 @@ class ResponseBuilder:
         body.update({key: self.request.get(key) for key in ECHOED})
         return body
 
+    def result(self) -> dict:
+        return self.response()
+
+    @property
+    def failure(self) -> str | None:
+        return self.error["message"] if self.status == "failed" else None
+
     # -- events -------------------------------------------------------------------
 
     def start(self) -> list[dict]:

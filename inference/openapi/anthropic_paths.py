@@ -184,7 +184,7 @@ def paths(default_model: str) -> dict[str, Schema]:
                             **event_stream(names=ANTHROPIC_EVENTS, payload="MessageStreamEvent"),
                         },
                     },
-                    **errors("AnthropicError", 400, 404, 500),
+                    **errors("AnthropicError", 400, 404, 500, 502),
                 },
             }
         },
@@ -204,7 +204,7 @@ def paths(default_model: str) -> dict[str, Schema]:
                 },
                 "responses": {
                     "200": {"description": "The count", "content": json_content(ref("TokenCount"))},
-                    **errors("AnthropicError", 400, 404),
+                    **errors("AnthropicError", 400, 404, 502),
                 },
             }
         },

@@ -71,6 +71,21 @@ ANTHROPIC_ERROR = obj(
     ("type", "error"),
 )
 
+# mlx-bun's answer when no model worker can take a request, or one died under it.
+ENGINE_UNAVAILABLE_ERROR = obj(
+    {
+        "error": obj(
+            {
+                "message": {"type": "string"},
+                "type": {"const": "engine_unavailable"},
+                "state": {"type": "string"},
+            },
+            ("message", "type", "state"),
+        )
+    },
+    ("error",),
+)
+
 ERROR_MEANINGS = {
     400: "Invalid request: the message names the first invalid field",
     401: "An API key is required (once any exists) and was missing, wrong or revoked",
@@ -78,6 +93,8 @@ ERROR_MEANINGS = {
     405: "Method not allowed (see the Allow header)",
     413: "Request body larger than the limit for this path",
     500: "The engine failed on a valid request",
+    502: "Inference engine unavailable: no model worker could take the request, or its "
+    "worker stopped before the answer started (retry shortly)",
     503: "A loaded model's engine has stopped",
 }
 
@@ -86,9 +103,10 @@ def errors(schema_name: str, *codes: int) -> dict[str, Schema]:
     """Error responses in one protocol's shape; 401, 405 and 413 can answer any operation."""
     out = {}
     for code in sorted({*codes, 401, 405, 413}):
+        shape = "EngineUnavailableError" if code == 502 and schema_name == "OpenAIError" else None
         response: Schema = {
             "description": ERROR_MEANINGS[code],
-            "content": json_content(ref(schema_name)),
+            "content": json_content(ref(shape or schema_name)),
         }
         if code == 401:
             response["headers"] = {"WWW-Authenticate": {"schema": {"type": "string"}}}

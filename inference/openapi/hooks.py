@@ -13,7 +13,7 @@ from django.db import DatabaseError
 from ..api_keys import keys_exist
 from ..rest.authentication import BEARER, X_API_KEY
 from . import anthropic_paths, openai_paths, responses_paths, status_paths, streams
-from .common import ANTHROPIC_ERROR, OPENAI_ERROR, Schema
+from .common import ANTHROPIC_ERROR, ENGINE_UNAVAILABLE_ERROR, OPENAI_ERROR, Schema
 
 SECURITY_SCHEMES = {
     BEARER: {"type": "http", "scheme": "bearer", "description": "An MLX Lab API key (mlx-...)"},
@@ -28,7 +28,7 @@ TAGS = [
 
 
 def inference_paths(*, limit: int, default_model: str) -> tuple[dict, dict]:
-    """(paths, schema components) of /v1, /health and /stats."""
+    """(paths, schema components) of /v1, /health, /stats and /engine."""
     paths: dict[str, Schema] = {
         **openai_paths.paths(default_model),
         **responses_paths.paths(default_model),
@@ -38,6 +38,7 @@ def inference_paths(*, limit: int, default_model: str) -> tuple[dict, dict]:
     components: dict[str, Schema] = {
         "OpenAIError": OPENAI_ERROR,
         "AnthropicError": ANTHROPIC_ERROR,
+        "EngineUnavailableError": ENGINE_UNAVAILABLE_ERROR,
         **openai_paths.components(limit),
         **responses_paths.components(limit),
         **anthropic_paths.components(limit),

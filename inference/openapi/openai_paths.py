@@ -142,7 +142,7 @@ def _generation(
                         **event_stream(names=None, payload=chunk),
                     },
                 },
-                **errors("OpenAIError", 400, 404, 500),
+                **errors("OpenAIError", 400, 404, 500, 502),
             },
         }
     }

@@ -200,7 +200,7 @@ def paths(default_model: str) -> dict[str, Schema]:
                             **event_stream(names=RESPONSES_EVENTS, payload="ResponseStreamEvent"),
                         },
                     },
-                    **errors("OpenAIError", 400, 404, 500),
+                    **errors("OpenAIError", 400, 404, 500, 502),
                 },
             }
         },

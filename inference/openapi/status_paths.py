@@ -2,15 +2,68 @@
 
 from __future__ import annotations
 
-from .common import Schema, errors, json_content, obj, ref
+from .common import Schema, errors, json_content, nullable, obj, ref
+
+EXIT = nullable(
+    obj({"code": nullable({"type": "integer"}), "signal": nullable({"type": "string"})})
+)
+WORKER_STATES = ["starting", "ready", "restarting", "stopped"]
+WORKER = obj(
+    {
+        "id": {"type": "string"},
+        "role": {"const": "primary"},
+        "model": {"type": "string"},
+        "pid": nullable({"type": "integer"}),
+        "state": {"enum": WORKER_STATES},
+        "restarts": {"type": "integer"},
+        "socket": {"type": "string"},
+        "memory": nullable(
+            obj(
+                {
+                    "active_bytes": {"type": "integer"},
+                    "cache_bytes": {"type": "integer"},
+                    "peak_bytes": {"type": "integer"},
+                }
+            )
+        ),
+    },
+    ("id", "role", "pid", "state", "restarts", "socket", "memory"),
+)
+CURRENT_WORKER = {
+    "state": {"enum": [*WORKER_STATES, "none", "unreachable"]},
+    "pid": nullable({"type": "integer"}),
+    "restarts": nullable({"type": "integer"}),
+    "socket": nullable({"type": "string"}),
+    "model": {"type": "string"},
+    "last_exit": EXIT,
+}
+ENGINE = obj(
+    {
+        "isolated": {"const": True},
+        **CURRENT_WORKER,
+        "response_store": obj(
+            {
+                "entries": {"type": "integer"},
+                "bytes": {"type": "integer"},
+                "max_bytes": {"type": "integer"},
+                "ttl_ms": {"type": "integer"},
+            }
+        ),
+        "workers": {"type": "array", "items": ref("Worker")},
+    },
+    ("isolated", "state", "pid", "restarts", "socket", "model", "last_exit", "workers"),
+)
 
 HEALTH = obj(
     {
         "status": {"enum": ["ok", "degraded"]},
+        "isolated": {"const": True},
+        "engine": obj({**CURRENT_WORKER, "in_flight": nullable({"type": "integer"})}),
+        "workers": {"type": "array", "items": ref("Worker")},
         "in_flight": {"type": "integer"},
         "models_loaded": {"type": "array", "items": {"type": "string"}},
     },
-    ("status", "in_flight", "models_loaded"),
+    ("status", "isolated", "engine", "workers", "in_flight", "models_loaded"),
 )
 
 STATS = obj(
@@ -21,13 +74,16 @@ STATS = obj(
         "generated_tokens": {"type": "integer"},
         "models": {"type": "object", "additionalProperties": {"type": "object"}},
         "memory": {"type": "object"},
+        "engine": ref("Engine"),
+        "response_store": {"type": "object"},
+        "unavailable": {"type": "string"},
     },
     ("status", "in_flight", "generated_tokens", "models"),
 )
 
 
 def components() -> dict[str, Schema]:
-    return {"Health": HEALTH, "Stats": STATS}
+    return {"Health": HEALTH, "Stats": STATS, "Engine": ENGINE, "Worker": WORKER}
 
 
 def paths() -> dict[str, Schema]:
@@ -52,6 +108,17 @@ def paths() -> dict[str, Schema]:
                 "tags": ["status"],
                 "responses": {
                     "200": {"description": "Statistics", "content": json_content(ref("Stats"))},
+                    **errors("OpenAIError"),
+                },
+            }
+        },
+        "/engine": {
+            "get": {
+                "operationId": "engine",
+                "summary": "The model workers: the default model's, then every resident one",
+                "tags": ["status"],
+                "responses": {
+                    "200": {"description": "Engine report", "content": json_content(ref("Engine"))},
                     **errors("OpenAIError"),
                 },
             }

@@ -39,9 +39,10 @@ def test_disconnect_mid_stream_frees_the_slot(lab_server, http, model):
         frames = [line for _, line in zip(range(3), filter(None, lines), strict=False)]
         assert all(json.loads(frame.removeprefix("data: ")) for frame in frames)
         assert http.get("/health").json()["in_flight"] == 1
+    # The worker's own count: its slot is freed at its next step.
     deadline = time.monotonic() + 30
-    while http.get("/health").json()["in_flight"] and time.monotonic() < deadline:
+    while http.get("/health").json()["engine"]["in_flight"] and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert http.get("/health").json()["in_flight"] == 0
+    assert http.get("/health").json()["engine"]["in_flight"] == 0
     stats = http.get("/stats").json()["models"][model]
     assert stats["requests_cancelled"] == cancelled + 1

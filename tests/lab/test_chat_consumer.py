@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 
 import pytest
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser
 
-from inference.engines import loaded_engines
+from inference.engines import supervisor
 from lab.models import Conversation, Message
 from lab.routing import websocket_urlpatterns
 from tests.conftest import DEFAULT_MODEL, THINKING_MODEL
@@ -100,13 +102,13 @@ def test_stop_cancels_in_the_engine_and_keeps_the_partial_reply(registered_model
         await until(chat, "delta")
         await chat.send_json_to({"type": "stop"})
         done, _ = await until(chat, "done")
-        engine = loaded_engines()[DEFAULT_MODEL]
-        for _ in range(50):  # the engine drops the row at its next step
-            if engine.in_flight == 0:
+        for _ in range(50):  # the worker drops the row at its next step
+            in_flight = supervisor().live_status(DEFAULT_MODEL).result().in_flight
+            if in_flight == 0:
                 break
             await asyncio.sleep(0.1)
         await chat.disconnect()
-        return done, engine.in_flight
+        return done, in_flight
 
     done, in_flight = run(scenario)
     stats = done["message"]["stats"]
@@ -211,3 +213,32 @@ def test_one_reply_at_a_time(registered_models, alice):
     busy, done = run(scenario)
     assert "still being generated" in busy["message"]
     assert done["message"]["stats"]["finish_reason"] == "cancelled"
+
+
+def test_a_worker_that_dies_mid_reply_keeps_the_partial_reply_marked_interrupted(
+    registered_models, alice
+):
+    async def scenario():
+        chat = await connected(alice)
+        await chat.send_json_to(
+            send("Write a long story about a dragon.", params={"max_tokens": 400})
+        )
+        await until(chat, "delta")
+        os.kill(supervisor().workers[DEFAULT_MODEL].pid, signal.SIGKILL)
+        done, _ = await until(chat, "done")
+        error = await chat.receive_json_from(timeout=30)
+        await chat.disconnect()
+        return done, error
+
+    done, error = run(scenario)
+    stats = done["message"]["stats"]
+    assert stats["finish_reason"] == "interrupted"
+    assert done["message"]["content"]  # what was generated before the worker died
+    assert error == {
+        "type": "error",
+        "message": "inference engine unavailable: the engine worker stopped while streaming "
+        "this response (signal SIGKILL); it is being respawned",
+    }
+    saved = Message.objects.get(id=done["message"]["id"])
+    assert saved.content == done["message"]["content"]
+    assert saved.stats["finish_reason"] == "interrupted"

@@ -1,0 +1,254 @@
+"""From a validated call to the engine's request: template, tokens, grammar, output format.
+
+This runs in the model worker, beside the tokenizer, so that nothing heavy
+(template rendering, tokenization, grammar compilation) ever runs in the web
+process. Client errors are `PromptRejected`, which the web side answers as a 400.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import threading
+from dataclasses import dataclass
+
+from .grammar import GrammarCompiler, GrammarError, GrammarSpec, degrade_instruction, schema_text
+from .loader import LoadedModel
+from .output_parser import DEFAULT_THINK, DEFAULT_TOOL_MARKERS, OutputFormat
+from .output_parser import json_tools as default_tool_parser
+from .request import GenerationRequest
+
+
+class PromptRejected(ValueError):
+    """The request cannot become a prompt for this model; a client error."""
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message, self.param, self.code = message, param, code
+
+
+class RenderTimeout(BaseException):
+    """Raised inside a template render that ran past its budget.
+
+    A BaseException, so that `except Exception` in template helpers cannot swallow it.
+    """
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float):
+    """Interrupt pure-Python work (a Jinja render) after `seconds`, on the main thread only.
+
+    The worker prepares prompts on its main thread for this reason: SIGALRM is the
+    one way to stop a runaway loop inside a compiled template without killing the process.
+    """
+    if seconds <= 0 or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expired(signum, frame):
+        raise RenderTimeout()
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The engine's request (None when only counting), and a warning for the client."""
+
+    request: GenerationRequest | None
+    prompt_tokens: int
+    warning: str | None = None
+
+
+def with_system(messages: list[dict], instruction: str) -> list[dict]:
+    if messages and messages[0]["role"] == "system":
+        first = {**messages[0], "content": f"{messages[0]['content']}\n\n{instruction}"}
+        return [first, *messages[1:]]
+    return [{"role": "system", "content": instruction}, *messages]
+
+
+def forced_call_grammar(tools: list[dict], choice: str) -> GrammarSpec:
+    """The JSON of one call, {"name", "arguments"}, with each function's own schema."""
+    options = [
+        {
+            "type": "object",
+            "properties": {
+                "name": {"const": tool["function"]["name"]},
+                "arguments": tool["function"].get("parameters") or {"type": "object"},
+            },
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
+        for tool in tools
+        if choice in ("required", tool["function"]["name"])
+    ]
+    schema = options[0] if len(options) == 1 else {"anyOf": options}
+    return GrammarSpec("json_schema", schema_text(schema))
+
+
+def tools_instruction(tools: list[dict], markers: tuple[str, str]) -> str:
+    """For templates that ignore `tools`: describe them and the call format in words."""
+    start, end = markers
+    listing = "\n".join(json.dumps(tool["function"], ensure_ascii=False) for tool in tools)
+    return (
+        "You can call these functions:\n"
+        f"{listing}\n"
+        f'To call one, reply with {start}{{"name": <function name>, "arguments": '
+        f"<arguments object>}}{end} and nothing else."
+    )
+
+
+class PromptBuilder:
+    """Builds prompts for one loaded model; owns its grammar compiler."""
+
+    def __init__(self, loaded: LoadedModel, *, render_seconds: float = 10.0) -> None:
+        self.loaded = loaded
+        self.render_seconds = render_seconds
+        self._compiler: GrammarCompiler | None = None
+        tokenizer = loaded.tokenizer
+        self.think = (
+            (tokenizer.think_start, tokenizer.think_end)
+            if tokenizer.has_thinking
+            else DEFAULT_THINK
+        )
+        self.tool_markers = (
+            (tokenizer.tool_call_start, tokenizer.tool_call_end)
+            if tokenizer.has_tool_calling
+            else DEFAULT_TOOL_MARKERS
+        )
+
+    @property
+    def compiler(self) -> GrammarCompiler:
+        if self._compiler is None:
+            tokenizer = self.loaded.tokenizer
+            self._compiler = GrammarCompiler(
+                tokenizer, self.loaded.vocab_size, sorted(tokenizer.eos_token_ids)
+            )
+        return self._compiler
+
+    def build(self, call) -> Prepared:
+        """`call` is a wire.GenerateCall; raises PromptRejected for a client error."""
+        if call.chat is not None:
+            prompt, grammar, output, warning = self._chat(call.chat)
+        else:
+            prompt = list(self.loaded.tokenizer.encode(call.text))  # a BOS only if the model asks
+            grammar, output, warning = None, OutputFormat(think=None), None
+        if call.count_only:
+            return Prepared(None, len(prompt), warning)
+        request = self._request(call, prompt, grammar, output)
+        return Prepared(request, len(prompt), warning)
+
+    def _chat(self, chat):
+        messages = chat.messages
+        forced = chat.tool_choice not in ("auto", "none")
+        active = bool(chat.tools) and chat.tool_choice != "none"
+        spec = forced_call_grammar(chat.tools, chat.tool_choice) if forced else chat.structured
+        grammar, warning = None, None
+        if spec is not None:
+            try:
+                grammar = self.compiler.compile(spec)
+            except GrammarError as error:
+                if forced:  # our own schema from the tool's parameters
+                    raise PromptRejected(
+                        f"tool parameters are not a usable JSON schema: {error}"
+                    ) from None
+                warning = f"grammar not enforced: {error} - falling back to prompt injection"
+                messages = with_system(messages, degrade_instruction(spec))
+        text = self._render(messages, chat, active)
+        prompt = list(self.loaded.tokenizer.encode(text, add_special_tokens=False))
+        tokenizer = self.loaded.tokenizer
+        output = OutputFormat(
+            think=self.think,
+            starts_in_reasoning=text.rfind(self.think[0]) > text.rfind(self.think[1]),
+            tool_markers=self.tool_markers if active else None,
+            tool_parser=tokenizer.tool_parser or default_tool_parser.parse_tool_call,
+            tools=chat.tools or None,
+            tool_names=frozenset(chat.tool_names) if active else frozenset(),
+            forced_tool_call=forced,
+        )
+        return prompt, grammar, output, warning
+
+    def _render(self, messages: list[dict], chat, tools_active: bool) -> str:
+        kwargs = chat.template_kwargs
+        if not tools_active:
+            return self.render(messages, kwargs=kwargs)
+        with_tools = self.render(messages, tools=chat.tools, kwargs=kwargs)
+        if with_tools != self.render(messages, kwargs=kwargs):
+            return with_tools
+        # The template ignores tools: tell the model about them in the system message.
+        instruction = tools_instruction(chat.tools, self.tool_markers)
+        return self.render(with_system(messages, instruction), kwargs=kwargs)
+
+    def render(self, messages: list[dict], *, tools=None, kwargs=None) -> str:
+        """The prompt text; a template that rejects the messages or overruns is a 400."""
+        try:
+            with time_limit(self.render_seconds):
+                return self.loaded.tokenizer.apply_chat_template(
+                    messages,
+                    tools=tools or None,
+                    add_generation_prompt=True,
+                    tokenize=False,
+                    **(kwargs or {}),
+                )
+        except RenderTimeout:
+            raise PromptRejected(
+                f"the chat template took longer than {self.render_seconds:g} s to render",
+                param="messages",
+            ) from None
+        except Exception as exc:  # jinja raises whatever the template author chose
+            raise PromptRejected(f"prompt build failed: {exc}", param="messages") from None
+
+    def _request(self, call, prompt: list[int], grammar, output) -> GenerationRequest:
+        """Fit the request into the context window, or say plainly why it cannot."""
+        vocab_size = self.loaded.vocab_size
+        context_length = self.loaded.context_length
+        for token in call.sampling.logit_bias or {}:
+            # MLX does not bounds-check scatter indices: an unknown id would crash the worker.
+            if not 0 <= token < vocab_size:
+                raise PromptRejected(
+                    f"logit_bias token id {token} is out of range for a vocabulary of {vocab_size}",
+                    param="logit_bias",
+                )
+        if call.sampling.top_k >= vocab_size:
+            # mlx-lm's top-k sampler raises mid-generation unless 0 < top_k < vocabulary.
+            raise PromptRejected(
+                f"top_k must be less than the vocabulary size ({vocab_size})", param="top_k"
+            )
+        room = context_length - len(prompt)
+        param = "messages" if call.chat is not None else "prompt"
+        if room < 1:
+            raise PromptRejected(
+                f"The prompt is {len(prompt)} tokens long, which leaves no room to generate "
+                f"in this model's context length of {context_length} tokens.",
+                param=param,
+                code="context_length_exceeded",
+            )
+        if call.max_tokens is not None and call.max_tokens > room:
+            raise PromptRejected(
+                f"This model's context length is {context_length} tokens, but the request asks "
+                f"for {len(prompt) + call.max_tokens} ({len(prompt)} in the prompt and "
+                f"{call.max_tokens} to generate). Shorten the prompt or lower max_tokens.",
+                param="max_tokens",
+                code="context_length_exceeded",
+            )
+        try:
+            return GenerationRequest(
+                prompt_tokens=prompt,
+                max_tokens=call.max_tokens or min(call.default_max_tokens, room),
+                sampling=call.sampling,
+                stop=call.stop,
+                logprobs=call.logprobs,
+                top_logprobs=call.top_logprobs,
+                grammar=grammar,
+                output=output,
+                adapters=call.adapters,
+            )
+        except ValueError as exc:
+            raise PromptRejected(str(exc)) from None

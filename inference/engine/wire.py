@@ -1,0 +1,137 @@
+"""The protocol between the web process and a model worker, over ZeroMQ.
+
+Every message is one msgpack frame `[kind, request id, payload]`; the payload's
+type follows from `kind`, so each side decodes into typed values (msgspec
+checks them) and never unpickles anything a peer sent. The web side is a DEALER
+socket, the worker a ROUTER, so one worker can answer several web processes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from .adapters import AdapterRef
+from .grammar import GrammarSpec
+from .request import (
+    Failed,
+    Finished,
+    ReasoningDelta,
+    SamplingParams,
+    TextDelta,
+    ToolCall,
+)
+
+
+@dataclass(frozen=True)
+class ChatInput:
+    """A chat turn as the web side validated it; the worker renders and tokenizes it."""
+
+    messages: list[dict[str, Any]]
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    tool_names: list[str] = field(default_factory=list)
+    tool_choice: str = "none"  # auto | none | required | a function's name
+    structured: GrammarSpec | None = None
+
+
+@dataclass(frozen=True)
+class GenerateCall:
+    """One request for a worker: a chat turn or a raw text prompt, and how to sample it.
+
+    `count_only` asks for the prompt's length and no generation (count_tokens).
+    """
+
+    chat: ChatInput | None = None
+    text: str | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    max_tokens: int | None = None
+    default_max_tokens: int = 512
+    stop: tuple[str, ...] = ()
+    logprobs: bool = False
+    top_logprobs: int = 0
+    adapters: tuple[AdapterRef, ...] = ()
+    count_only: bool = False
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """The worker built the prompt and queued the generation (or only counted it)."""
+
+    prompt_tokens: int
+    warning: str | None = None
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """The request cannot be served as sent: a client error, with its field."""
+
+    message: str
+    param: str | None = None
+    code: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    """What a worker reports of itself: load, memory and counters."""
+
+    model: str
+    pid: int
+    in_flight: int
+    active_bytes: int
+    cache_bytes: int
+    peak_bytes: int
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Empty:
+    pass
+
+
+EVENT_KINDS: dict[type, str] = {
+    TextDelta: "text",
+    ReasoningDelta: "reasoning",
+    ToolCall: "tool",
+    Finished: "finished",
+    Failed: "failed",
+}
+PAYLOADS: dict[str, type] = {
+    "generate": GenerateCall,
+    "cancel": Empty,
+    "report": Empty,
+    "accepted": Accepted,
+    "rejected": Rejected,
+    "status": WorkerStatus,
+    **{kind: event_type for event_type, kind in EVENT_KINDS.items()},
+}
+
+_encoder = msgspec.msgpack.Encoder()
+_head = msgspec.msgpack.Decoder(tuple[str, int, msgspec.Raw])
+_bodies = {kind: msgspec.msgpack.Decoder(payload) for kind, payload in PAYLOADS.items()}
+
+
+class WireError(ValueError):
+    """A frame that is not a message of this protocol."""
+
+
+def encode(kind: str, request_id: int, payload: object = Empty()) -> bytes:
+    return _encoder.encode((kind, request_id, payload))
+
+
+def encode_event(request_id: int, event: object) -> bytes:
+    return _encoder.encode((EVENT_KINDS[type(event)], request_id, event))
+
+
+def decode(frame: bytes) -> tuple[str, int, object]:
+    """`(kind, request id, payload)`; a frame of another shape is a WireError."""
+    try:
+        kind, request_id, body = _head.decode(frame)
+        decoder = _bodies.get(kind)
+        if decoder is None:
+            raise WireError(f"unknown message kind {kind!r}")
+        return kind, request_id, decoder.decode(body)
+    except msgspec.DecodeError as exc:
+        raise WireError(str(exc)) from None

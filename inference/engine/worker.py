@@ -1,0 +1,235 @@
+"""A model worker: one process that owns one model's MLX state and serves it over ZeroMQ.
+
+Three threads, each with one job:
+- the main thread prepares prompts (template, tokens, grammar), because only it can
+  interrupt a runaway template (SIGALRM, prompt.time_limit);
+- the engine thread (scheduler.Engine) owns MLX and runs the batch;
+- the I/O thread owns the sockets: requests in, events out, status reports.
+Other threads hand outgoing frames to the I/O thread through an inproc PUSH socket
+of their own (ZeroMQ sockets are not thread-safe).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import asdict
+
+import mlx.core as mx
+import zmq
+
+from . import wire
+from .cpu_fast_path import blas_state
+from .loader import LoadedModel
+from .prompt import PromptBuilder, PromptRejected
+from .request import Failed, Finished
+from .scheduler import Engine, EngineConfig
+
+log = logging.getLogger(__name__)
+
+OUTBOX = "inproc://outbox"
+
+
+class WorkerServer:
+    """Serves one model at `address` (ipc://path or tcp://host:port) until SIGTERM."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        address: str,
+        loader: Callable[[], LoadedModel],
+        config: EngineConfig,
+        render_seconds: float,
+        exit_with_parent: bool = False,
+    ) -> None:
+        self.model = model
+        self.address = address
+        self.engine = Engine(loader, config=config)
+        self.render_seconds = render_seconds
+        self.parent = os.getppid() if exit_with_parent else None
+        self.context = zmq.Context()
+        self.prepare_queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.stopping = threading.Event()
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._engine_ids: dict[tuple[bytes, int], int] = {}  # (client, request id) -> engine id
+        self._pending: set[tuple[bytes, int]] = set()  # received, not yet submitted
+        self._cancelled: set[tuple[bytes, int]] = set()  # cancelled while pending
+
+    # -- main thread ----------------------------------------------------------
+
+    def serve_forever(self) -> None:
+        signal.signal(signal.SIGTERM, self._terminate)
+        self.engine.start()
+        self.builder = PromptBuilder(self.engine.loaded, render_seconds=self.render_seconds)
+        bound = threading.Event()
+        io = threading.Thread(target=self._io, args=(bound,), name="worker-io", daemon=True)
+        io.start()
+        bound.wait()
+        log.info("worker for %s serving at %s (pid %d)", self.model, self.address, os.getpid())
+        try:
+            while not self.stopping.is_set():
+                try:
+                    item = self.prepare_queue.get(timeout=0.5)
+                except queue.Empty:
+                    continue
+                self._prepare(*item)
+        except SystemExit:
+            pass
+        finally:
+            self.stopping.set()
+            self.engine.shutdown(timeout=5)
+            io.join(2)
+            if self.address.startswith("ipc://"):
+                with contextlib.suppress(OSError):
+                    os.unlink(self.address.removeprefix("ipc://"))
+
+    def _terminate(self, signum, frame) -> None:
+        raise SystemExit(0)
+
+    def _prepare(self, client: bytes, request_id: int, call) -> None:
+        key = (client, request_id)
+        try:
+            self._prepare_and_submit(key, call)
+        finally:
+            with self._lock:
+                self._pending.discard(key)
+                self._cancelled.discard(key)
+
+    def _prepare_and_submit(self, key: tuple[bytes, int], call) -> None:
+        client, request_id = key
+        if self._was_cancelled(key):
+            return
+        try:
+            prepared = self.builder.build(call)
+        except PromptRejected as error:
+            rejected = wire.Rejected(error.message, param=error.param, code=error.code)
+            self._send(client, wire.encode("rejected", request_id, rejected))
+            return
+        except Exception as exc:  # a bug, not the client's fault: the web side answers 500
+            log.exception("preparing request %s failed", request_id)
+            failed = Failed(f"prompt preparation failed: {exc}")
+            self._send(client, wire.encode_event(request_id, failed))
+            return
+        accepted = wire.Accepted(prepared.prompt_tokens, prepared.warning)
+        self._send(client, wire.encode("accepted", request_id, accepted))
+        if prepared.request is None:
+            return
+
+        def emit(event) -> None:
+            if isinstance(event, Finished | Failed):
+                with self._lock:
+                    self._engine_ids.pop(key, None)
+            self._send(client, wire.encode_event(request_id, event))
+
+        with self._lock:
+            if key in self._cancelled:  # the client left while its prompt was built
+                return
+            self._engine_ids[key] = self.engine.submit(prepared.request, emit)
+
+    def _was_cancelled(self, key: tuple[bytes, int]) -> bool:
+        with self._lock:
+            return key in self._cancelled
+
+    def _send(self, client: bytes, frame: bytes) -> None:
+        """Hand a frame to the I/O thread; callable from any thread."""
+        push = getattr(self._local, "push", None)
+        if push is None:
+            push = self._local.push = self.context.socket(zmq.PUSH)
+            push.connect(OUTBOX)
+        push.send_multipart([client, frame])
+
+    # -- I/O thread -----------------------------------------------------------
+
+    def _io(self, bound: threading.Event) -> None:
+        router = self.context.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        router.setsockopt(zmq.SNDHWM, 0)  # never drop an event for a slow client
+        router.bind(self.address)
+        outbox = self.context.socket(zmq.PULL)
+        outbox.bind(OUTBOX)
+        bound.set()
+        poller = zmq.Poller()
+        poller.register(router, zmq.POLLIN)
+        poller.register(outbox, zmq.POLLIN)
+        try:
+            while not self.stopping.is_set():
+                ready = dict(poller.poll(1000))
+                if outbox in ready:
+                    self._drain(outbox, router)
+                if router in ready:
+                    while router.poll(0):
+                        client, frame = router.recv_multipart()
+                        self._receive(router, client, frame)
+                if self.parent is not None and os.getppid() != self.parent:
+                    log.warning("the supervisor is gone; worker for %s exits", self.model)
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    self.parent = None
+        finally:
+            router.close(0)
+            outbox.close(0)
+
+    def _drain(self, outbox, router) -> None:
+        while True:
+            try:
+                router.send_multipart(outbox.recv_multipart(zmq.NOBLOCK))
+            except zmq.Again:
+                return
+
+    def _receive(self, router, client: bytes, frame: bytes) -> None:
+        try:
+            kind, request_id, payload = wire.decode(frame)
+        except wire.WireError as exc:
+            log.warning("dropped a malformed frame: %s", exc)
+            return
+        if kind == "generate":
+            with self._lock:
+                self._pending.add((client, request_id))
+            self.prepare_queue.put((client, request_id, payload))
+        elif kind == "cancel":
+            self._cancel((client, request_id))
+        elif kind == "report":
+            router.send_multipart([client, wire.encode("status", request_id, self.report())])
+
+    def _cancel(self, key: tuple[bytes, int]) -> None:
+        with self._lock:
+            engine_id = self._engine_ids.pop(key, None)
+            if engine_id is None and key in self._pending:
+                self._cancelled.add(key)  # still being prepared: never submit it
+        if engine_id is not None:
+            self.engine.cancel(engine_id)
+
+    def report(self) -> wire.WorkerStatus:
+        engine = self.engine
+        stats = engine.stats
+        cache = engine.prompt_cache
+        return wire.WorkerStatus(
+            model=self.model,
+            pid=os.getpid(),
+            in_flight=engine.in_flight,
+            active_bytes=mx.get_active_memory(),
+            cache_bytes=mx.get_cache_memory(),
+            peak_bytes=mx.get_peak_memory(),
+            stats={
+                "requests_completed": stats.requests_completed,
+                "requests_failed": stats.requests_failed,
+                "requests_cancelled": stats.requests_cancelled,
+                "prompt_tokens": stats.prompt_tokens,
+                "generated_tokens": stats.generated_tokens,
+                "decode_tokens_per_second": round(stats.tokens_per_second, 3),
+                "fast_path": asdict(engine.loaded.fast_path),
+                "prompt_cache": (
+                    {"enabled": cache.config.enabled, **asdict(cache.stats())}
+                    if cache is not None
+                    else {"enabled": False, "entries": 0, "bytes": 0}
+                ),
+                "context_length": engine.context_length,
+                "blas": asdict(blas_state()),
+            },
+        )

@@ -1,0 +1,125 @@
+"""The one serve path of every generation endpoint: send, wait for the verdict, render.
+
+A request that no worker can take, or whose worker dies before the answer
+starts, gets the protocol's 502; one whose worker dies mid-stream ends with the
+protocol's error frame. Nothing is retried behind the client's back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from django.http import HttpResponse, JsonResponse
+
+from .api.errors import ApiError
+from .api.sse import event_stream_response
+from .api.surfaces import Surface
+from .engine import wire
+from .engines import open_generation
+from .generation import PlannedGeneration
+from .workers.streams import EngineUnavailable, Rejected, RequestStream, WorkerStopped
+
+log = logging.getLogger(__name__)
+
+# A renderer has one shape on every surface: start(), feed(event), result(), failure.
+RendererFactory = Callable[[wire.Accepted], object]
+OnResult = Callable[[object], Awaitable[None]] | None
+
+
+def rejection(error: Rejected) -> ApiError:
+    rejected = error.rejected
+    return ApiError(rejected.message, param=rejected.param, code=rejected.code)
+
+
+async def start(plan: PlannedGeneration) -> tuple[RequestStream, wire.Accepted]:
+    """Send the call and wait for the worker's verdict.
+
+    Raises ApiError (the worker refused the request), EngineUnavailable or WorkerStopped.
+    """
+    stream = await open_generation(plan.model, plan.call)
+    try:
+        return stream, await stream.accepted()
+    except Rejected as error:
+        raise rejection(error) from None
+    except RuntimeError as error:  # the worker failed to prepare a valid request
+        raise ApiError(str(error), status=500, type="server_error") from None
+    except BaseException:
+        stream.close()
+        raise
+
+
+async def serve(
+    plan: PlannedGeneration,
+    surface: Surface,
+    make_renderer: RendererFactory,
+    *,
+    stream: bool,
+    on_result: OnResult = None,
+) -> HttpResponse:
+    try:
+        events, accepted = await start(plan)
+    except ApiError as error:
+        return surface.error(error)
+    except (EngineUnavailable, WorkerStopped) as error:
+        log.warning("%s: %s", plan.model_name, error.message)
+        return surface.unavailable(error.message, error.state)
+    except asyncio.CancelledError:
+        log.info("499 client closed the request before its answer started")
+        raise
+    renderer = make_renderer(accepted)
+    if stream:
+        response = event_stream_response(_frames(events, renderer, surface, on_result))
+    else:
+        response = await _collect(plan, events, renderer, surface, on_result)
+    if accepted.warning:
+        response["Warning"] = f'299 mlxlab "{accepted.warning}"'
+    return response
+
+
+async def _collect(plan, events: RequestStream, renderer, surface: Surface, on_result):
+    try:
+        async for event in events.events():
+            renderer.feed(event)
+    except WorkerStopped as error:
+        log.error("%s: worker stopped under a request (%s)", plan.model_name, error)
+        return surface.unavailable(error.message, error.state)
+    except asyncio.CancelledError:
+        log.info("499 client closed the request; its generation is cancelled")
+        raise
+    if renderer.failure is not None:
+        log.error("generation failed: %s", renderer.failure)
+        return surface.error(ApiError(renderer.failure, status=500, type="server_error"))
+    if on_result is not None:
+        await on_result(renderer)
+    return JsonResponse(renderer.result())
+
+
+async def _frames(
+    events: RequestStream, renderer, surface: Surface, on_result: OnResult
+) -> AsyncIterator[bytes]:
+    """The event stream; closing it early (the client left) cancels the generation."""
+    finished = False
+    try:
+        async with contextlib.aclosing(events.events()) as stream:
+            for item in renderer.start():
+                yield surface.frame(item)
+            try:
+                async for event in stream:
+                    for item in renderer.feed(event):
+                        yield surface.frame(item)
+            except WorkerStopped as error:
+                log.error("worker stopped while streaming (%s)", error)
+                yield surface.stream_error(error.stream_message)
+                finished = True
+                return
+        finished = True
+        if renderer.failure is None and surface.end:
+            yield surface.end
+        if on_result is not None:
+            await on_result(renderer)
+    finally:
+        if not finished:
+            log.info("499 client closed the stream; its generation is cancelled")

@@ -1,0 +1,141 @@
+"""One request's answer from a worker, as the web side reads it, and its failures."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from ..engine import wire
+from ..engine.request import Event, Failed, Finished
+
+RETRY_SHORTLY = " — retry shortly"
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    """How a worker process ended: an exit code, or the signal that killed it."""
+
+    code: int | None
+    signal: str | None
+
+    def describe(self) -> str:
+        return f"signal {self.signal}" if self.signal else f"exit code {self.code}"
+
+    def as_dict(self) -> dict:
+        return {"code": self.code, "signal": self.signal}
+
+
+class EngineUnavailable(Exception):
+    """No worker could take the request (before anything was streamed)."""
+
+    def __init__(self, reason: str, state: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.state = state
+
+    @property
+    def message(self) -> str:
+        suffix = RETRY_SHORTLY if self.state == "restarting" else ""
+        return f"inference engine unavailable: {self.reason}{suffix}"
+
+
+class WorkerStopped(Exception):
+    """The worker died while it held the request."""
+
+    def __init__(self, exit: ExitStatus | None, state: str) -> None:
+        super().__init__(exit.describe() if exit else "worker stopped")
+        self.exit = exit
+        self.state = state
+
+    @property
+    def message(self) -> str:
+        """For an answer that has not started: mlx-bun's wording, nothing retried."""
+        return (
+            "inference engine unavailable: the engine worker stopped mid-request; "
+            f"respawning{RETRY_SHORTLY}"
+        )
+
+    @property
+    def stream_message(self) -> str:
+        """For an event stream already under way."""
+        detail = f" ({self.exit.describe()})" if self.exit else ""
+        return (
+            "inference engine unavailable: the engine worker stopped while streaming this "
+            f"response{detail}; it is being respawned"
+        )
+
+
+class Rejected(Exception):
+    """The worker refused the request as sent (a client error)."""
+
+    def __init__(self, rejected: wire.Rejected) -> None:
+        super().__init__(rejected.message)
+        self.rejected = rejected
+
+
+STOPPED = "stopped"  # the kind delivered when the worker dies
+
+
+class RequestStream:
+    """Messages for one request, delivered from the supervisor's thread to the caller's loop.
+
+    `accepted()` waits for the worker's verdict; iterating yields the engine's events.
+    Closing it early cancels the request in the worker.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._early: list[Event] = []  # events that overtook "accepted"
+        self.ended = False
+        self.count_only = False  # answered by "accepted" alone
+        self.cancel: Callable[[], None] = lambda: None  # set once sent to a worker
+        self.worker_state: Callable[[], str] = lambda: "stopped"
+
+    def deliver(self, kind: str, payload: object) -> None:
+        """Called on the supervisor's loop."""
+        with contextlib.suppress(RuntimeError):  # the caller's loop is gone
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, (kind, payload))
+
+    async def accepted(self) -> wire.Accepted:
+        while True:
+            kind, payload = await self._queue.get()
+            if kind == "accepted":
+                return payload
+            if kind == "rejected":
+                self.ended = True
+                raise Rejected(payload)
+            if kind == STOPPED:
+                self.ended = True
+                raise WorkerStopped(payload, self.worker_state())
+            if isinstance(payload, Failed):
+                self.ended = True
+                raise RuntimeError(payload.message)
+            self._early.append(payload)
+
+    async def events(self) -> AsyncIterator[Event]:
+        """The events until Finished or Failed; a dead worker raises WorkerStopped."""
+        try:
+            for event in self._early:
+                yield event
+                self.ended = isinstance(event, Finished | Failed)
+                if self.ended:
+                    return
+            while True:
+                kind, payload = await self._queue.get()
+                if kind == STOPPED:
+                    self.ended = True
+                    raise WorkerStopped(payload, self.worker_state())
+                self.ended = isinstance(payload, Finished | Failed)
+                yield payload
+                if self.ended:
+                    return
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if not self.ended:
+            self.ended = True
+            self.cancel()

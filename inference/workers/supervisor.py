@@ -1,0 +1,475 @@
+"""The supervisor: starts a worker process per model on demand, watches it, restarts it.
+
+It runs on a thread of its own with its own asyncio loop, which owns every ZeroMQ
+socket and child process; request handlers on any other loop reach it through
+`run_coroutine_threadsafe`. Residency: at most `max_loaded` models (and
+`memory_limit_bytes` of their reported memory), least recently used evicted first,
+pinned models never; an evicted worker drains (finishes what it holds) before it stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import zmq
+import zmq.asyncio
+
+from ..engine import wire
+from .streams import STOPPED, EngineUnavailable, ExitStatus, RequestStream
+
+log = logging.getLogger(__name__)
+
+STATES = ("starting", "ready", "restarting", "stopped")
+FINAL_KINDS = ("finished", "failed", "rejected")
+
+
+@dataclass(frozen=True)
+class SupervisorConfig:
+    command: Callable[[str, str, str], list[str]]  # (model, path, address) -> argv
+    socket_dir: Path
+    max_loaded: int = 2
+    memory_limit_bytes: int = 0  # 0: no memory bound
+    idle_seconds: float = 1800.0  # 0: never unload idle models
+    wait_seconds: float = 30.0  # for a restarting worker
+    load_seconds: float = 600.0
+    pinned: frozenset[str] = frozenset()
+    report_interval: float = 2.0
+    max_start_failures: int = 3  # in a row, while loading: the model cannot load
+
+
+@dataclass
+class Worker:
+    """One model's worker: the process of the moment and what survives its restarts."""
+
+    id: str
+    model: str
+    path: str
+    address: str
+    estimate_bytes: int
+    state: str = "starting"
+    restarts: int = 0
+    pid: int | None = None
+    last_exit: ExitStatus | None = None
+    status: wire.WorkerStatus | None = None
+    draining: bool = False
+    waiters: int = 0  # requests waiting for this worker to be ready
+    last_used: float = field(default_factory=time.monotonic)
+    start_failures: int = 0
+    failure: str | None = None  # why it stopped for good
+    process: subprocess.Popen | None = None
+    socket: zmq.asyncio.Socket | None = None
+    streams: dict[int, RequestStream] = field(default_factory=dict)
+    reports: dict[int, asyncio.Future] = field(default_factory=dict)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    reader: asyncio.Task | None = None
+
+    @property
+    def socket_path(self) -> str | None:
+        return self.address.removeprefix("ipc://") if self.address.startswith("ipc://") else None
+
+    @property
+    def memory_bytes(self) -> int:
+        if self.status is None:
+            return self.estimate_bytes
+        return self.status.active_bytes + self.status.cache_bytes
+
+    def notify(self) -> None:
+        """Wake whoever waits for a change of state, then re-arm."""
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+
+def exit_status(returncode: int) -> ExitStatus:
+    if returncode < 0:
+        try:
+            return ExitStatus(None, signal.Signals(-returncode).name)
+        except ValueError:
+            return ExitStatus(None, f"signal {-returncode}")
+    return ExitStatus(returncode, None)
+
+
+class Supervisor:
+    def __init__(self, config: SupervisorConfig) -> None:
+        self.config = config
+        self.workers: dict[str, Worker] = {}  # model name -> worker
+        self._ids = itertools.count(1)
+        self._request_ids = itertools.count(1)
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="worker-supervisor", daemon=True)
+        self._started = threading.Event()
+        self._closed = False
+        self._thread.start()
+        self._started.wait()
+
+    # -- called from any thread or loop ------------------------------------------------
+
+    def call(self, coroutine) -> Future:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+
+    async def open(self, model: str, path: str, call: wire.GenerateCall, *, size_bytes=0):
+        """Send `call` to the model's worker (starting it if needed); its RequestStream.
+
+        Raises EngineUnavailable when no worker can take it in time.
+        """
+        stream = RequestStream(asyncio.get_running_loop())
+        try:
+            await asyncio.wrap_future(self.call(self._open(model, path, size_bytes, call, stream)))
+        except asyncio.CancelledError:  # the client left while its request was on its way
+            stream.close()
+            raise
+        return stream
+
+    def ensure(self, model: str, path: str, *, size_bytes: int = 0, wait: bool = True) -> None:
+        """Make the model resident (blocking until ready, unless not `wait`)."""
+        future = self.call(self._ready_worker(model, path, size_bytes))
+        if wait:
+            future.result()
+
+    def unload(self, model: str) -> bool:
+        return self.call(self._unload(model)).result()
+
+    def live_status(self, model: str, timeout: float = 2.0) -> Future:
+        return self.call(self._live_status(model, timeout))
+
+    def resident(self) -> list[Worker]:
+        return [w for w in list(self.workers.values()) if w.state != "stopped"]
+
+    def ready_models(self) -> list[str]:
+        return sorted(w.model for w in self.resident() if w.state == "ready")
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.call(self._stop_all(timeout)).result(timeout + 2)
+        except Exception:
+            log.exception("stopping the model workers failed")
+        self.call(self._quiesce()).result(5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(2)
+
+    async def _quiesce(self) -> None:
+        """Cancel the loop's own tasks and close the sockets' context before the loop stops."""
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.context.term()
+
+    # -- the supervisor's loop ---------------------------------------------------------
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.context = zmq.asyncio.Context()
+        self._residency = asyncio.Lock()
+        self.loop.create_task(self._housekeeping())
+        self.loop.call_soon(self._started.set)
+        self.loop.run_forever()
+
+    async def _open(self, model, path, size_bytes, call, stream: RequestStream) -> None:
+        worker = await self._ready_worker(model, path, size_bytes)
+        request_id = next(self._request_ids)
+        socket = worker.socket
+        worker.streams[request_id] = stream
+        worker.last_used = time.monotonic()
+        if stream.ended:  # the caller left while this was on its way
+            worker.streams.pop(request_id, None)
+            return
+        stream.worker_state = lambda: worker.state
+        stream.count_only = call.count_only
+        stream.cancel = lambda: self.loop.call_soon_threadsafe(
+            self._cancel, worker, socket, request_id
+        )
+        await socket.send(wire.encode("generate", request_id, call))
+
+    def _cancel(self, worker: Worker, socket, request_id: int) -> None:
+        if worker.streams.pop(request_id, None) is not None and socket is worker.socket:
+            socket.send(wire.encode("cancel", request_id))
+            worker.notify()
+
+    async def _ready_worker(self, model: str, path: str, size_bytes: int) -> Worker:
+        """The model's worker once it is ready: started, waited for, or refused.
+
+        A request counts as waiting on the worker it first finds; a drain serves those
+        before the worker stops, so an eviction never starves a request already waiting.
+        """
+        deadline = None
+        worker: Worker | None = None
+        try:
+            while True:
+                if worker is not None and worker.state == "stopped":  # stopped under us
+                    worker.waiters -= 1
+                    worker = None
+                if worker is None:
+                    worker = await self._resident_worker(model, path, size_bytes)
+                    worker.waiters += 1
+                if worker.state == "ready":
+                    return worker
+                if deadline is None:  # a first load may take long; a restart is a short wait
+                    recovering = worker.restarts > 0 and worker.state in ("restarting", "starting")
+                    wait = self.config.wait_seconds if recovering else self.config.load_seconds
+                    deadline = time.monotonic() + wait
+                try:
+                    await asyncio.wait_for(worker.changed.wait(), deadline - time.monotonic())
+                except TimeoutError:
+                    raise EngineUnavailable(self._unready_reason(worker), worker.state) from None
+                if worker.state == "stopped" and worker.failure:
+                    raise EngineUnavailable(worker.failure, "stopped")
+        finally:
+            if worker is not None:
+                worker.waiters -= 1
+                worker.notify()
+
+    async def _resident_worker(self, model: str, path: str, size_bytes: int) -> Worker:
+        """The model's current worker, or a new one; a draining one's successor."""
+        while True:
+            worker = self.workers.get(model)
+            if worker is not None and worker.draining:
+                await worker.changed.wait()
+                continue
+            if worker is not None and worker.state != "stopped":
+                return worker
+            async with self._residency:
+                worker = self.workers.get(model)
+                if worker is None or worker.state == "stopped":
+                    await self._make_room(model, size_bytes)
+                    return self._spawn(model, path, size_bytes)
+
+    @staticmethod
+    def _unready_reason(worker: Worker) -> str:
+        if worker.state == "restarting" or worker.restarts > 0:
+            reason = f"the worker for {worker.model} is restarting"
+            if worker.last_exit is not None:
+                reason += f" after it stopped ({worker.last_exit.describe()})"
+            return reason
+        return f"the worker for {worker.model} is still loading the model"
+
+    async def _make_room(self, model: str, size_bytes: int) -> None:
+        """Evict least recently used workers until the new one fits (pinned ones stay)."""
+        while True:
+            others = [w for w in self.resident() if w.model != model]
+            over_count = len(others) + 1 > max(self.config.max_loaded, 1)
+            limit = self.config.memory_limit_bytes
+            used = sum(w.memory_bytes for w in others)
+            over_memory = limit > 0 and used + size_bytes > limit and bool(others)
+            if not (over_count or over_memory):
+                return
+            candidates = sorted(
+                (w for w in others if w.model not in self.config.pinned),
+                key=lambda w: w.last_used,
+            )
+            if not candidates:
+                log.warning("no room for %s: every resident model is pinned", model)
+                return
+            victim = candidates[0]
+            log.info("unloading %s to make room for %s", victim.model, model)
+            await self._drain_and_stop(victim)
+
+    def _spawn(self, model: str, path: str, size_bytes: int) -> Worker:
+        worker_id = f"w{next(self._ids)}"
+        self.config.socket_dir.mkdir(parents=True, exist_ok=True)
+        address = f"ipc://{self.config.socket_dir / f'{os.getpid()}-{worker_id}.sock'}"
+        worker = Worker(worker_id, model, path, address, size_bytes)
+        self.workers[model] = worker
+        self._launch(worker)
+        return worker
+
+    def _launch(self, worker: Worker) -> None:
+        """Start the worker's process and a fresh socket to it; messages of the last one die."""
+        if worker.socket_path:
+            Path(worker.socket_path).unlink(missing_ok=True)
+        argv = self.config.command(worker.model, worker.path, worker.address)
+        # A session of its own: a terminal's Ctrl-C reaches the lab, which stops its workers.
+        worker.process = subprocess.Popen(argv, start_new_session=True)
+        worker.pid = worker.process.pid
+        worker.status = None
+        socket = self.context.socket(zmq.DEALER)
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.setsockopt(zmq.RCVHWM, 0)  # events are never dropped on the way in
+        socket.connect(worker.address)
+        worker.socket = socket
+        worker.reader = self.loop.create_task(self._read(worker, socket))
+        process = worker.process
+        threading.Thread(
+            target=lambda: self.loop.call_soon_threadsafe(
+                self._exited, worker, process, process.wait()
+            ),
+            name=f"wait-{worker.id}",
+            daemon=True,
+        ).start()
+        self.loop.create_task(self._await_ready(worker, socket))
+        log.info("started worker %s for %s (pid %d)", worker.id, worker.model, worker.pid)
+
+    async def _await_ready(self, worker: Worker, socket) -> None:
+        try:
+            status = await self._ask(worker, socket, self.config.load_seconds)
+        except (TimeoutError, asyncio.CancelledError, zmq.ZMQError):
+            if socket is worker.socket and worker.process is not None:
+                log.error("worker %s for %s did not load in time", worker.id, worker.model)
+                worker.process.kill()
+            return
+        if socket is worker.socket:
+            worker.status = status
+            worker.state = "ready"
+            worker.start_failures = 0
+            worker.notify()
+
+    async def _ask(self, worker: Worker, socket, timeout: float) -> wire.WorkerStatus:
+        request_id = next(self._request_ids)
+        reply = self.loop.create_future()
+        worker.reports[request_id] = reply
+        try:
+            await socket.send(wire.encode("report", request_id))
+            return await asyncio.wait_for(reply, timeout)
+        finally:
+            worker.reports.pop(request_id, None)
+
+    async def _read(self, worker: Worker, socket) -> None:
+        while True:
+            try:
+                frame = await socket.recv()
+                kind, request_id, payload = wire.decode(frame)
+            except (asyncio.CancelledError, zmq.ZMQError):
+                return
+            except wire.WireError as exc:
+                log.warning("worker %s sent a malformed frame: %s", worker.id, exc)
+                continue
+            if kind == "status":
+                reply = worker.reports.get(request_id)
+                if reply is not None and not reply.done():
+                    reply.set_result(payload)
+                continue
+            stream = worker.streams.get(request_id)
+            if stream is None:
+                continue  # cancelled
+            stream.deliver(kind, payload)
+            if kind in FINAL_KINDS or (kind == "accepted" and stream.count_only):
+                worker.streams.pop(request_id, None)
+                worker.notify()
+
+    def _exited(self, worker: Worker, process: subprocess.Popen, returncode: int) -> None:
+        if process is not worker.process:
+            return
+        status = exit_status(returncode)
+        worker.last_exit = status
+        worker.pid = None
+        worker.process = None
+        if worker.state == "stopped":  # we stopped it
+            self._close_socket(worker, status)
+            worker.notify()
+            return
+        log.error("worker %s for %s stopped (%s)", worker.id, worker.model, status.describe())
+        if worker.state == "starting":
+            worker.start_failures += 1
+        if worker.start_failures >= self.config.max_start_failures:
+            worker.state = "stopped"
+            worker.failure = (
+                f"the worker for {worker.model} could not load it ({status.describe()})"
+            )
+            self.workers.pop(worker.model, None)
+        else:
+            worker.state = "restarting"
+            worker.restarts += 1
+            delay = min(0.5 * 2**worker.start_failures, 10.0)
+            self.loop.call_later(delay, self._restart, worker)
+        # The state is set first: the requests told below report it.
+        self._close_socket(worker, status)
+        worker.notify()
+
+    def _restart(self, worker: Worker) -> None:
+        if worker.state == "restarting" and self.workers.get(worker.model) is worker:
+            self._launch(worker)
+            worker.state = "starting"
+            worker.notify()
+
+    def _close_socket(self, worker: Worker, status: ExitStatus | None) -> None:
+        streams, worker.streams = worker.streams, {}
+        for stream in streams.values():
+            stream.deliver(STOPPED, status)
+        for reply in worker.reports.values():
+            if not reply.done():
+                reply.cancel()
+        if worker.reader is not None:
+            worker.reader.cancel()
+        if worker.socket is not None:
+            worker.socket.close(0)
+        worker.socket = None
+
+    async def _drain_and_stop(self, worker: Worker) -> None:
+        worker.draining = True
+        worker.notify()
+        while (worker.streams or worker.waiters) and worker.state != "stopped":
+            await worker.changed.wait()
+        await self._stop(worker)
+
+    async def _stop(self, worker: Worker, timeout: float = 10.0) -> None:
+        worker.state = "stopped"
+        worker.draining = False
+        if self.workers.get(worker.model) is worker:
+            self.workers.pop(worker.model)
+        process = worker.process
+        if process is not None:
+            process.terminate()
+            deadline = time.monotonic() + timeout
+            while process.poll() is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            if process.poll() is None:
+                process.kill()
+        self._close_socket(worker, worker.last_exit)
+        if worker.socket_path:
+            Path(worker.socket_path).unlink(missing_ok=True)
+        worker.notify()
+        if not self._closed:  # at exit, the log's stream may be closed already
+            log.info("stopped worker %s for %s", worker.id, worker.model)
+
+    async def _unload(self, model: str) -> bool:
+        worker = self.workers.get(model)
+        if worker is None:
+            return False
+        await self._drain_and_stop(worker)
+        return True
+
+    async def _live_status(self, model: str, timeout: float) -> wire.WorkerStatus | None:
+        worker = self.workers.get(model)
+        if worker is None or worker.state != "ready" or worker.socket is None:
+            return None
+        try:
+            worker.status = await self._ask(worker, worker.socket, timeout)
+        except (TimeoutError, asyncio.CancelledError, zmq.ZMQError):
+            return None
+        return worker.status
+
+    async def _housekeeping(self) -> None:
+        """Refresh the workers' memory reports; unload models idle past their time."""
+        while True:
+            await asyncio.sleep(self.config.report_interval)
+            for worker in self.resident():
+                if worker.state == "ready":
+                    self.loop.create_task(self._live_status(worker.model, 5.0))
+                idle = time.monotonic() - worker.last_used
+                if (
+                    self.config.idle_seconds > 0
+                    and idle > self.config.idle_seconds
+                    and worker.state == "ready"
+                    and not worker.streams
+                    and not worker.waiters
+                    and not worker.draining
+                    and worker.model not in self.config.pinned
+                ):
+                    log.info("unloading %s: idle for %.0f s", worker.model, idle)
+                    self.loop.create_task(self._drain_and_stop(worker))
+
+    async def _stop_all(self, timeout: float) -> None:
+        await asyncio.gather(*(self._stop(w, timeout) for w in self.resident()))
