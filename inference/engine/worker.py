@@ -76,10 +76,10 @@ class WorkerServer:
         try:
             while not self.stopping.is_set():
                 try:
-                    item = self.prepare_queue.get(timeout=0.5)
+                    first = self.prepare_queue.get(timeout=0.5)
                 except queue.Empty:
                     continue
-                self._prepare(*item)
+                self._prepare_waiting(first)
         except SystemExit:
             pass
         finally:
@@ -93,34 +93,62 @@ class WorkerServer:
     def _terminate(self, signum, frame) -> None:
         raise SystemExit(0)
 
-    def _prepare(self, client: bytes, request_id: int, call) -> None:
-        key = (client, request_id)
-        try:
-            self._prepare_and_submit(key, call)
-        finally:
-            with self._lock:
-                self._pending.discard(key)
-                self._cancelled.discard(key)
+    def _prepare_waiting(self, first: tuple) -> None:
+        """Build every waiting request, then submit them together.
 
-    def _prepare_and_submit(self, key: tuple[bytes, int], call) -> None:
+        Requests that arrive together then share their first prefill step, as they
+        would in one process, instead of each joining the batch a step later.
+        """
+        waiting, built = [first], []
+        while waiting:
+            client, request_id, call = waiting.pop(0)
+            key = (client, request_id)
+            prepared = self._build(key, call)
+            if prepared is not None:
+                built.append((key, prepared))
+            else:
+                self._forget(key)
+            while True:
+                try:
+                    waiting.append(self.prepare_queue.get_nowait())
+                except queue.Empty:
+                    break
+        for key, prepared in built:
+            try:
+                self._submit(key, prepared)
+            finally:
+                self._forget(key)
+
+    def _forget(self, key: tuple[bytes, int]) -> None:
+        with self._lock:
+            self._pending.discard(key)
+            self._cancelled.discard(key)
+
+    def _build(self, key: tuple[bytes, int], call):
+        """The prepared request, or None once the client has its answer (or left)."""
         client, request_id = key
-        if self._was_cancelled(key):
-            return
+        with self._lock:
+            if key in self._cancelled:
+                return None
         try:
             prepared = self.builder.build(call)
         except PromptRejected as error:
             rejected = wire.Rejected(error.message, param=error.param, code=error.code)
             self._send(client, wire.encode("rejected", request_id, rejected))
-            return
+            return None
         except Exception as exc:  # a bug, not the client's fault: the web side answers 500
             log.exception("preparing request %s failed", request_id)
             failed = Failed(f"prompt preparation failed: {exc}")
             self._send(client, wire.encode_event(request_id, failed))
-            return
-        accepted = wire.Accepted(prepared.prompt_tokens, prepared.warning)
-        self._send(client, wire.encode("accepted", request_id, accepted))
-        if prepared.request is None:
-            return
+            return None
+        if prepared.request is None:  # only counted
+            accepted = wire.Accepted(prepared.prompt_tokens, prepared.warning)
+            self._send(client, wire.encode("accepted", request_id, accepted))
+            return None
+        return prepared
+
+    def _submit(self, key: tuple[bytes, int], prepared) -> None:
+        client, request_id = key
 
         def emit(event) -> None:
             if isinstance(event, Finished | Failed):
@@ -131,11 +159,9 @@ class WorkerServer:
         with self._lock:
             if key in self._cancelled:  # the client left while its prompt was built
                 return
+            accepted = wire.Accepted(prepared.prompt_tokens, prepared.warning)
+            self._send(client, wire.encode("accepted", request_id, accepted))
             self._engine_ids[key] = self.engine.submit(prepared.request, emit)
-
-    def _was_cancelled(self, key: tuple[bytes, int]) -> bool:
-        with self._lock:
-            return key in self._cancelled
 
     def _send(self, client: bytes, frame: bytes) -> None:
         """Hand a frame to the I/O thread; callable from any thread."""
