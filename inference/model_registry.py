@@ -7,8 +7,8 @@ from pathlib import Path
 
 from django.conf import settings
 
-from .engine.gguf_import import Progress, import_gguf
 from .engine.model_folder import describe_model_folder
+from .gguf.convert import Progress, import_gguf
 from .models import LanguageModel
 
 

@@ -110,12 +110,17 @@ def execute(job_id, worker: str) -> str:
         context.log(f"{job.kind} started on {worker}")
         result = service(job.kind).run(context)
         _succeed(job, context, result)
+    # The partial output goes before the final status is saved: whoever sees the job
+    # ended must not find it still on disk.
     except JobCancelled:
+        shutil.rmtree(workdir, ignore_errors=True)
         _end(job, context, "cancelled", "cancelled on request")
     except SoftTimeLimitExceeded:
+        shutil.rmtree(workdir, ignore_errors=True)
         _end(job, context, "failed", "stopped: the job ran past its time limit", error=True)
     except Exception as error:
         log.exception("job %s failed", job.id)
+        shutil.rmtree(workdir, ignore_errors=True)
         _end(job, context, "failed", f"{type(error).__name__}: {error}", error=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

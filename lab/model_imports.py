@@ -14,7 +14,7 @@ from pathlib import Path
 
 from django.db import close_old_connections
 
-from inference.engine.gguf_import import GGUFImportError
+from inference.gguf.convert import GGUFImportError
 from inference.model_registry import model_import_gguf, model_name_from
 from inference.models import LanguageModel
 

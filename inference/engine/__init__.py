@@ -6,6 +6,7 @@ from .cpu_fast_path import load_blas_from_environment
 load_blas_from_environment()
 
 from .bridge import stream_events
+from .engine import Engine
 from .loader import LoadedModel, load_model
 from .request import (
     Event,
@@ -16,7 +17,7 @@ from .request import (
     TextDelta,
     TokenLogprob,
 )
-from .scheduler import Engine, EngineConfig
+from .runner import EngineConfig
 
 __all__ = [
     "Engine",

@@ -4,7 +4,7 @@ mlx-lm applies an adapter by replacing layers for good (`load_adapters`). A serv
 that serves several adapters, stacked or not, over one base model instead wraps
 each targeted layer once in an `AdapterSlot` that adds the active adapters'
 updates to the base layer's output. The engine activates one set per batch
-(scheduler.py), so every row of a batch sees the same adapters.
+(scheduler.py and runner.py), so every row of a batch sees the same adapters.
 """
 
 from __future__ import annotations

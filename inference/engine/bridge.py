@@ -6,8 +6,8 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
+from .engine import Engine
 from .request import Event, Failed, Finished, GenerationRequest
-from .scheduler import Engine
 
 
 async def stream_events(engine: Engine, request: GenerationRequest) -> AsyncIterator[Event]:

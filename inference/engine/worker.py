@@ -3,7 +3,7 @@
 Three threads, each with one job:
 - the main thread prepares prompts (template, tokens, grammar), because only it can
   interrupt a runaway template (SIGALRM, prompt.time_limit);
-- the engine thread (scheduler.Engine) owns MLX and runs the batch;
+- the engine thread (engine.Engine: scheduler.py plans, runner.py runs) owns MLX and runs the batch;
 - the I/O thread owns the sockets: requests in, events out, status reports.
 Other threads hand outgoing frames to the I/O thread through an inproc PUSH socket
 of their own (ZeroMQ sockets are not thread-safe).
@@ -25,10 +25,11 @@ import zmq
 
 from . import wire
 from .cpu_fast_path import blas_state
+from .engine import Engine
 from .loader import LoadedModel
 from .prompt import PromptBuilder, PromptRejected
 from .request import Failed, Finished
-from .scheduler import Engine, EngineConfig
+from .runner import EngineConfig
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from inference.engine import Failed, Finished, GenerationRequest, SamplingParams
-from inference.engine import scheduler as scheduler_module
+from inference.engine import runner as runner_module
 
 from .helpers import chat_tokens, generate, submit
 
@@ -89,7 +89,7 @@ def test_cancel_frees_the_slot(engine):
 
 
 def test_a_failing_request_fails_alone(engine, monkeypatch):
-    real = scheduler_module.build_logits_processors
+    real = runner_module.build_logits_processors
 
     def processors(sampling):
         if sampling.logit_bias == {0: -0.5}:  # the marked request breaks mid-step
@@ -100,7 +100,7 @@ def test_a_failing_request_fails_alone(engine, monkeypatch):
             return [broken]
         return real(sampling)
 
-    monkeypatch.setattr(scheduler_module, "build_logits_processors", processors)
+    monkeypatch.setattr(runner_module, "build_logits_processors", processors)
     healthy = greedy(engine, "Name a fruit.", 8)
     expected = generate(engine, healthy).text
     bad = submit(

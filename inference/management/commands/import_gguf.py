@@ -2,7 +2,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from inference.engine.gguf_import import GGUFImportError
+from inference.gguf.convert import GGUFImportError
 from inference.model_registry import model_import_gguf
 
 

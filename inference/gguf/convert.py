@@ -4,7 +4,7 @@ MLX reads GGUF natively and keeps Q4_0, Q4_1 and Q8_0 tensors packed as affine-q
 weights, so the conversion is mostly renaming: tensors get mlx-lm names, the metadata
 becomes ``config.json`` and the embedded vocabulary becomes a Hugging Face tokenizer.
 
-The file header (each tensor's exact GGUF type) is read by gguf_header.py.
+The file header (each tensor's exact GGUF type) is read by header.py.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import Any
 
 import mlx.core as mx
 
-from .gguf_header import GGUFImportError, Header, TensorInfo, read_header
-from .gguf_tokenizer import TokenizerImportError, build_tokenizer, write_json
+from .header import GGUFImportError, Header, TensorInfo, read_header
+from .tokenizer import TokenizerImportError, build_tokenizer, write_json
 
 # Types MLX loads losslessly: name -> (elements per block, bytes per block).
 _BLOCK_LAYOUT = {

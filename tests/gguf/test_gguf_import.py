@@ -14,8 +14,8 @@ import mlx_lm
 import pytest
 from tokenizers.pre_tokenizers import ByteLevel
 
-from inference.engine import gguf_import
-from inference.engine.gguf_import import GGUFImportError, ImportedModel, import_gguf
+from inference.gguf import convert as gguf_import
+from inference.gguf.convert import GGUFImportError, ImportedModel, import_gguf
 
 SMOL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # ggml type ids used by the hand-written files.

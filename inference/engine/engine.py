@@ -1,0 +1,127 @@
+"""The engine: one thread owns MLX and runs a continuous batch for one loaded model.
+
+One step is three calls, as in nano-vllm: schedule (scheduler.py, no tensors), run the
+batch and postprocess its tokens (runner.py). Requests arrive through the scheduler's
+queue from any thread; events leave through each request's `emit`, on the engine thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import mlx.core as mx
+
+from .loader import LoadedModel
+from .prompt_cache import PromptCache
+from .request import Event, GenerationRequest
+from .runner import EngineConfig, EngineStats, Runner
+from .scheduler import Scheduler
+
+
+class Engine:
+    """Continuous batching over mlx-lm's BatchGenerator for one loaded model."""
+
+    def __init__(self, loader: Callable[[], LoadedModel], *, config: EngineConfig | None = None):
+        """Prepare an engine; `start` runs `loader` on the engine thread itself.
+
+        Loading there keeps every MLX array of the model on the thread that uses it.
+        """
+        self._loader = loader
+        self.loaded: LoadedModel | None = None
+        self.config = config or EngineConfig()
+        self.stats = EngineStats()
+        self.scheduler = Scheduler()
+        self.runner: Runner | None = None
+        self._ready = threading.Event()
+        self._load_error: BaseException | None = None
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mlx-engine", daemon=True)
+
+    # -- public API, callable from any thread ---------------------------------
+
+    def start(self, timeout: float | None = None) -> Engine:
+        """Start the thread and wait until the model is loaded (or raise why not)."""
+        self._thread.start()
+        self._ready.wait(timeout)
+        if self._load_error is not None:
+            raise self._load_error
+        if self.loaded is None:
+            raise TimeoutError("the model did not load in time")
+        return self
+
+    @property
+    def tokenizer(self):
+        return self.loaded.tokenizer
+
+    @property
+    def context_length(self) -> int:
+        return self.loaded.context_length
+
+    @property
+    def vocab_size(self) -> int:
+        return self.loaded.vocab_size
+
+    @property
+    def prompt_cache(self) -> PromptCache | None:
+        return self.runner.prompt_cache if self.runner is not None else None
+
+    @property
+    def in_flight(self) -> int:
+        """Requests submitted and not yet finished, failed or cancelled."""
+        return self.scheduler.in_flight
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def submit(self, request: GenerationRequest, emit: Callable[[Event], None]) -> int:
+        """Queue a request; `emit` receives its events on the engine thread."""
+        return self.scheduler.submit(request, emit)
+
+    def cancel(self, request_id: int) -> None:
+        """Drop a request at the next step and free its slot; no more events."""
+        self.scheduler.cancel(request_id)
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        self._stopping.set()
+        self.scheduler.wake()
+        self._thread.join(timeout)
+
+    # -- the engine thread ----------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            if self._load():
+                self._serve()
+        finally:
+            # The global random key may be a lazy array made on this thread; left
+            # unevaluated it aborts the interpreter at exit once the thread is gone.
+            mx.eval(mx.random.state)
+            if self.runner is not None:  # free its MLX arrays on the thread that made them
+                self.runner.prompt_cache.clear()
+
+    def _load(self) -> bool:
+        try:
+            self.loaded = self._loader()
+            self.runner = Runner(self.loaded, self.config, self.stats)
+        except BaseException as exc:
+            self._load_error = exc
+            return False
+        finally:
+            self._ready.set()
+        return True
+
+    def _serve(self) -> None:
+        scheduler, runner = self.scheduler, self.runner
+        stream = mx.new_stream(mx.default_device())
+        with mx.stream(stream):
+            runner.start(stream)
+            while not self._stopping.is_set():
+                plan = scheduler.schedule(runner.size)
+                self.stats.requests_cancelled += plan.dropped
+                ended = runner.apply(plan)
+                if runner.size:
+                    ended += runner.step()
+                scheduler.ended(ended)
+            scheduler.ended(runner.fail_all("the engine is shutting down"))

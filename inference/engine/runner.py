@@ -1,0 +1,252 @@
+"""The runner: owns one model's batch (mlx-lm's BatchGenerator), its samplers, prompt cache
+and adapters, and turns each step's tokens into events. Only the engine thread calls it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from mlx_lm.generate import BatchGenerator, StopSequences
+from mlx_lm.sample_utils import greedy_sampler
+
+from .adapters import activate, load_adapter
+from .grammar import GrammarProcessor
+from .loader import LoadedModel
+from .prompt_cache import PromptCache, PromptCacheConfig
+from .request import Failed
+from .sampling import build_logits_processors, build_sampler
+from .scheduler import Pending, Plan
+from .sequence import Sequence
+
+log = logging.getLogger(__name__)
+
+
+def guarded(function: Callable, sequence: Sequence, *, fallback: Callable) -> Callable:
+    """Run one request's sampler or logits processor inside the shared batch step.
+
+    A failure is recorded on its own sequence (failed at postprocess) and the
+    fallback keeps the step going, so the other rows of the batch never see it.
+    """
+
+    def call(*args):
+        if sequence.error is None:
+            try:
+                return function(*args)
+            except Exception as exc:
+                sequence.error = exc
+        return fallback(*args)
+
+    return call
+
+
+def _unchanged(tokens, logits):
+    return logits
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Knobs of one engine; defaults suit a small CPU machine."""
+
+    max_batch_size: int = 8
+    prefill_batch_size: int = 4
+    prefill_step_size: int = 512
+    prompt_cache: PromptCacheConfig = field(default_factory=PromptCacheConfig)
+
+    def __post_init__(self) -> None:
+        if self.max_batch_size < 1 or self.prefill_batch_size < 1:
+            raise ValueError("batch sizes must be at least 1")
+        if self.prefill_step_size < 1:
+            raise ValueError("prefill_step_size must be at least 1")
+
+
+@dataclass
+class EngineStats:
+    requests_completed: int = 0
+    requests_failed: int = 0
+    requests_cancelled: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    decode_seconds: float = 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.generated_tokens / self.decode_seconds if self.decode_seconds else 0.0
+
+
+class Runner:
+    """Runs the batch; every method returns how many requests left it for good."""
+
+    def __init__(self, loaded: LoadedModel, config: EngineConfig, stats: EngineStats) -> None:
+        self.loaded = loaded
+        self.config = config
+        self.stats = stats
+        tokenizer = loaded.tokenizer
+        self._stop_tokens = StopSequences([(t,) for t in tokenizer.eos_token_ids])
+        # XTC must never cut the newline or end-of-sequence tokens (mlx_lm.server).
+        self._xtc_special = tokenizer.encode("\n") + list(tokenizer.eos_token_ids)
+        self.prompt_cache = PromptCache(
+            config.prompt_cache, key=str(loaded.path), tokenizer=tokenizer
+        )
+        self._generator: BatchGenerator | None = None
+        self._active: dict[int, Sequence] = {}  # BatchGenerator uid -> sequence
+        self._uid_of: dict[int, int] = {}  # request id -> uid
+        self._adapter_key: tuple[str, ...] = ()
+        self._adapters_loaded: set[str] = set()
+
+    @property
+    def size(self) -> int:
+        return len(self._active)
+
+    def start(self, stream) -> None:
+        self._generator = self._new_generator(stream)
+
+    def _new_generator(self, stream) -> BatchGenerator:
+        return BatchGenerator(
+            self.loaded.model,
+            stop_tokens=None,
+            completion_batch_size=self.config.max_batch_size,
+            prefill_batch_size=self.config.prefill_batch_size,
+            prefill_step_size=self.config.prefill_step_size,
+            stream=stream,
+        )
+
+    # -- the plan -------------------------------------------------------------------
+
+    def apply(self, plan: Plan) -> int:
+        """Admit the plan's requests under its adapter set, then drop the cancelled ones."""
+        ended = 0
+        if plan.admit and not self._use_adapters(plan):
+            return len(plan.admit) + self._remove(plan.cancel)
+        for pending in plan.admit:
+            ended += not self._insert(pending)
+        return ended + self._remove(plan.cancel)
+
+    def _use_adapters(self, plan: Plan) -> bool:
+        if plan.adapter_key == self._adapter_key:
+            return True
+        try:
+            for ref in plan.admit[0].request.adapters:
+                if ref.name not in self._adapters_loaded:
+                    load_adapter(self.loaded.model, ref)
+                    self._adapters_loaded.add(ref.name)
+        except Exception as exc:
+            log.warning("adapter for request rejected: %s", exc)
+            for pending in plan.admit:
+                self.stats.requests_failed += 1
+                pending.emit(Failed(str(exc)))
+            return False
+        activate(self.loaded.model, plan.adapter_key)
+        self._adapter_key = plan.adapter_key
+        # Caches made under other adapters must never be reused under these.
+        self.prompt_cache.key = (str(self.loaded.path), *plan.adapter_key)
+        return True
+
+    def _insert(self, pending: Pending) -> bool:
+        request = pending.request
+        sequence = Sequence(pending.request_id, request, pending.emit, self.loaded.tokenizer)
+        try:
+            sampler = build_sampler(request.sampling, xtc_special_tokens=self._xtc_special)
+            processors = build_logits_processors(request.sampling)
+            if request.grammar is not None:  # last, so bias can't revive a masked token
+                processors.append(GrammarProcessor(request.grammar))
+            plan = self.prompt_cache.lookup(request.prompt_tokens)
+            (uid,) = self._generator.insert_segments(
+                [plan.segments],
+                caches=[plan.cache],
+                all_tokens=[request.prompt_tokens[: plan.cached_tokens]],
+                max_tokens=[request.max_tokens],
+                samplers=[guarded(sampler, sequence, fallback=greedy_sampler)],
+                logits_processors=[[guarded(p, sequence, fallback=_unchanged) for p in processors]],
+                stop_sequences=[self._stop_tokens],
+            )
+        except Exception as exc:  # a bad request fails alone
+            log.warning("request %s rejected by the engine: %s", pending.request_id, exc)
+            self.stats.requests_failed += 1
+            pending.emit(Failed(str(exc)))
+            return False
+        self.prompt_cache.expect(uid, plan)
+        sequence.cached_tokens = plan.cached_tokens
+        self._active[uid] = sequence
+        self._uid_of[pending.request_id] = uid
+        self.stats.prompt_tokens += len(request.prompt_tokens)
+        return True
+
+    def _remove(self, request_ids: list[int]) -> int:
+        removed = 0
+        for request_id in request_ids:
+            uid = self._uid_of.get(request_id)
+            if uid is None or uid not in self._active:
+                continue  # already finished, or never admitted
+            self._generator.remove([uid])
+            self._release(uid)
+            self.stats.requests_cancelled += 1
+            removed += 1
+        return removed
+
+    # -- one step -------------------------------------------------------------------
+
+    def step(self) -> int:
+        started = time.perf_counter()
+        try:
+            prompt_responses, responses = self._generator.next()
+            self.prompt_cache.save_boundaries(self._generator, prompt_responses)
+        except Exception as exc:
+            # The batch state is unknown after a failed step: fail its members,
+            # start a fresh generator, keep serving.
+            log.exception("engine step failed")
+            ended = self.fail_all(f"generation failed: {exc}")
+            self._generator = self._new_generator(self._generator.stream)
+            return ended
+        if responses:
+            self.stats.decode_seconds += time.perf_counter() - started
+            self.stats.generated_tokens += len(responses)
+        return self._postprocess(responses)
+
+    def _postprocess(self, responses) -> int:
+        ended = 0
+        for response in responses:
+            sequence = self._active.get(response.uid)
+            if sequence is None:
+                continue
+            if sequence.error is not None:
+                ended += self._fail(sequence, f"generation failed: {sequence.error}")
+                continue
+            if response.finish_reason is not None:  # stored before Finished goes out
+                self.prompt_cache.save_finished(response)
+            try:
+                done = sequence.on_token(response.token, response.logprobs, response.finish_reason)
+            except Exception as exc:
+                log.exception("postprocessing failed for request %s", sequence.request_id)
+                ended += self._fail(sequence, f"generation failed: {exc}")
+                continue
+            if done:
+                if response.finish_reason is None:  # a text stop the generator can't see
+                    self._generator.remove([response.uid])
+                self._release(response.uid)
+                self.stats.requests_completed += 1
+                ended += 1
+        return ended
+
+    def fail_all(self, message: str) -> int:
+        return sum(self._fail(sequence, message) for sequence in list(self._active.values()))
+
+    def _fail(self, sequence: Sequence, message: str) -> int:
+        uid = self._uid_of.get(sequence.request_id)
+        if uid is None:
+            return 0
+        try:
+            self._generator.remove([uid])
+        except Exception:  # the generator may be the broken part
+            log.debug("could not remove uid %s", uid, exc_info=True)
+        self._release(uid)
+        self.stats.requests_failed += 1
+        sequence.emit(Failed(message))
+        return 1
+
+    def _release(self, uid: int) -> None:
+        sequence = self._active.pop(uid, None)
+        if sequence is not None:
+            self._uid_of.pop(sequence.request_id, None)
