@@ -41,7 +41,8 @@ from inference.engine import Engine, EngineConfig, Event, load_model, stream_eve
 from inference.engine.dense_weights import FastPathOptions
 from inference.engine.prompt import PromptBuilder
 from inference.engine.request import Failed, Finished, ReasoningDelta, SamplingParams, TextDelta
-from inference.workers.supervisor import Supervisor, SupervisorConfig
+from inference.workers.supervisor import Supervisor
+from inference.workers.worker import SupervisorConfig
 
 MODEL_DIR = ROOT / "var" / "models" / "smollm2-135m-instruct"
 SOCKET_DIR = OUT_DIR / "sockets"

@@ -11,7 +11,8 @@ from django.conf import settings
 from .api.errors import model_not_found
 from .models import LanguageModel
 from .workers.streams import RequestStream
-from .workers.supervisor import Supervisor, SupervisorConfig
+from .workers.supervisor import Supervisor
+from .workers.worker import SupervisorConfig
 
 _supervisor: Supervisor | None = None
 _lock = threading.Lock()

@@ -15,7 +15,7 @@ from django.http import HttpRequest, JsonResponse
 from .api.endpoints import api_endpoint
 from .engines import default_model_name, supervisor
 from .response_store import response_store_stats
-from .workers.supervisor import Worker
+from .workers.worker import Worker
 
 _started = time.time()
 
@@ -40,12 +40,15 @@ def _worker_report(worker: Worker) -> dict:
     }
 
 
-async def engine_report() -> dict:
-    """mlx-bun's EngineReport: the default model's worker, then every resident worker."""
+async def engine_report(*, with_store: bool = True) -> dict:
+    """mlx-bun's EngineReport: the default model's worker, then every resident worker.
+
+    The response store's figures cost a database query: a liveness probe goes without.
+    """
     workers = supervisor().resident()
     model = default_model_name()
     current = next((w for w in workers if w.model == model), None)
-    return {
+    report = {
         "isolated": True,
         "state": current.state if current else "none",
         "pid": current.pid if current else None,
@@ -53,9 +56,11 @@ async def engine_report() -> dict:
         "socket": (current.socket_path or current.address) if current else None,
         "model": model,
         "last_exit": current.last_exit.as_dict() if current and current.last_exit else None,
-        "response_store": await sync_to_async(response_store_stats)(),
         "workers": [_worker_report(w) for w in workers],
     }
+    if with_store:
+        report["response_store"] = await sync_to_async(response_store_stats)()
+    return report
 
 
 async def _live(model: str):
@@ -73,8 +78,7 @@ async def engine(request: HttpRequest) -> JsonResponse:
 
 @api_endpoint("GET", public=True)  # a liveness probe carries no key
 async def health(request: HttpRequest) -> JsonResponse:
-    report = await engine_report()
-    report.pop("response_store")
+    report = await engine_report(with_store=False)
     report.pop("isolated")
     workers = report.pop("workers")
     if report["state"] == "ready":

@@ -184,20 +184,29 @@ def redis_url():
             process.wait(10)
 
 
-@pytest.fixture(scope="session")
-def lab_server(tmp_path_factory, model_folder, redis_url) -> LiveServer:
-    """The session's server, with its own database and the default model loaded."""
-    home = tmp_path_factory.mktemp("server")
+def server_home(home: Path, model_folder: Path, **settings: str) -> dict:
+    """A server's environment in `home`: its own database (migrated, the default model
+    registered), models folder and worker sockets, plus MLXLAB_* `settings`."""
     env = {
         **os.environ,
         "MLXLAB_DB_PATH": str(home / "db.sqlite3"),
         # Imports from the models page land here, not in the checkout's var/models.
         "MLXLAB_MODELS_DIR": str(home / "models"),
+        "MLXLAB_WORKER_SOCKET_DIR": str(home / "run"),
         "MLXLAB_DEFAULT_MODEL": DEFAULT_MODEL,
         "MLXLAB_PRELOAD": "1",
+        **{f"MLXLAB_{name}": value for name, value in settings.items()},
     }
     _manage(env, "migrate", "--noinput", "-v", "0")
     _manage(env, "add_model", str(model_folder), "--name", DEFAULT_MODEL)
+    return env
+
+
+@pytest.fixture(scope="session")
+def lab_server(tmp_path_factory, model_folder, redis_url) -> LiveServer:
+    """The session's server, with its own database and the default model loaded."""
+    home = tmp_path_factory.mktemp("server")
+    env = server_home(home, model_folder)
     thinking = thinking_model_folder(model_folder, home / "models")
     _manage(env, "add_model", str(thinking), "--name", THINKING_MODEL)
     user_env = {

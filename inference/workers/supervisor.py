@@ -13,13 +13,10 @@ import asyncio
 import itertools
 import logging
 import os
-import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import zmq
@@ -27,76 +24,9 @@ import zmq.asyncio
 
 from ..engine import wire
 from .streams import STOPPED, EngineUnavailable, ExitStatus, RequestStream
+from .worker import FINAL_KINDS, SupervisorConfig, Worker, exit_status
 
 log = logging.getLogger(__name__)
-
-STATES = ("starting", "ready", "restarting", "stopped")
-FINAL_KINDS = ("finished", "failed", "rejected")
-
-
-@dataclass(frozen=True)
-class SupervisorConfig:
-    command: Callable[[str, str, str], list[str]]  # (model, path, address) -> argv
-    socket_dir: Path
-    max_loaded: int = 2
-    memory_limit_bytes: int = 0  # 0: no memory bound
-    idle_seconds: float = 1800.0  # 0: never unload idle models
-    wait_seconds: float = 30.0  # for a restarting worker
-    load_seconds: float = 600.0
-    pinned: frozenset[str] = frozenset()
-    report_interval: float = 2.0
-    max_start_failures: int = 3  # in a row, while loading: the model cannot load
-
-
-@dataclass
-class Worker:
-    """One model's worker: the process of the moment and what survives its restarts."""
-
-    id: str
-    model: str
-    path: str
-    address: str
-    estimate_bytes: int
-    state: str = "starting"
-    restarts: int = 0
-    pid: int | None = None
-    last_exit: ExitStatus | None = None
-    status: wire.WorkerStatus | None = None
-    draining: bool = False
-    waiters: int = 0  # requests waiting for this worker to be ready
-    last_used: float = field(default_factory=time.monotonic)
-    start_failures: int = 0
-    failure: str | None = None  # why it stopped for good
-    process: subprocess.Popen | None = None
-    socket: zmq.asyncio.Socket | None = None
-    streams: dict[int, RequestStream] = field(default_factory=dict)
-    reports: dict[int, asyncio.Future] = field(default_factory=dict)
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-    reader: asyncio.Task | None = None
-
-    @property
-    def socket_path(self) -> str | None:
-        return self.address.removeprefix("ipc://") if self.address.startswith("ipc://") else None
-
-    @property
-    def memory_bytes(self) -> int:
-        if self.status is None:
-            return self.estimate_bytes
-        return self.status.active_bytes + self.status.cache_bytes
-
-    def notify(self) -> None:
-        """Wake whoever waits for a change of state, then re-arm."""
-        self.changed.set()
-        self.changed = asyncio.Event()
-
-
-def exit_status(returncode: int) -> ExitStatus:
-    if returncode < 0:
-        try:
-            return ExitStatus(None, signal.Signals(-returncode).name)
-        except ValueError:
-            return ExitStatus(None, f"signal {-returncode}")
-    return ExitStatus(returncode, None)
 
 
 class Supervisor:
@@ -224,7 +154,7 @@ class Supervisor:
                 try:
                     await asyncio.wait_for(worker.changed.wait(), deadline - time.monotonic())
                 except TimeoutError:
-                    raise EngineUnavailable(self._unready_reason(worker), worker.state) from None
+                    raise EngineUnavailable(worker.unready_reason(), worker.state) from None
                 if worker.state == "stopped" and worker.failure:
                     raise EngineUnavailable(worker.failure, "stopped")
         finally:
@@ -246,15 +176,6 @@ class Supervisor:
                 if worker is None or worker.state == "stopped":
                     await self._make_room(model, size_bytes)
                     return self._spawn(model, path, size_bytes)
-
-    @staticmethod
-    def _unready_reason(worker: Worker) -> str:
-        if worker.state == "restarting" or worker.restarts > 0:
-            reason = f"the worker for {worker.model} is restarting"
-            if worker.last_exit is not None:
-                reason += f" after it stopped ({worker.last_exit.describe()})"
-            return reason
-        return f"the worker for {worker.model} is still loading the model"
 
     async def _make_room(self, model: str, size_bytes: int) -> None:
         """Evict least recently used workers until the new one fits (pinned ones stay)."""

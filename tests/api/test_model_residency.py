@@ -2,32 +2,22 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 import httpx
 import pytest
 
 from tests.api.test_model_workers import SECOND, THIRD, _copy
-from tests.conftest import DEFAULT_MODEL, _manage, start_daphne
+from tests.conftest import DEFAULT_MODEL, _manage, server_home, start_daphne
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory, model_folder, redis_url):
     """Room for three models by count, but a memory bound (1 MB) that no second one fits."""
     home = tmp_path_factory.mktemp("residency")
-    env = {
-        **os.environ,
-        "MLXLAB_DB_PATH": str(home / "db.sqlite3"),
-        "MLXLAB_MODELS_DIR": str(home / "models"),
-        "MLXLAB_DEFAULT_MODEL": DEFAULT_MODEL,
-        "MLXLAB_MAX_LOADED_MODELS": "3",
-        "MLXLAB_MODEL_MEMORY_MB": "1",
-        "MLXLAB_MODEL_IDLE_SECONDS": "3",
-        "MLXLAB_WORKER_SOCKET_DIR": str(home / "run"),
-    }
-    _manage(env, "migrate", "--noinput", "-v", "0")
-    _manage(env, "add_model", str(model_folder), "--name", DEFAULT_MODEL)
+    env = server_home(
+        home, model_folder, MAX_LOADED_MODELS="3", MODEL_MEMORY_MB="1", MODEL_IDLE_SECONDS="3"
+    )
     for name in (SECOND, THIRD):
         _manage(env, "add_model", str(_copy(model_folder, home / name)), "--name", name)
     server = start_daphne(home, env, "residency-daphne")

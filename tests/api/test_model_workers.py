@@ -18,7 +18,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import DEFAULT_MODEL, _manage, start_daphne
+from tests.conftest import DEFAULT_MODEL, _manage, server_home, start_daphne
 
 SECOND, THIRD, BROKEN = "second-model", "third-model", "broken-model"
 LONG = [{"role": "user", "content": "Write a long story about a dragon who learns to sail."}]
@@ -75,18 +75,7 @@ class Lab:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory, model_folder, redis_url):
     home = tmp_path_factory.mktemp("workers")
-    env = {
-        **os.environ,
-        "MLXLAB_DB_PATH": str(home / "db.sqlite3"),
-        "MLXLAB_MODELS_DIR": str(home / "models"),
-        "MLXLAB_DEFAULT_MODEL": DEFAULT_MODEL,
-        "MLXLAB_PRELOAD": "1",
-        "MLXLAB_MAX_LOADED_MODELS": "2",
-        "MLXLAB_WORKER_SOCKET_DIR": str(home / "run"),
-        "MLXLAB_ENGINE_WAIT_SECONDS": "60",
-    }
-    _manage(env, "migrate", "--noinput", "-v", "0")
-    _manage(env, "add_model", str(model_folder), "--name", DEFAULT_MODEL)
+    env = server_home(home, model_folder, MAX_LOADED_MODELS="2", ENGINE_WAIT_SECONDS="60")
     for name in (SECOND, THIRD):
         _manage(env, "add_model", str(_copy(model_folder, home / name)), "--name", name)
     broken = _copy(model_folder, home / BROKEN, broken=True)
