@@ -154,10 +154,8 @@ def load_blas(*, enabled: bool = True, path: str | None = None, threads: int = 1
         _state = _load_first_good(blas_candidates(path), threads)
     # The one line that says why the fast path is off, when it is; a loaded BLAS is
     # reported by /engine, so every management command need not say so.
-    if _state.loaded:
-        level = logging.DEBUG
-    else:
-        level = logging.INFO if not enabled else logging.WARNING
+    failed = logging.WARNING if enabled else logging.INFO
+    level = logging.DEBUG if _state.loaded else failed
     log.log(level, "BLAS: %s", _state.reason)
     return _state
 
