@@ -39,7 +39,7 @@ from workload import CONCURRENT_PROMPTS, DECODE_PROMPTS, WARMUP_PROMPT
 
 from inference.engine import Engine, EngineConfig, Event, load_model, stream_events, wire
 from inference.engine.dense_weights import FastPathOptions
-from inference.engine.prompt import PromptBuilder
+from inference.engine.prompt import PromptBuilder, PromptLimits
 from inference.engine.request import Failed, Finished, ReasoningDelta, SamplingParams, TextDelta
 from inference.workers.supervisor import Supervisor
 from inference.workers.worker import SupervisorConfig
@@ -105,15 +105,18 @@ def calls_for(config: Config) -> Calls:
 # -- the two sides --------------------------------------------------------------------
 
 
-def worker_settings() -> tuple[EngineConfig, FastPathOptions, float]:
+def worker_settings() -> tuple[EngineConfig, FastPathOptions, PromptLimits]:
     """The engine settings a worker runs with, read by the worker's own code."""
     import django
-    from django.conf import settings
 
     django.setup()
-    from inference.management.commands.modelworker import engine_config, fast_path_options
+    from inference.management.commands.modelworker import (
+        engine_config,
+        fast_path_options,
+        prompt_limits,
+    )
 
-    return engine_config(), fast_path_options(), settings.MLXLAB["TEMPLATE_RENDER_SECONDS"]
+    return engine_config(), fast_path_options(), prompt_limits()
 
 
 class InProcess:
@@ -122,10 +125,10 @@ class InProcess:
     key = "in_process"
 
     def __init__(self, path: Path) -> None:
-        config, fast_path, render_seconds = worker_settings()
+        config, fast_path, limits = worker_settings()
         self.engine = Engine(lambda: load_model(path, fast_path=fast_path), config=config)
         self.engine.start()
-        self.builder = PromptBuilder(self.engine.loaded, render_seconds=render_seconds)
+        self.builder = PromptBuilder(self.engine.loaded, limits=limits)
 
     async def events(self, call: wire.GenerateCall) -> AsyncIterator[Event]:
         # Built here, on the loop, as the worker builds on its main thread: both TTFTs

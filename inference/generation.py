@@ -57,8 +57,19 @@ def _check_max_tokens(params: CommonParams) -> None:
         raise ApiError(f"max_tokens must be at most {limit} on this server", param="max_tokens")
 
 
-async def plan_generation(body: dict, *, text: bool = False, count_only: bool = False):
-    """Validate a chat (or, with `text`, a raw completion) body into a PlannedGeneration."""
+def cache_scope(caller: str) -> str:
+    """The prompt-cache scope of `caller` (MLXLAB_PROMPT_CACHE_SCOPE: user, or global)."""
+    return "" if settings.MLXLAB["PROMPT_CACHE_SCOPE"] == "global" else caller
+
+
+async def plan_generation(
+    body: dict, *, text: bool = False, count_only: bool = False, caller: str = ""
+):
+    """Validate a chat (or, with `text`, a raw completion) body into a PlannedGeneration.
+
+    `caller` names who asks (api/access.py caller_id), so that the prompt cache
+    reuses only that caller's own prompts.
+    """
     params = parse_common(body)
     chat, prompt = (None, parse_prompt(body)) if text else (chat_input(body), None)
     _check_max_tokens(params)
@@ -77,5 +88,6 @@ async def plan_generation(body: dict, *, text: bool = False, count_only: bool = 
         top_logprobs=params.top_logprobs,
         adapters=adapters,
         count_only=count_only,
+        cache_scope=cache_scope(caller),
     )
     return PlannedGeneration(record, params, call)

@@ -10,6 +10,7 @@ import logging
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from .api.access import caller_id
 from .api.anthropic_render import MessageBuilder, error_response
 from .api.anthropic_request import chat_body
 from .api.endpoints import api_endpoint
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 async def messages(request: HttpRequest) -> HttpResponse:
     try:
         body = parse_json_body(request.body)
-        plan = await plan_generation(chat_body(body))
+        plan = await plan_generation(chat_body(body), caller=await caller_id(request))
     except ApiError as error:
         return error_response(error)
     return await serve(

@@ -7,6 +7,7 @@ import logging
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from .api.access import caller_id
 from .api.endpoints import api_endpoint
 from .api.errors import ApiError, model_not_found
 from .api.openai_completions import completion_logprobs
@@ -25,7 +26,7 @@ async def _serve(request: HttpRequest, *, renderer_class, text: bool = False) ->
     try:
         body = parse_json_body(request.body)
         body = _legacy_logprobs(body) if text else body
-        plan = await plan_generation(body, text=text)
+        plan = await plan_generation(body, text=text, caller=await caller_id(request))
     except ApiError as error:
         return error.response()
     params = plan.params

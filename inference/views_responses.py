@@ -7,6 +7,7 @@ import logging
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from .api.access import caller_id
 from .api.endpoints import api_endpoint
 from .api.errors import ApiError
 from .api.openai_params import parse_json_body
@@ -56,7 +57,9 @@ async def responses_create(request: HttpRequest) -> HttpResponse:
     try:
         body = parse_json_body(request.body)
         call = parse_responses_call(body)
-        plan = await plan_generation(chat_body(call, await _history(call)))
+        plan = await plan_generation(
+            chat_body(call, await _history(call)), caller=await caller_id(request)
+        )
     except ApiError as error:
         return error.response()
 

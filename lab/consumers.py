@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from inference import json_body
 from inference.api.errors import ApiError
 from inference.engine.request import Failed, Finished, ReasoningDelta, TextDelta
 from inference.generation import plan_generation
@@ -114,7 +114,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs) -> None:
         try:
-            message = json.loads(text_data or "")
+            message = json_body.loads(text_data or "")
         except ValueError:
             await self._error("messages must be JSON objects")
             return
@@ -135,7 +135,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         try:
             turn = await database_sync_to_async(_plan_turn)(self.user, message)
             body = chat_body(turn.settings, turn.turns)
-            plan = await plan_generation(body)
+            plan = await plan_generation(body, caller=f"user:{self.user.pk}")
             # The worker's verdict comes before anything is saved: a refusal changes nothing.
             events, accepted = await start(plan)
         except (ChatInputError, ApiError) as error:

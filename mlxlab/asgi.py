@@ -17,15 +17,19 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 from inference.engines import preload_default_in_background  # noqa: E402
 from jobs.routing import websocket_urlpatterns as job_sockets  # noqa: E402
 from lab.routing import websocket_urlpatterns as chat_sockets  # noqa: E402
+from mlxlab.origin import SameOriginValidator  # noqa: E402
 
 # Daphne serves no files: the lab's static assets (and the API docs page's, from
 # drf-spectacular-sidecar, as no CDN may be reached) come from Django's finders.
-# Websockets carry the session cookie, not a CSRF token: the Origin check stands in for it.
+# Websockets carry the session cookie, not a CSRF token: the Origin check (origin.py)
+# stands in for it.
 application = ProtocolTypeRouter(
     {
         "http": ASGIStaticFilesHandler(django_application),
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter([*chat_sockets, *job_sockets]))
+        "websocket": SameOriginValidator(
+            AllowedHostsOriginValidator(
+                AuthMiddlewareStack(URLRouter([*chat_sockets, *job_sockets]))
+            )
         ),
     }
 )

@@ -204,6 +204,9 @@ MLXLAB = {
     # Reused KV caches of prompt prefixes, per model; 0 entries turns the cache off.
     "PROMPT_CACHE_ENTRIES": int(os.environ.get("MLXLAB_PROMPT_CACHE_ENTRIES", "16")),
     "PROMPT_CACHE_MB": int(os.environ.get("MLXLAB_PROMPT_CACHE_MB", "1024")),
+    # user: a caller reuses only its own cached prompts (cached_tokens tells it nothing of
+    # others'); global: every caller shares them.
+    "PROMPT_CACHE_SCOPE": os.environ.get("MLXLAB_PROMPT_CACHE_SCOPE", "user"),
     # Access control (inference/api_keys.py, inference/api/access.py).
     "STATIC_API_KEY_DIGESTS": _static_key_digests(),
     # With no API key at all, runlab refuses a non-loopback address unless this is set.
@@ -217,6 +220,17 @@ MLXLAB = {
         **_path_limits("MLXLAB_MAX_REQUEST_BYTES_BY_PATH"),
     },
     # The most tokens one request may ask for; 0 means only the context length limits it.
+    # Bounds on what a request may ask of a worker (README: "Limits").
+    "MAX_JSON_DEPTH": int(os.environ.get("MLXLAB_MAX_JSON_DEPTH", "64")),
+    "MAX_STOP_SEQUENCES": int(os.environ.get("MLXLAB_MAX_STOP_SEQUENCES", "16")),
+    "MAX_STOP_CHARS": int(os.environ.get("MLXLAB_MAX_STOP_CHARS", "256")),
+    "MAX_LOGIT_BIAS": int(os.environ.get("MLXLAB_MAX_LOGIT_BIAS", "300")),
+    "MAX_PENALTY_CONTEXT": int(os.environ.get("MLXLAB_MAX_PENALTY_CONTEXT", "4096")),
+    "MAX_TOOLS": int(os.environ.get("MLXLAB_MAX_TOOLS", "128")),
+    "MAX_SCHEMA_BYTES": int(os.environ.get("MLXLAB_MAX_SCHEMA_BYTES", str(64 * 1024))),
+    "MAX_N": int(os.environ.get("MLXLAB_MAX_N", "8")),
+    "GRAMMAR_COMPILE_SECONDS": float(os.environ.get("MLXLAB_GRAMMAR_COMPILE_SECONDS", "10")),
+    "GRAMMAR_CACHE_MB": int(os.environ.get("MLXLAB_GRAMMAR_CACHE_MB", "256")),
     "MAX_TOKENS_LIMIT": int(os.environ.get("MLXLAB_MAX_TOKENS_LIMIT", "0")),
 }
 # Our middleware answers oversized bodies with a 413; Django's own check (a 400) never fires first.
@@ -252,7 +266,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["inference.rest.permissions.LoggedIn"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["inference.json_body.BoundedJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }

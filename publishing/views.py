@@ -8,7 +8,6 @@ poll); a client that goes away while waiting cancels the upload (499).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 
 from asgiref.sync import sync_to_async
@@ -16,6 +15,7 @@ from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from inference import json_body
 from inference.api.access import csrf_passes
 from inference.api_keys import acheck_key, key_user, presented_key
 from jobs.context import JobParamsError
@@ -63,8 +63,8 @@ async def staff_user(request: HttpRequest):
 
 def json_object(request: HttpRequest) -> dict:
     try:
-        body = json.loads(request.body or b"null")
-    except (ValueError, UnicodeDecodeError):
+        body = json_body.loads(request.body or b"null")
+    except json_body.JsonRejected:
         body = None
     if not isinstance(body, dict):
         raise JobParamsError("expected a JSON object")

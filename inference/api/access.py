@@ -31,6 +31,16 @@ def csrf_passes(request: HttpRequest) -> bool:
     return rejection is None
 
 
+async def caller_id(request: HttpRequest) -> str:
+    """Who is calling, as a stable name: a key's user, the static keys, a session's user,
+    or anonymous (an open API)."""
+    check = getattr(request, "api_key", None)
+    if check is not None:
+        return "static" if check.static else f"user:{check.key.user_id}"
+    user = await request.auser()
+    return f"user:{user.pk}" if user.is_authenticated else "anonymous"
+
+
 async def api_access_error(request: HttpRequest) -> ApiError | None:
     """None when the request may go on, else the 401 to answer with.
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 from .errors import ApiError
+from .openai_params import check_stop
 
 # Fields translated here; everything else passes through, so chat extras such as
 # guided_regex or chat_template_kwargs work from the Anthropic SDK's `extra_body`.
@@ -262,7 +263,19 @@ def _stop_sequences(body: dict) -> list[str] | None:
         return None
     if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
         raise invalid("stop_sequences", "Input should be a list of nonempty strings")
-    return stop or None
+    return list(check_stop(stop, "stop_sequences")) or None
+
+
+def _metadata(body: dict) -> None:
+    """Anthropic's metadata holds one `user_id` of at most 256 characters; nothing else."""
+    if body.get("metadata") is None:
+        return
+    metadata = _object(body["metadata"], "metadata")
+    for key, value in metadata.items():
+        if key != "user_id":
+            raise invalid(f"metadata.{key}", "Extra inputs are not permitted")
+        if value is not None and (not isinstance(value, str) or len(value) > 256):
+            raise invalid("metadata.user_id", "Input should be a string of at most 256 characters")
 
 
 def _response_format(body: dict) -> dict | None:
@@ -287,8 +300,7 @@ def chat_body(body: dict, *, count_only: bool = False) -> dict:
     """
     model = _string(_required(body, "model"), "model")
     max_tokens = None if count_only else _max_tokens(body)
-    if body.get("metadata") is not None:
-        _object(body["metadata"], "metadata")
+    _metadata(body)
     tools = _tools(body)
     chat = {key: value for key, value in body.items() if key not in TRANSLATED | SHADOWED}
     chat.update(

@@ -7,9 +7,11 @@ errors instead of a dropped connection.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
+from django.conf import settings
+
+from .. import json_body
 from ..engine import SamplingParams
 from ..engine.request import MAX_TOP_LOGPROBS
 from .errors import ApiError
@@ -27,13 +29,14 @@ class CommonParams:
     stop: tuple[str, ...]
     logprobs: bool
     top_logprobs: int
+    n: int = 1
 
 
 def parse_json_body(raw: bytes) -> dict:
     """The body as a JSON object, or a 400 saying what is wrong with it."""
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        body = json_body.loads(raw)
+    except json_body.JsonRejected as exc:
         raise ApiError(f"Invalid JSON in request body: {exc}") from None
     if not isinstance(body, dict):
         raise ApiError("Request body must be a JSON object")
@@ -60,25 +63,50 @@ def field(body: dict, name: str, expected, default=None, *, low=None, high=None)
     return value
 
 
+def limit(name: str) -> int:
+    """One of the server's request bounds (settings.MLXLAB, README "Limits")."""
+    return settings.MLXLAB[name]
+
+
 def _logit_bias(body: dict) -> dict[int, float] | None:
     bias = field(body, "logit_bias", dict)
     if bias is None:
         return None
+    if len(bias) > limit("MAX_LOGIT_BIAS"):
+        raise ApiError(
+            f"logit_bias may hold at most {limit('MAX_LOGIT_BIAS')} entries", param="logit_bias"
+        )
     try:
-        return {int(key): float(value) for key, value in bias.items()}
+        parsed = {int(key): float(value) for key, value in bias.items()}
     except (TypeError, ValueError):
         raise ApiError("logit_bias must be a dict of int to float", param="logit_bias") from None
+    if any(not -100 <= value <= 100 for value in parsed.values()):
+        raise ApiError("logit_bias values must be between -100 and 100", param="logit_bias")
+    return parsed
+
+
+def check_stop(stop, param: str) -> tuple[str, ...]:
+    """A list of nonempty strings within the server's count and length bounds."""
+    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
+        raise ApiError(f"{param} must be a string or a list of nonempty strings", param=param)
+    count, chars = limit("MAX_STOP_SEQUENCES"), limit("MAX_STOP_CHARS")
+    if len(stop) > count:
+        raise ApiError(f"{param} may hold at most {count} sequences", param=param)
+    if any(len(s) > chars for s in stop):
+        raise ApiError(f"each of {param} may be at most {chars} characters long", param=param)
+    return tuple(stop)
 
 
 def _stop(body: dict) -> tuple[str, ...]:
     stop = body.get("stop")
     if stop is None:
         return ()
-    if isinstance(stop, str):
-        stop = [stop]
-    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
-        raise ApiError("stop must be a string or a list of nonempty strings", param="stop")
-    return tuple(stop)
+    return check_stop([stop] if isinstance(stop, str) else stop, "stop")
+
+
+def check_n(body: dict) -> int:
+    """How many choices to generate from the one prompt (OpenAI's `n`)."""
+    return field(body, "n", int, 1, low=1, high=limit("MAX_N"))
 
 
 def _max_tokens(body: dict) -> int | None:
@@ -96,7 +124,12 @@ def _include_usage(body: dict) -> bool:
     return bool(field(options, "include_usage", bool, False))
 
 
+# The seed reaches mx.random.seed, an unsigned 64-bit value (negative ones wrap).
+SEED_RANGE = (-(2**63), 2**64 - 1)
+
+
 def _sampling(body: dict) -> SamplingParams:
+    window = limit("MAX_PENALTY_CONTEXT")
     return SamplingParams(
         temperature=field(body, "temperature", NUMBER, 0.0, low=0),
         top_p=field(body, "top_p", NUMBER, 1.0, low=0, high=1),
@@ -106,14 +139,14 @@ def _sampling(body: dict) -> SamplingParams:
         # mlx-lm's XTC refuses a threshold over 0.5 mid-generation (a 500), though
         # mlx_lm.server accepts up to 1: refuse it up front instead.
         xtc_threshold=field(body, "xtc_threshold", NUMBER, 0.1, low=0, high=0.5),
-        seed=field(body, "seed", int),
+        seed=field(body, "seed", int, low=SEED_RANGE[0], high=SEED_RANGE[1]),
         logit_bias=_logit_bias(body),
         repetition_penalty=field(body, "repetition_penalty", NUMBER, 0.0, low=0),
-        repetition_context_size=field(body, "repetition_context_size", int, 20, low=0),
+        repetition_context_size=field(body, "repetition_context_size", int, 20, low=0, high=window),
         presence_penalty=field(body, "presence_penalty", NUMBER, 0.0),
-        presence_context_size=field(body, "presence_context_size", int, 20, low=0),
+        presence_context_size=field(body, "presence_context_size", int, 20, low=0, high=window),
         frequency_penalty=field(body, "frequency_penalty", NUMBER, 0.0),
-        frequency_context_size=field(body, "frequency_context_size", int, 20, low=0),
+        frequency_context_size=field(body, "frequency_context_size", int, 20, low=0, high=window),
     )
 
 
@@ -130,4 +163,5 @@ def parse_common(body: dict) -> CommonParams:
         stop=_stop(body),
         logprobs=logprobs,
         top_logprobs=top_logprobs if logprobs else 0,
+        n=check_n(body),
     )

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+from django.conf import settings
+
 from ..engine.grammar import GrammarSpec, choice_regex, schema_text
 from .errors import ApiError
 
@@ -44,22 +46,40 @@ def _response_format(body: dict) -> GrammarSpec | None:
     return None
 
 
+def check_schema_size(text: str, param: str) -> None:
+    """A schema, regex or grammar within MLXLAB_MAX_SCHEMA_BYTES: compile time and memory
+    grow with it (a 137 KB enum takes a second and 32 MB to compile)."""
+    limit = settings.MLXLAB["MAX_SCHEMA_BYTES"]
+    if len(text.encode()) > limit:
+        raise ApiError(f"{param} is larger than the {limit} bytes allowed", param=param)
+
+
 def parse_structured_output(body: dict) -> GrammarSpec | None:
     """The one constraint this request asks for, or None; 400 when a field is malformed."""
+    candidates = _structured_outputs(body)
+    if not candidates:
+        return None
+    name, spec = candidates[0]
+    check_schema_size(spec.source, name)
+    return spec
+
+
+def _structured_outputs(body: dict) -> list[tuple[str, GrammarSpec]]:
     candidates = []
     if (grammar := body.get("guided_grammar")) is not None:
         if not isinstance(grammar, str) or not grammar.strip():
             raise ApiError("guided_grammar must be a nonempty string", param="guided_grammar")
-        candidates.append(GrammarSpec("ebnf", grammar))
+        candidates.append(("guided_grammar", GrammarSpec("ebnf", grammar)))
     if (spec := _response_format(body)) is not None:
-        candidates.append(spec)
+        candidates.append(("response_format", spec))
     for name in ("structured_outputs", "guided_json"):
         if (schema := body.get(name)) is not None:
-            candidates.append(GrammarSpec("json_schema", schema_text(_schema_object(schema, name))))
+            spec = GrammarSpec("json_schema", schema_text(_schema_object(schema, name)))
+            candidates.append((name, spec))
     if (regex := body.get("guided_regex")) is not None:
         if not isinstance(regex, str) or not regex:
             raise ApiError("guided_regex must be a nonempty string", param="guided_regex")
-        candidates.append(GrammarSpec("regex", regex))
+        candidates.append(("guided_regex", GrammarSpec("regex", regex)))
     if (choices := body.get("guided_choice")) is not None:
         if (
             not isinstance(choices, list)
@@ -69,5 +89,5 @@ def parse_structured_output(body: dict) -> GrammarSpec | None:
             raise ApiError(
                 "guided_choice must be a nonempty list of nonempty strings", param="guided_choice"
             )
-        candidates.append(GrammarSpec("choice", choice_regex(choices)))
-    return candidates[0] if candidates else None
+        candidates.append(("guided_choice", GrammarSpec("choice", choice_regex(choices))))
+    return candidates

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
+from django.conf import settings
+
 from .errors import ApiError
+from .openai_structured import check_schema_size
 
 TOOL_CHOICE_MODES = ("auto", "none", "required")
 
@@ -34,6 +38,7 @@ def _function(tool, index: int) -> dict:
     parameters = function.get("parameters", {"type": "object"})
     if not isinstance(parameters, dict):
         raise ApiError(f"{param}.function.parameters must be a JSON schema object", param=param)
+    check_schema_size(json.dumps(parameters), f"{param}.function.parameters")
     return function
 
 
@@ -42,6 +47,9 @@ def parse_tools(body: dict) -> ToolPlan:
     tools = [] if tools is None else tools  # {} or "" is a 400 below, not "no tools"
     if not isinstance(tools, list):
         raise ApiError("tools must be an array", param="tools")
+    limit = settings.MLXLAB["MAX_TOOLS"]
+    if len(tools) > limit:
+        raise ApiError(f"tools may hold at most {limit} tools", param="tools")
     names = frozenset(_function(tool, i)["name"] for i, tool in enumerate(tools))
     choice = body.get("tool_choice", "auto" if tools else "none")
     if isinstance(choice, dict):

@@ -51,6 +51,7 @@ def parse_responses_call(body: dict) -> ResponsesCall:
     store = body.get("store", True)
     if not isinstance(store, bool):
         raise ApiError("store must be a boolean", param="store")
+    _check_metadata(body.get("metadata"))
     return ResponsesCall(
         input_items=[_with_id(item, i) for i, item in enumerate(items)],
         instructions=instructions,
@@ -58,6 +59,29 @@ def parse_responses_call(body: dict) -> ResponsesCall:
         store=store,
         body=body,
     )
+
+
+# OpenAI's bounds on `metadata`: 16 pairs, keys of 64 characters, string values of 512.
+METADATA_PAIRS, METADATA_KEY_CHARS, METADATA_VALUE_CHARS = 16, 64, 512
+
+
+def _check_metadata(metadata) -> None:
+    if metadata is None:
+        return
+    if not isinstance(metadata, dict):
+        raise ApiError("metadata must be an object", param="metadata")
+    if len(metadata) > METADATA_PAIRS:
+        raise ApiError(f"metadata may hold at most {METADATA_PAIRS} pairs", param="metadata")
+    for key, value in metadata.items():
+        if len(key) > METADATA_KEY_CHARS:
+            raise ApiError(
+                f"metadata keys may be at most {METADATA_KEY_CHARS} characters", param="metadata"
+            )
+        if not isinstance(value, str) or len(value) > METADATA_VALUE_CHARS:
+            raise ApiError(
+                f"metadata values must be strings of at most {METADATA_VALUE_CHARS} characters",
+                param=f"metadata.{key}",
+            )
 
 
 def _with_id(item, index: int) -> dict:

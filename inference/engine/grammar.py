@@ -1,8 +1,10 @@
 """Grammar-constrained decoding with xgrammar, one matcher per request.
 
-The compiled grammar is shared and cached per engine (one tokenizer) by its
-kind and text; the matcher is per request, so constrained and free requests
-sit side by side in one batch.
+The compiled grammar is shared and cached per worker (one tokenizer) by its
+kind and text, in an LRU bounded by bytes; the matcher is per request, so
+constrained and free requests sit side by side in one batch. Compiles run on a
+thread of their own under a time budget (xgrammar releases the GIL), so one
+huge schema never holds up other prompts.
 """
 
 from __future__ import annotations
@@ -10,6 +12,9 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -36,32 +41,77 @@ class GrammarSpec:
 
 
 class GrammarCompiler:
-    """Compiles grammars for one tokenizer, each (kind, source) once."""
+    """Compiles grammars for one tokenizer, each (kind, source) once while it stays cached."""
 
-    def __init__(self, tokenizer, vocab_size: int, stop_token_ids: list[int]) -> None:
+    def __init__(
+        self,
+        tokenizer,
+        vocab_size: int,
+        stop_token_ids: list[int],
+        *,
+        max_bytes: int = 256 << 20,
+        budget_seconds: float = 10.0,
+    ) -> None:
         hf_tokenizer = getattr(tokenizer, "_tokenizer", tokenizer)
         info = xgrammar.TokenizerInfo.from_huggingface(
             hf_tokenizer, vocab_size=vocab_size, stop_token_ids=stop_token_ids
         )
         self._compiler = xgrammar.GrammarCompiler(info, cache_enabled=False)
-        self._cache: dict[GrammarSpec, xgrammar.CompiledGrammar] = {}
+        self.max_bytes = max_bytes
+        self.budget_seconds = budget_seconds
+        self._cache: OrderedDict[GrammarSpec, xgrammar.CompiledGrammar] = OrderedDict()
+        self._running: dict[GrammarSpec, Future] = {}
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="grammar")
         self._lock = threading.Lock()
         self.compiled = 0
+        self.bytes = 0
 
     def compile(self, spec: GrammarSpec) -> xgrammar.CompiledGrammar:
-        """The compiled grammar for `spec`, from the cache when seen before."""
+        """The compiled grammar for `spec`; GrammarError when it fails or overruns the budget.
+
+        A compile that overruns keeps going and is cached when done, so the same
+        grammar sent again waits on it instead of starting over.
+        """
         with self._lock:
             cached = self._cache.get(spec)
-        if cached is not None:
-            return cached
+            if cached is not None:
+                self._cache.move_to_end(spec)
+                return cached
+            future = self._running.get(spec)
+            if future is None:
+                future = self._running[spec] = self._pool.submit(self._compile_and_keep, spec)
+        try:
+            return future.result(timeout=self.budget_seconds)
+        except FutureTimeout:
+            raise GrammarError(
+                f"compiling the grammar took longer than {self.budget_seconds:g} s"
+            ) from None
+
+    def _compile_and_keep(self, spec: GrammarSpec) -> xgrammar.CompiledGrammar:
         try:
             compiled = self._compile(spec)
         except Exception as exc:  # xgrammar raises RuntimeError/ValueError with its reason
+            with self._lock:
+                self._running.pop(spec, None)
             raise GrammarError(_reason(exc)) from exc
-        with self._lock:
-            self._cache[spec] = compiled
-            self.compiled += 1
+        self._keep(spec, compiled)
         return compiled
+
+    def _keep(self, spec: GrammarSpec, compiled: xgrammar.CompiledGrammar) -> None:
+        size = compiled.memory_size_bytes
+        with self._lock:
+            self._running.pop(spec, None)  # in the same lock: never neither running nor cached
+            self.compiled += 1
+            if size > self.max_bytes:
+                return  # serves this request only: caching it would evict everything else
+            self._cache[spec] = compiled
+            self.bytes += size
+            while self.bytes > self.max_bytes:
+                _, evicted = self._cache.popitem(last=False)
+                self.bytes -= evicted.memory_size_bytes
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _compile(self, spec: GrammarSpec) -> xgrammar.CompiledGrammar:
         if spec.kind == "json_schema":

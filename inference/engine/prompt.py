@@ -20,6 +20,15 @@ from .output_parser import json_tools as default_tool_parser
 from .request import GenerationRequest
 
 
+@dataclass(frozen=True)
+class PromptLimits:
+    """What one prompt may cost the worker (MLXLAB TEMPLATE_RENDER_SECONDS, GRAMMAR_*)."""
+
+    render_seconds: float = 10.0
+    grammar_seconds: float = 10.0
+    grammar_cache_bytes: int = 256 << 20
+
+
 class PromptRejected(ValueError):
     """The request cannot become a prompt for this model; a client error."""
 
@@ -108,9 +117,10 @@ def tools_instruction(tools: list[dict], markers: tuple[str, str]) -> str:
 class PromptBuilder:
     """Builds prompts for one loaded model; owns its grammar compiler."""
 
-    def __init__(self, loaded: LoadedModel, *, render_seconds: float = 10.0) -> None:
+    def __init__(self, loaded: LoadedModel, *, limits: PromptLimits | None = None) -> None:
         self.loaded = loaded
-        self.render_seconds = render_seconds
+        self.limits = limits or PromptLimits()
+        self.render_seconds = self.limits.render_seconds
         self._compiler: GrammarCompiler | None = None
         tokenizer = loaded.tokenizer
         self.think = (
@@ -129,29 +139,35 @@ class PromptBuilder:
         if self._compiler is None:
             tokenizer = self.loaded.tokenizer
             self._compiler = GrammarCompiler(
-                tokenizer, self.loaded.vocab_size, sorted(tokenizer.eos_token_ids)
+                tokenizer,
+                self.loaded.vocab_size,
+                sorted(tokenizer.eos_token_ids),
+                max_bytes=self.limits.grammar_cache_bytes,
+                budget_seconds=self.limits.grammar_seconds,
             )
         return self._compiler
 
     def build(self, call) -> Prepared:
         """`call` is a wire.GenerateCall; raises PromptRejected for a client error."""
         if call.chat is not None:
-            prompt, grammar, output, warning = self._chat(call.chat)
+            prompt, grammar, output, warning = self._chat(call.chat, compile=not call.count_only)
         else:
             prompt = list(self.loaded.tokenizer.encode(call.text))  # a BOS only if the model asks
             grammar, output, warning = None, OutputFormat(think=None), None
         if call.count_only:
+            self._check_fits(prompt, "messages")
             return Prepared(None, len(prompt), warning)
         request = self._request(call, prompt, grammar, output)
         return Prepared(request, len(prompt), warning)
 
-    def _chat(self, chat):
+    def _chat(self, chat, *, compile: bool = True):
+        """`compile` False (a count): the prompt alone, no grammar compiled for it."""
         messages = chat.messages
         forced = chat.tool_choice not in ("auto", "none")
         active = bool(chat.tools) and chat.tool_choice != "none"
         spec = forced_call_grammar(chat.tools, chat.tool_choice) if forced else chat.structured
         grammar, warning = None, None
-        if spec is not None:
+        if spec is not None and compile:
             try:
                 grammar = self.compiler.compile(spec)
             except GrammarError as error:
@@ -205,6 +221,19 @@ class PromptBuilder:
         except Exception as exc:  # jinja raises whatever the template author chose
             raise PromptRejected(f"prompt build failed: {exc}", param="messages") from None
 
+    def _check_fits(self, prompt: list[int], param: str) -> int:
+        """The tokens left to generate in the context after `prompt`; at least one."""
+        context_length = self.loaded.context_length
+        room = context_length - len(prompt)
+        if room < 1:
+            raise PromptRejected(
+                f"The prompt is {len(prompt)} tokens long, which leaves no room to generate "
+                f"in this model's context length of {context_length} tokens.",
+                param=param,
+                code="context_length_exceeded",
+            )
+        return room
+
     def _request(self, call, prompt: list[int], grammar, output) -> GenerationRequest:
         """Fit the request into the context window, or say plainly why it cannot."""
         vocab_size = self.loaded.vocab_size
@@ -221,15 +250,7 @@ class PromptBuilder:
             raise PromptRejected(
                 f"top_k must be less than the vocabulary size ({vocab_size})", param="top_k"
             )
-        room = context_length - len(prompt)
-        param = "messages" if call.chat is not None else "prompt"
-        if room < 1:
-            raise PromptRejected(
-                f"The prompt is {len(prompt)} tokens long, which leaves no room to generate "
-                f"in this model's context length of {context_length} tokens.",
-                param=param,
-                code="context_length_exceeded",
-            )
+        room = self._check_fits(prompt, "messages" if call.chat is not None else "prompt")
         if call.max_tokens is not None and call.max_tokens > room:
             raise PromptRejected(
                 f"This model's context length is {context_length} tokens, but the request asks "
@@ -249,6 +270,7 @@ class PromptBuilder:
                 grammar=grammar,
                 output=output,
                 adapters=call.adapters,
+                cache_scope=call.cache_scope,
             )
         except ValueError as exc:
             raise PromptRejected(str(exc)) from None

@@ -12,6 +12,8 @@ engine needs around it:
   prompt sharing a prefix with it.
 - At least one prompt token is always left to compute, since the generator
   needs the logits of the last one.
+- Entries belong to a scope (the caller, by default): a lookup only sees its own
+  scope's entries, so `cached_tokens` never tells one user about another's prompts.
 
 Only the engine thread calls `lookup`, `expect` and `save_*`; `stats` and
 `clear` may be called from any thread.
@@ -57,6 +59,7 @@ class PromptPlan:
     cached_tokens: int
     segments: list[list[int]]
     boundary: int | None  # store the KV cache once this many prompt tokens are in
+    scope: str = ""  # whose entries it may read, and whose its own become
 
 
 @dataclass
@@ -90,26 +93,28 @@ class PromptCache:
         self.key = key  # the model (and, later, its adapter): entries never cross it
         self.primer = generation_primer(tokenizer) if tokenizer is not None else []
         self._lru = LRUPromptCache(max(config.max_entries, 1), config.max_bytes)
-        self._awaited: OrderedDict[int, int] = OrderedDict()  # generator uid -> boundary
+        # generator uid -> (its scope, the boundary still awaited or None)
+        self._owners: OrderedDict[int, tuple[str, int | None]] = OrderedDict()
         self._stats = PromptCacheStats()
         self._lock = threading.Lock()
 
-    def lookup(self, prompt: list[int]) -> PromptPlan:
-        """The plan for `prompt`: the longest cached prefix, then the rest in segments."""
+    def lookup(self, prompt: list[int], scope: str = "") -> PromptPlan:
+        """The plan for `prompt`: the longest prefix `scope` has cached, then the rest."""
         cache, cached = None, 0
         if self.config.enabled:
             with self._lock:
-                cache, cached = self._nearest(prompt)
+                cache, cached = self._nearest(prompt, scope)
                 self._stats.lookups += 1
                 self._stats.hits += cached > 0
                 self._stats.cached_tokens += cached
         boundary = self._boundary(prompt)
         if boundary is None or boundary <= cached:
-            return PromptPlan(cache, cached, [prompt[cached:]], None)
-        return PromptPlan(cache, cached, [prompt[cached:boundary], prompt[boundary:]], boundary)
+            return PromptPlan(cache, cached, [prompt[cached:]], None, scope)
+        segments = [prompt[cached:boundary], prompt[boundary:]]
+        return PromptPlan(cache, cached, segments, boundary, scope)
 
-    def _nearest(self, prompt: list[int]) -> tuple[list | None, int]:
-        cache, rest = self._lru.fetch_nearest_cache(self.key, prompt)
+    def _nearest(self, prompt: list[int], scope: str) -> tuple[list | None, int]:
+        cache, rest = self._lru.fetch_nearest_cache((self.key, scope), prompt)
         cached = len(prompt) - len(rest)
         if cache is None or cached == 0:
             return None, 0
@@ -127,19 +132,19 @@ class PromptCache:
         return len(prompt) - size if prompt[-size:] == self.primer else None
 
     def expect(self, uid: int, plan: PromptPlan) -> None:
-        """Remember to store `uid`'s KV cache when its prefill reaches the plan's boundary."""
-        if plan.boundary is None:
-            return
-        self._awaited[uid] = plan.boundary
-        while len(self._awaited) > MAX_AWAITED_BOUNDARIES:
-            self._awaited.popitem(last=False)
+        """Remember `uid`'s scope, and to store its KV cache at the plan's boundary."""
+        self._owners[uid] = (plan.scope, plan.boundary)
+        while len(self._owners) > MAX_AWAITED_BOUNDARIES:
+            self._owners.popitem(last=False)
 
     def save_boundaries(self, generator, prompt_responses) -> None:
         """Store the caches of sequences whose prefill just finished a boundary segment."""
         uids = [
             r.uid
             for r in prompt_responses
-            if r.end_of_segment and not r.end_of_prompt and r.uid in self._awaited
+            if r.end_of_segment
+            and not r.end_of_prompt
+            and self._owners.get(r.uid, ("", None))[1] is not None
         ]
         if not uids:
             return
@@ -149,23 +154,28 @@ class PromptCache:
             log.exception("could not extract prompt caches")
             return
         for uid, (cache, tokens) in caches.items():
-            if len(tokens) == self._awaited[uid]:  # not the generator's own split of the tail
-                del self._awaited[uid]
-                self._store(tokens, cache)
+            scope, boundary = self._owners[uid]
+            if len(tokens) == boundary:  # not the generator's own split of the tail
+                self._owners[uid] = (scope, None)
+                self._store(tokens, cache, scope)
 
     def save_finished(self, response) -> None:
         """Store a finished sequence's whole cache (prompt and reply), keyed by its tokens."""
-        self._awaited.pop(response.uid, None)
+        scope, _ = self._owners.pop(response.uid, ("", None))
         if response.prompt_cache is not None and response.all_tokens:
-            self._store(response.all_tokens, response.prompt_cache)
+            self._store(response.all_tokens, response.prompt_cache, scope)
 
-    def _store(self, tokens: list[int], cache: list) -> None:
+    def forget(self, uid: int) -> None:
+        """`uid` left the batch without finishing (cancelled, failed)."""
+        self._owners.pop(uid, None)
+
+    def _store(self, tokens: list[int], cache: list, scope: str = "") -> None:
         if not self.config.enabled:
             return
         try:
             mx.eval([c.state for c in cache])  # detach from the batch's buffers
             with self._lock:
-                self._lru.insert_cache(self.key, list(tokens), cache)
+                self._lru.insert_cache((self.key, scope), list(tokens), cache)
                 self._stats.stores += 1
         except Exception:  # a cache that can't store must never fail a generation
             log.exception("could not store a prompt cache entry")

@@ -66,6 +66,7 @@ class GenerationRequest:
     grammar: object | None = None  # a compiled xgrammar grammar
     output: object | None = None  # an output_parser.OutputFormat
     adapters: tuple = ()  # adapters.AdapterRef, applied in this order
+    cache_scope: str = ""  # whose prompt-cache entries it may reuse (prompt_cache.py)
 
     def __post_init__(self) -> None:
         if not self.prompt_tokens:

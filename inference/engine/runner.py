@@ -152,7 +152,7 @@ class Runner:
             processors = build_logits_processors(request.sampling)
             if request.grammar is not None:  # last, so bias can't revive a masked token
                 processors.append(GrammarProcessor(request.grammar))
-            plan = self.prompt_cache.lookup(request.prompt_tokens)
+            plan = self.prompt_cache.lookup(request.prompt_tokens, request.cache_scope)
             (uid,) = self._generator.insert_segments(
                 [plan.segments],
                 caches=[plan.cache],
@@ -247,6 +247,7 @@ class Runner:
         return 1
 
     def _release(self, uid: int) -> None:
+        self.prompt_cache.forget(uid)
         sequence = self._active.pop(uid, None)
         if sequence is not None:
             self._uid_of.pop(sequence.request_id, None)

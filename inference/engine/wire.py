@@ -54,6 +54,7 @@ class GenerateCall:
     top_logprobs: int = 0
     adapters: tuple[AdapterRef, ...] = ()
     count_only: bool = False
+    cache_scope: str = ""  # the caller, unless the prompt cache is shared (global)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from . import wire
 from .cpu_fast_path import blas_state
 from .engine import Engine
 from .loader import LoadedModel
-from .prompt import PromptBuilder, PromptRejected
+from .prompt import PromptBuilder, PromptLimits, PromptRejected
 from .request import Failed, Finished
 from .runner import EngineConfig
 
@@ -46,13 +46,13 @@ class WorkerServer:
         address: str,
         loader: Callable[[], LoadedModel],
         config: EngineConfig,
-        render_seconds: float,
+        limits: PromptLimits,
         exit_with_parent: bool = False,
     ) -> None:
         self.model = model
         self.address = address
         self.engine = Engine(loader, config=config)
-        self.render_seconds = render_seconds
+        self.limits = limits
         self.parent = os.getppid() if exit_with_parent else None
         self.context = zmq.Context()
         self.prepare_queue: queue.SimpleQueue = queue.SimpleQueue()
@@ -68,7 +68,7 @@ class WorkerServer:
     def serve_forever(self) -> None:
         signal.signal(signal.SIGTERM, self._terminate)
         self.engine.start()
-        self.builder = PromptBuilder(self.engine.loaded, render_seconds=self.render_seconds)
+        self.builder = PromptBuilder(self.engine.loaded, limits=self.limits)
         bound = threading.Event()
         io = threading.Thread(target=self._io, args=(bound,), name="worker-io", daemon=True)
         io.start()

@@ -13,6 +13,7 @@ from .common import (
     number,
     obj,
     ref,
+    stop_list,
 )
 from .openai_requests import ANY_DESCRIPTION
 from .streams import ANTHROPIC_EVENTS, event_stream
@@ -104,13 +105,19 @@ def messages_request(limit: int, *, count_only: bool = False) -> Schema:
                 }
             )
         ),
-        "metadata": {"type": ["object", "null"]},
+        "metadata": nullable(
+            {
+                "type": "object",
+                "properties": {"user_id": {"type": ["string", "null"], "maxLength": 256}},
+                "additionalProperties": False,
+            }
+        ),
     }
     required: tuple[str, ...] = ("model", "messages")
     if not count_only:
         properties.update(
             max_tokens={**max_tokens_field(limit), "type": "integer"},
-            stop_sequences=nullable({"type": "array", "items": {"type": "string", "minLength": 1}}),
+            stop_sequences=nullable(stop_list()),
             stream={"type": ["boolean", "null"]},
             temperature=number(0),
             top_p=number(0, 1),

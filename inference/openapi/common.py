@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+
 Schema = dict[str, Any]
 
 MAX_TOP_LOGPROBS = 11  # as inference/engine/request.py (mlx_lm.server's cap)
@@ -141,14 +143,22 @@ def max_tokens_field(limit: int) -> Schema:
     return schema
 
 
-STOP = nullable(
-    {
-        "anyOf": [
-            {"type": "string", "minLength": 1},
-            {"type": "array", "items": {"type": "string", "minLength": 1}},
-        ]
-    }
-)
+def bound(name: str) -> int:
+    """A request bound of this server (settings.MLXLAB), published in the schema."""
+    return settings.MLXLAB[name]
+
+
+def stop_list() -> Schema:
+    text = {"type": "string", "minLength": 1, "maxLength": bound("MAX_STOP_CHARS")}
+    return {"type": "array", "items": text, "maxItems": bound("MAX_STOP_SEQUENCES")}
+
+
+def stop_field() -> Schema:
+    text = {"type": "string", "minLength": 1, "maxLength": bound("MAX_STOP_CHARS")}
+    return nullable({"anyOf": [text, stop_list()]})
+
+
+SEED = integer(-(2**63), 2**64 - 1)
 
 
 def sampling_fields() -> dict[str, Schema]:
@@ -160,22 +170,23 @@ def sampling_fields() -> dict[str, Schema]:
         "min_p": number(0, 1),
         "xtc_probability": number(0, 1),
         "xtc_threshold": number(0, 0.5),
-        "seed": integer(),
+        "seed": SEED,
         "logit_bias": nullable(
             {
                 "type": "object",
                 "description": "Token id (as a string) to a bias added to its logit.",
                 "propertyNames": {"pattern": r"^\s*[-+]?[0-9]+\s*$"},
-                "additionalProperties": {"type": "number"},
+                "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100},
+                "maxProperties": bound("MAX_LOGIT_BIAS"),
             }
         ),
         "repetition_penalty": number(0),
-        "repetition_context_size": integer(0),
+        "repetition_context_size": integer(0, bound("MAX_PENALTY_CONTEXT")),
         "presence_penalty": number(),
-        "presence_context_size": integer(0),
+        "presence_context_size": integer(0, bound("MAX_PENALTY_CONTEXT")),
         "frequency_penalty": number(),
-        "frequency_context_size": integer(0),
-        "stop": STOP,
+        "frequency_context_size": integer(0, bound("MAX_PENALTY_CONTEXT")),
+        "stop": stop_field(),
     }
 
 

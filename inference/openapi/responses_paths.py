@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .common import (
-    STOP,
+    SEED,
     WARNING_HEADER,
     Schema,
     errors,
@@ -14,6 +14,7 @@ from .common import (
     number,
     obj,
     ref,
+    stop_field,
 )
 from .openai_requests import ANY_DESCRIPTION, STRUCTURED_FIELDS
 from .streams import RESPONSES_EVENTS, event_stream
@@ -70,8 +71,16 @@ def responses_request(limit: int) -> Schema:
             "top_p": number(0, 1),
             "top_k": integer(0),
             "min_p": number(0, 1),
-            "seed": integer(),
-            "stop": STOP,
+            "seed": SEED,
+            "stop": stop_field(),
+            "metadata": nullable(
+                {
+                    "type": "object",
+                    "maxProperties": 16,
+                    "propertyNames": {"maxLength": 64},
+                    "additionalProperties": {"type": "string", "maxLength": 512},
+                }
+            ),
             "tools": nullable(
                 {
                     "type": "array",

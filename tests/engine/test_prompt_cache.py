@@ -115,3 +115,12 @@ def test_entries_never_cross_models_and_zero_entries_turns_it_off():
     off = PromptCache(PromptCacheConfig(max_entries=0), key="a")
     off._store([1, 2, 3], _entry(3))
     assert off.lookup([1, 2, 3, 4]).cached_tokens == 0 and off.stats().entries == 0
+
+
+def test_entries_never_cross_scopes():
+    cache = PromptCache(PromptCacheConfig(), key="m")
+    cache._store([1, 2, 3], _entry(3), "user:1")
+    assert cache.lookup([1, 2, 3, 4], "user:2").cached_tokens == 0
+    assert cache.lookup([1, 2, 3, 4], "").cached_tokens == 0
+    plan = cache.lookup([1, 2, 3, 4], "user:1")
+    assert plan.cached_tokens == 3 and plan.scope == "user:1"

@@ -90,6 +90,21 @@ def test_bad_bodies_are_400s_with_a_reason(client, path, body, detail):
     assert answer.status_code == 400 and answer.json() == {"detail": detail}
 
 
+@pytest.mark.parametrize(
+    "raw, detail",
+    [
+        ('{"name": "x", "params": {"temperature": NaN}}', "NaN is not a JSON number"),
+        ('{"name": "x", "params": {"temperature": 1e999}}', "1e999 is out of range"),
+        ('{"name": "x", "params": ' + "[" * 100_000 + "]" * 100_000 + "}", "nests deeper"),
+    ],
+)
+def test_unbounded_json_is_a_400_on_the_rest_api(client, raw, detail):
+    answer = client.post("/api/presets", raw, content_type="application/json")
+    assert answer.status_code == 400, answer.content[:200]
+    assert detail in answer.json()["detail"]
+    assert not Preset.objects.exists()
+
+
 def test_branch_needs_a_message_of_that_conversation(client, chat, alice):
     elsewhere = Conversation.objects.create(owner=alice).messages.create(role="user", content="x")
     answer = client.post(

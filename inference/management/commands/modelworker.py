@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from inference.engine import EngineConfig, load_model
 from inference.engine.dense_weights import FastPathOptions
+from inference.engine.prompt import PromptLimits
 from inference.engine.prompt_cache import PromptCacheConfig
 from inference.engine.worker import WorkerServer
 from inference.models import LanguageModel
@@ -29,6 +30,15 @@ def fast_path_options() -> FastPathOptions:
     return FastPathOptions(
         enabled=options["CPU_FAST_PATH"],
         dense_weight_budget_bytes=options["DENSE_WEIGHT_BUDGET_MB"] << 20,
+    )
+
+
+def prompt_limits() -> PromptLimits:
+    options = settings.MLXLAB
+    return PromptLimits(
+        render_seconds=options["TEMPLATE_RENDER_SECONDS"],
+        grammar_seconds=options["GRAMMAR_COMPILE_SECONDS"],
+        grammar_cache_bytes=options["GRAMMAR_CACHE_MB"] << 20,
     )
 
 
@@ -55,6 +65,6 @@ class Command(BaseCommand):
             address=listen,
             loader=lambda: load_model(path, fast_path=fast_path),
             config=engine_config(),
-            render_seconds=settings.MLXLAB["TEMPLATE_RENDER_SECONDS"],
+            limits=prompt_limits(),
             exit_with_parent=options["exit_with_parent"],
         ).serve_forever()
