@@ -1,10 +1,14 @@
 """Request body size limits for every endpoint: a 413 in the endpoint's own error shape.
 
-Django's own DATA_UPLOAD_MAX_MEMORY_SIZE answers an oversized body with a 400,
-and only when a view reads it; this middleware answers 413 before the view
-runs. Under ASGI the server has already buffered the body (spooled to disk
-past FILE_UPLOAD_MAX_MEMORY_SIZE), so both the declared and the real length
-are checked: a chunked body declares none.
+Limits follow the path Django routes on (`path_info`): a client-sent root path
+(Daphne-Root-Path) must not move a body under another prefix's limit.
+
+Two layers. `BodyLimitGuard` wraps the ASGI application: it refuses a body whose
+declared length is over the limit before reading any of it, and one sent chunked
+as soon as the bytes received pass the limit, so Django never spools it to disk.
+`BodyLimitMiddleware` checks again inside Django (and serves the test client).
+Django's own DATA_UPLOAD_MAX_MEMORY_SIZE would answer a 400, and only when a view
+reads the body.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Callable
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import Resolver404, resolve
 from django.utils.deprecation import MiddlewareMixin
 
 from .api.errors import ApiError
@@ -43,12 +48,11 @@ def body_size(request: HttpRequest) -> int:
     return max(declared, actual)
 
 
-def too_large_response(request: HttpRequest, view: Callable, size: int, limit: int) -> HttpResponse:
-    message = (
-        f"Request body of {size} bytes is larger than the {limit} bytes allowed on {request.path}."
-    )
+def too_large_response(path: str, view: Callable | None, size: int, limit: int) -> HttpResponse:
+    """The 413 for a body on `path` (routed path), in the shape of the view that serves it."""
+    message = f"Request body of {size} bytes is larger than the {limit} bytes allowed on {path}."
     render_error = getattr(view, "render_error", None)
-    if render_error is None and request.path.startswith("/v1/"):
+    if render_error is None and path.startswith("/v1/"):
         render_error = ApiError.response
     if render_error is not None:
         return render_error(ApiError(message, status=413, code="request_too_large"))
@@ -62,5 +66,65 @@ class BodyLimitMiddleware(MiddlewareMixin):
 
     async def process_view(self, request: HttpRequest, view: Callable, args, kwargs):
         # async: under ASGI it runs on the loop, not in the thread the ORM shares.
-        limit, size = body_limit(request.path), body_size(request)
-        return too_large_response(request, view, size, limit) if size > limit else None
+        path = request.path_info
+        limit, size = body_limit(path), body_size(request)
+        return too_large_response(path, view, size, limit) if size > limit else None
+
+
+def _routed_path(scope: dict) -> str:
+    path, root = scope.get("path", "/"), scope.get("root_path", "")
+    return path.removeprefix(root) if root and path.startswith(root) else path
+
+
+def _declared_length(scope: dict) -> int:
+    for name, value in scope.get("headers", []):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return 0
+    return 0
+
+
+async def _send_response(send, response: HttpResponse) -> None:
+    headers = [
+        (name.encode("latin-1"), value.encode("latin-1")) for name, value in response.items()
+    ]
+    headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": response.content})
+
+
+class BodyLimitGuard:
+    """ASGI middleware: a 413 before an oversized body is read (see the module's note)."""
+
+    def __init__(self, application) -> None:
+        self.application = application
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.application(scope, receive, send)
+        path = _routed_path(scope)
+        limit = body_limit(path)
+        if (declared := _declared_length(scope)) > limit:
+            return await self._refuse(send, path, declared, limit)
+        received = 0
+
+        async def counted():
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:  # answer now; Django sees the client gone
+                    await self._refuse(send, path, received, limit)
+                    return {"type": "http.disconnect"}
+            return message
+
+        return await self.application(scope, counted, send)
+
+    async def _refuse(self, send, path: str, size: int, limit: int) -> None:
+        try:
+            view = resolve(path).func
+        except Resolver404:
+            view = None
+        await _send_response(send, too_large_response(path, view, size, limit))

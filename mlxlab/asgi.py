@@ -14,6 +14,7 @@ django_application = get_asgi_application()
 from django.conf import settings  # noqa: E402  (after Django is set up)
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from inference.body_limits import BodyLimitGuard  # noqa: E402
 from inference.engines import preload_default_in_background  # noqa: E402
 from jobs.routing import websocket_urlpatterns as job_sockets  # noqa: E402
 from lab.routing import websocket_urlpatterns as chat_sockets  # noqa: E402
@@ -25,7 +26,7 @@ from mlxlab.origin import SameOriginValidator  # noqa: E402
 # stands in for it.
 application = ProtocolTypeRouter(
     {
-        "http": ASGIStaticFilesHandler(django_application),
+        "http": BodyLimitGuard(ASGIStaticFilesHandler(django_application)),
         "websocket": SameOriginValidator(
             AllowedHostsOriginValidator(
                 AuthMiddlewareStack(URLRouter([*chat_sockets, *job_sockets]))

@@ -219,7 +219,6 @@ MLXLAB = {
         "/api/datasets/uploads": 64 * 1024 * 1024,  # training data files
         **_path_limits("MLXLAB_MAX_REQUEST_BYTES_BY_PATH"),
     },
-    # The most tokens one request may ask for; 0 means only the context length limits it.
     # Bounds on what a request may ask of a worker (README: "Limits").
     "MAX_JSON_DEPTH": int(os.environ.get("MLXLAB_MAX_JSON_DEPTH", "64")),
     "MAX_STOP_SEQUENCES": int(os.environ.get("MLXLAB_MAX_STOP_SEQUENCES", "16")),
@@ -231,6 +230,7 @@ MLXLAB = {
     "MAX_N": int(os.environ.get("MLXLAB_MAX_N", "8")),
     "GRAMMAR_COMPILE_SECONDS": float(os.environ.get("MLXLAB_GRAMMAR_COMPILE_SECONDS", "10")),
     "GRAMMAR_CACHE_MB": int(os.environ.get("MLXLAB_GRAMMAR_CACHE_MB", "256")),
+    # The most tokens one request may ask for; 0 means only the context length limits it.
     "MAX_TOKENS_LIMIT": int(os.environ.get("MLXLAB_MAX_TOKENS_LIMIT", "0")),
 }
 # Our middleware answers oversized bodies with a 413; Django's own check (a 400) never fires first.

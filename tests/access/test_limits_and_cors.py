@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
 from django.test import override_settings
 
@@ -83,3 +84,35 @@ def test_configured_origins_are_allowed(client, db):
     allowed_headers = allowed.headers["access-control-allow-headers"]
     assert "x-api-key" in allowed_headers and "x-stainless-os" in allowed_headers
     assert "access-control-allow-origin" not in other.headers
+
+
+NINE_MB = 9 * 1024 * 1024  # over the default 8 MiB of /v1, under the 64 MiB of uploads
+
+
+def test_a_root_path_header_does_not_move_the_limit(lab_server):
+    """The limit follows the path Django routes on, whatever Daphne-Root-Path says."""
+    response = httpx.post(
+        f"{lab_server.url}/api/datasets/uploads/v1/chat/completions",
+        content=padded(NINE_MB),
+        headers={"Daphne-Root-Path": "/api/datasets/uploads", "Content-Type": "application/json"},
+        timeout=120,
+    )
+    assert response.status_code == 413, response.text[:300]
+    assert response.json()["error"]["code"] == "request_too_large"
+    assert "on /v1/chat/completions" in response.json()["error"]["message"]
+
+
+def test_a_chunked_body_is_refused_once_over_the_limit(lab_server):
+    def chunks():
+        for _ in range(10):
+            yield b"x" * (1024 * 1024)
+
+    response = httpx.post(
+        f"{lab_server.url}/v1/messages",
+        content=chunks(),
+        headers={"Content-Type": "application/json"},
+        timeout=120,
+    )
+    assert response.status_code == 413, response.text[:300]
+    body = response.json()
+    assert body["type"] == "error" and body["error"]["type"] == "request_too_large"
