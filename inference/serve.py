@@ -20,7 +20,7 @@ from .api.surfaces import Surface
 from .engine import wire
 from .engines import open_generation
 from .generation import PlannedGeneration
-from .workers.streams import EngineUnavailable, Rejected, RequestStream, WorkerStopped
+from .workers.streams import Choices, EngineUnavailable, Rejected, RequestStream, WorkerStopped
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +34,28 @@ def rejection(error: Rejected) -> ApiError:
     return ApiError(rejected.message, param=rejected.param, code=rejected.code)
 
 
-async def start(plan: PlannedGeneration) -> tuple[RequestStream, wire.Accepted]:
+async def start(plan: PlannedGeneration) -> tuple[RequestStream | Choices, wire.Accepted]:
     """Send the call and wait for the worker's verdict.
 
     Raises ApiError (the worker refused the request), EngineUnavailable or WorkerStopped.
+    With `n` above 1, the n calls go out together (the worker builds and admits them in
+    one step, so they share the batch) and are read as one stream of Indexed events.
     """
+    if plan.params.n == 1:
+        return await _start_one(plan)
+    started = await asyncio.gather(
+        *(_start_one(plan) for _ in range(plan.params.n)), return_exceptions=True
+    )
+    streams = [item[0] for item in started if not isinstance(item, BaseException)]
+    failures = [item for item in started if isinstance(item, BaseException)]
+    if failures:
+        for stream in streams:
+            stream.close()
+        raise failures[0]
+    return Choices(streams), started[0][1]
+
+
+async def _start_one(plan: PlannedGeneration) -> tuple[RequestStream, wire.Accepted]:
     stream = await open_generation(plan.model, plan.call)
     try:
         return stream, await stream.accepted()

@@ -34,7 +34,10 @@ async def _serve(request: HttpRequest, *, renderer_class, text: bool = False) ->
         plan,
         OPENAI,
         lambda accepted: renderer_class(
-            plan.model_name, logprobs=params.logprobs, include_usage=params.include_usage
+            plan.model_name,
+            logprobs=params.logprobs,
+            include_usage=params.include_usage,
+            n=params.n,
         ),
         stream=params.stream,
     )

@@ -10,6 +10,7 @@ import mlx.core as mx
 
 from ..engine import Event, Failed, Finished, TextDelta, TokenLogprob
 from ..engine.request import ReasoningDelta, ToolCall
+from ..workers.streams import Indexed
 
 SYSTEM_FINGERPRINT = f"fp_mlxlab_mlx{mx.__version__}"
 
@@ -32,12 +33,15 @@ def tool_call_object(call: ToolCall, index: int | None = None) -> dict:
     return out if index is None else {"index": index, **out}
 
 
-def usage(finished: Finished) -> dict:
+def usage(finished: list[Finished]) -> dict:
+    """One prompt, and the tokens of every choice generated from it."""
+    prompt = finished[0].prompt_tokens
+    completion = sum(each.completion_tokens for each in finished)
     return {
-        "prompt_tokens": finished.prompt_tokens,
-        "completion_tokens": finished.completion_tokens,
-        "total_tokens": finished.prompt_tokens + finished.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": finished.cached_tokens},
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": finished[0].cached_tokens},
     }
 
 
@@ -79,14 +83,23 @@ class Renderer:
     chunk_name = ""
     id_prefix = ""
 
-    def __init__(self, model: str, *, logprobs: bool, include_usage: bool = False) -> None:
+    def __init__(
+        self, model: str, *, logprobs: bool, include_usage: bool = False, n: int = 1
+    ) -> None:
         self.id = f"{self.id_prefix}-{uuid.uuid4().hex}"
         self.created = int(time.time())
         self.model = model
         self.logprobs = logprobs
         self.include_usage = include_usage
-        self.collected = Collected()
+        self.choices = [Collected() for _ in range(n)]  # OpenAI's `n`: one per choice
         self.failure: str | None = None
+
+    @property
+    def collected(self) -> Collected:
+        return self.choices[0]
+
+    def _finished(self) -> list[Finished]:
+        return [choice.finished for choice in self.choices if choice.finished is not None]
 
     def _envelope(self, object_name: str, choices: list[dict]) -> dict:
         return {
@@ -98,31 +111,32 @@ class Renderer:
             "choices": choices,
         }
 
-    def start(self) -> list[dict]:
-        first = self._first_chunk()
-        return [] if first is None else [self._chunk(first)]
-
-    def feed(self, event: Event) -> list[dict]:
-        """Take one engine event; the chunks it makes (a failure: an OpenAI error object)."""
-        result = self.collected
+    def feed(self, event: Event | Indexed) -> list[dict]:
+        """Take one engine event (of one choice, when `n` > 1); the chunks it makes (a
+        failure: an OpenAI error object)."""
+        index = 0
+        if isinstance(event, Indexed):
+            index, event = event.index, event.event
+        result = self.choices[index]
         if isinstance(event, TextDelta):
             offset = len(result.text)
             result.text += event.text
             result.logprobs.extend(event.logprobs)
-            return [self._chunk(self._delta_choice(event, offset))]
+            return [self._chunk(self._delta_choice(event, offset), index)]
         if isinstance(event, ReasoningDelta | ToolCall):
             if isinstance(event, ReasoningDelta):
                 result.reasoning += event.text
             choice = self._side_choice(event, len(result.tool_calls))
             if isinstance(event, ToolCall):
                 result.tool_calls.append(event)
-            return [] if choice is None else [self._chunk(choice)]
+            return [] if choice is None else [self._chunk(choice, index)]
         if isinstance(event, Finished):
             result.finished = event
-            chunks = [self._chunk(self._final_choice(event))]
-            if self.include_usage:
+            chunks = [self._chunk(self._final_choice(event), index)]
+            finished = self._finished()
+            if self.include_usage and len(finished) == len(self.choices):
                 body = self._envelope(self.chunk_name, [])
-                body["usage"] = usage(event)
+                body["usage"] = usage(finished)
                 chunks.append(body)
             return chunks
         if isinstance(event, Failed):
@@ -131,12 +145,22 @@ class Renderer:
         return []
 
     def result(self) -> dict:
-        body = self._envelope(self.object_name, [self._full_choice(self.collected)])
-        body["usage"] = usage(self.collected.finished)
+        choices = [
+            {**self._full_choice(choice), "index": index}
+            for index, choice in enumerate(self.choices)
+        ]
+        body = self._envelope(self.object_name, choices)
+        body["usage"] = usage(self._finished())
         return body
 
-    def _chunk(self, choice: dict) -> dict:
-        body = self._envelope(self.chunk_name, [choice])
+    def start(self) -> list[dict]:
+        first = self._first_chunk()
+        if first is None:
+            return []
+        return [self._chunk(first, index) for index in range(len(self.choices))]
+
+    def _chunk(self, choice: dict, index: int = 0) -> dict:
+        body = self._envelope(self.chunk_name, [{**choice, "index": index}])
         if self.include_usage:
             body["usage"] = None
         return body

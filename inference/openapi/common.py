@@ -203,6 +203,10 @@ def openai_generation_fields(limit: int) -> dict[str, Schema]:
         "max_completion_tokens": max_tokens_field(limit),
         **sampling_fields(),
         "top_logprobs": integer(0, MAX_TOP_LOGPROBS),
+        "n": {
+            **integer(1, bound("MAX_N")),
+            "description": "Choices to generate from the one prompt, generated side by side.",
+        },
         "adapter": {
             "type": ["string", "null"],
             "description": (

@@ -139,3 +139,56 @@ class RequestStream:
         if not self.ended:
             self.ended = True
             self.cancel()
+
+
+@dataclass(frozen=True)
+class Indexed:
+    """An event of one of several choices generated from one prompt (OpenAI's `n`)."""
+
+    index: int
+    event: Event
+
+
+_END = object()
+
+
+class Choices:
+    """Several RequestStreams of one request read as one: events tagged with their choice.
+
+    Closing it (or leaving its iteration early) closes every stream, so each
+    generation is cancelled in the worker; a stopped worker raises WorkerStopped.
+    """
+
+    def __init__(self, streams: list[RequestStream]) -> None:
+        self.streams = streams
+
+    async def events(self) -> AsyncIterator[Indexed]:
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def pump(index: int, stream: RequestStream) -> None:
+            try:
+                async for event in stream.events():
+                    queue.put_nowait(Indexed(index, event))
+                queue.put_nowait(_END)
+            except Exception as exc:  # WorkerStopped: the caller's to see
+                queue.put_nowait(exc)
+
+        tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(self.streams)]
+        try:
+            ended = 0
+            while ended < len(tasks):
+                item = await queue.get()
+                if item is _END:
+                    ended += 1
+                elif isinstance(item, Exception):
+                    raise item
+                else:
+                    yield item
+        finally:
+            for task in tasks:
+                task.cancel()
+            self.close()
+
+    def close(self) -> None:
+        for stream in self.streams:
+            stream.close()
