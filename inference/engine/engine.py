@@ -79,6 +79,12 @@ class Engine:
         """Queue a request; `emit` receives its events on the engine thread."""
         return self.scheduler.submit(request, emit)
 
+    def submit_many(
+        self, calls: list[tuple[GenerationRequest, Callable[[Event], None]]]
+    ) -> list[int]:
+        """Queue requests to be admitted together: equal prompts among them prefill once."""
+        return self.scheduler.submit_many(calls)
+
     def cancel(self, request_id: int) -> None:
         """Drop a request at the next step and free its slot; no more events."""
         self.scheduler.cancel(request_id)

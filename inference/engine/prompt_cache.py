@@ -98,8 +98,12 @@ class PromptCache:
         self._stats = PromptCacheStats()
         self._lock = threading.Lock()
 
-    def lookup(self, prompt: list[int], scope: str = "") -> PromptPlan:
-        """The plan for `prompt`: the longest prefix `scope` has cached, then the rest."""
+    def lookup(self, prompt: list[int], scope: str = "", *, share: bool = False) -> PromptPlan:
+        """The plan for `prompt`: the longest prefix `scope` has cached, then the rest.
+
+        `share`: other sequences wait for this same prompt, so its cache is stored one
+        token short of the end, where each of them can start from it.
+        """
         cache, cached = None, 0
         if self.config.enabled:
             with self._lock:
@@ -107,7 +111,7 @@ class PromptCache:
                 self._stats.lookups += 1
                 self._stats.hits += cached > 0
                 self._stats.cached_tokens += cached
-        boundary = self._boundary(prompt)
+        boundary = len(prompt) - 1 if share and self.config.enabled else self._boundary(prompt)
         if boundary is None or boundary <= cached:
             return PromptPlan(cache, cached, [prompt[cached:]], None, scope)
         segments = [prompt[cached:boundary], prompt[boundary:]]

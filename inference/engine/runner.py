@@ -95,10 +95,12 @@ class Runner:
         self._uid_of: dict[int, int] = {}  # request id -> uid
         self._adapter_key: tuple[str, ...] = ()
         self._adapters_loaded: set[str] = set()
+        # leader uid -> requests for the same prompt, admitted once its prefill is cached
+        self._followers: dict[int, list[Pending]] = {}
 
     @property
     def size(self) -> int:
-        return len(self._active)
+        return len(self._active) + sum(map(len, self._followers.values()))
 
     def start(self, stream) -> None:
         self._generator = self._new_generator(stream)
@@ -120,9 +122,32 @@ class Runner:
         ended = 0
         if plan.admit and not self._use_adapters(plan):
             return len(plan.admit) + self._remove(plan.cancel)
-        for pending in plan.admit:
-            ended += not self._insert(pending)
+        for leader, *rest in self._same_prompts(plan.admit):
+            uid = self._insert(leader, share=bool(rest))
+            if uid is not None and rest:
+                self._followers[uid] = rest
+            elif uid is None:
+                ended += 1 + sum(self._insert(pending) is None for pending in rest)
         return ended + self._remove(plan.cancel)
+
+    def _same_prompts(self, admitted: list[Pending]) -> list[list[Pending]]:
+        """Admitted requests grouped by prompt (and cache scope), in order.
+
+        One of a group computes the prompt; the others (OpenAI's `n`, or identical
+        requests arriving together) start from its cached KV state: one prefill.
+        """
+        if not self.prompt_cache.config.enabled:
+            return [[pending] for pending in admitted]
+        groups: dict[tuple, list[Pending]] = {}
+        for pending in admitted:
+            request = pending.request
+            key = (tuple(request.prompt_tokens), request.cache_scope)
+            groups.setdefault(key if len(key[0]) > 1 else (id(pending),), []).append(pending)
+        return list(groups.values())
+
+    def _admit_followers(self, uid: int) -> int:
+        """Insert the requests waiting on `uid`'s prefill; how many of them failed."""
+        return sum(self._insert(pending) is None for pending in self._followers.pop(uid, []))
 
     def _use_adapters(self, plan: Plan) -> bool:
         if plan.adapter_key == self._adapter_key:
@@ -144,7 +169,8 @@ class Runner:
         self.prompt_cache.key = (str(self.loaded.path), *plan.adapter_key)
         return True
 
-    def _insert(self, pending: Pending) -> bool:
+    def _insert(self, pending: Pending, *, share: bool = False) -> int | None:
+        """The request's uid in the batch, or None (it failed, and was told so)."""
         request = pending.request
         sequence = Sequence(pending.request_id, request, pending.emit, self.loaded.tokenizer)
         try:
@@ -152,7 +178,7 @@ class Runner:
             processors = build_logits_processors(request.sampling)
             if request.grammar is not None:  # last, so bias can't revive a masked token
                 processors.append(GrammarProcessor(request.grammar))
-            plan = self.prompt_cache.lookup(request.prompt_tokens, request.cache_scope)
+            plan = self.prompt_cache.lookup(request.prompt_tokens, request.cache_scope, share=share)
             (uid,) = self._generator.insert_segments(
                 [plan.segments],
                 caches=[plan.cache],
@@ -166,25 +192,35 @@ class Runner:
             log.warning("request %s rejected by the engine: %s", pending.request_id, exc)
             self.stats.requests_failed += 1
             pending.emit(Failed(str(exc)))
-            return False
+            return None
         self.prompt_cache.expect(uid, plan)
         sequence.cached_tokens = plan.cached_tokens
         self._active[uid] = sequence
         self._uid_of[pending.request_id] = uid
         self.stats.prompt_tokens += len(request.prompt_tokens)
-        return True
+        return uid
 
     def _remove(self, request_ids: list[int]) -> int:
         removed = 0
         for request_id in request_ids:
             uid = self._uid_of.get(request_id)
             if uid is None or uid not in self._active:
-                continue  # already finished, or never admitted
+                removed += self._drop_follower(request_id)
+                continue  # already finished, never admitted, or waiting on a leader
             self._generator.remove([uid])
             self._release(uid)
+            removed += 1 + self._admit_followers(uid)
             self.stats.requests_cancelled += 1
-            removed += 1
         return removed
+
+    def _drop_follower(self, request_id: int) -> int:
+        for waiting in self._followers.values():
+            for pending in waiting:
+                if pending.request_id == request_id:
+                    waiting.remove(pending)
+                    self.stats.requests_cancelled += 1
+                    return 1
+        return 0
 
     # -- one step -------------------------------------------------------------------
 
@@ -208,6 +244,7 @@ class Runner:
     def _postprocess(self, responses) -> int:
         ended = 0
         for response in responses:
+            ended += self._admit_followers(response.uid)  # its prompt is cached by now
             sequence = self._active.get(response.uid)
             if sequence is None:
                 continue
@@ -231,7 +268,13 @@ class Runner:
         return ended
 
     def fail_all(self, message: str) -> int:
-        return sum(self._fail(sequence, message) for sequence in list(self._active.values()))
+        waiting = [pending for group in self._followers.values() for pending in group]
+        self._followers.clear()
+        for pending in waiting:
+            self.stats.requests_failed += 1
+            pending.emit(Failed(message))
+        failed = sum(self._fail(sequence, message) for sequence in list(self._active.values()))
+        return failed + len(waiting)
 
     def _fail(self, sequence: Sequence, message: str) -> int:
         uid = self._uid_of.get(sequence.request_id)
@@ -244,7 +287,7 @@ class Runner:
         self._release(uid)
         self.stats.requests_failed += 1
         sequence.emit(Failed(message))
-        return 1
+        return 1 + self._admit_followers(uid)
 
     def _release(self, uid: int) -> None:
         self.prompt_cache.forget(uid)

@@ -59,6 +59,15 @@ class Scheduler:
         self._inbox.put(("submit", Pending(request_id, request, emit)))
         return request_id
 
+    def submit_many(
+        self, calls: list[tuple[GenerationRequest, Callable[[Event], None]]]
+    ) -> list[int]:
+        """Submit requests that are admitted in one step (so equal prompts share a prefill)."""
+        pending = [Pending(next(self._ids), request, emit) for request, emit in calls]
+        self._count(+len(pending))
+        self._inbox.put(("submit_many", pending))
+        return [each.request_id for each in pending]
+
     def cancel(self, request_id: int) -> None:
         self._inbox.put(("cancel", request_id))
 
@@ -79,6 +88,9 @@ class Scheduler:
         for kind, payload in self._take(block=idle):
             if kind == "submit":
                 self._accept(payload, batch_size, plan)
+            elif kind == "submit_many":
+                for pending in payload:
+                    self._accept(pending, batch_size, plan)
             elif kind == "cancel":
                 self._cancel(payload, plan)
         if batch_size == 0 and not plan.admit and self._parked:

@@ -114,10 +114,10 @@ class WorkerServer:
                     waiting.append(self.prepare_queue.get_nowait())
                 except queue.Empty:
                     break
-        for key, prepared in built:
-            try:
-                self._submit(key, prepared)
-            finally:
+        try:
+            self._submit(built)
+        finally:
+            for key, _ in built:
                 self._forget(key)
 
     def _forget(self, key: tuple[bytes, int]) -> None:
@@ -148,7 +148,7 @@ class WorkerServer:
             return None
         return prepared
 
-    def _submit(self, key: tuple[bytes, int], prepared) -> None:
+    def _emitter(self, key: tuple[bytes, int]) -> Callable:
         client, request_id = key
 
         def emit(event) -> None:
@@ -157,12 +157,20 @@ class WorkerServer:
                     self._engine_ids.pop(key, None)
             self._send(client, wire.encode_event(request_id, event))
 
+        return emit
+
+    def _submit(self, built: list[tuple[tuple[bytes, int], object]]) -> None:
+        """Accept and submit in one step every request whose client is still there."""
         with self._lock:
-            if key in self._cancelled:  # the client left while its prompt was built
-                return
-            accepted = wire.Accepted(prepared.prompt_tokens, prepared.warning)
-            self._send(client, wire.encode("accepted", request_id, accepted))
-            self._engine_ids[key] = self.engine.submit(prepared.request, emit)
+            # Those whose client left while their prompts were built are dropped here.
+            kept = [(key, prepared) for key, prepared in built if key not in self._cancelled]
+            for (client, request_id), prepared in kept:
+                accepted = wire.Accepted(prepared.prompt_tokens, prepared.warning)
+                self._send(client, wire.encode("accepted", request_id, accepted))
+            calls = [(prepared.request, self._emitter(key)) for key, prepared in kept]
+            ids = self.engine.submit_many(calls) if calls else []
+            for (key, _), engine_id in zip(kept, ids, strict=True):
+                self._engine_ids[key] = engine_id
 
     def _send(self, client: bytes, frame: bytes) -> None:
         """Hand a frame to the I/O thread; callable from any thread."""

@@ -11,7 +11,7 @@ from mlx_lm.models.cache import KVCache
 from inference.engine import GenerationRequest
 from inference.engine.prompt_cache import PromptCache, PromptCacheConfig, generation_primer
 
-from .helpers import generate, submit
+from .helpers import Run, generate, submit
 
 # `<|im_start|>system\n`: the only part of a fresh chat prompt other tests' entries share.
 SHARED_HEADER = 3
@@ -124,3 +124,21 @@ def test_entries_never_cross_scopes():
     assert cache.lookup([1, 2, 3, 4], "").cached_tokens == 0
     plan = cache.lookup([1, 2, 3, 4], "user:1")
     assert plan.cached_tokens == 3 and plan.scope == "user:1"
+
+
+def test_equal_prompts_submitted_together_prefill_once(engine):
+    prompt = chat(engine, fresh_system(), "Name a fish.")
+    before = engine.prompt_cache.stats()
+    runs = [Run() for _ in range(3)]
+    ids = engine.submit_many([(GenerationRequest(prompt, max_tokens=6), run.emit) for run in runs])
+    assert len(set(ids)) == 3
+    texts = [run.wait().text for run in runs]
+    after = engine.prompt_cache.stats()
+    assert after.lookups - before.lookups == 3
+    # One computed the prompt (past what other tests left); the other two started from
+    # its cache, one token short.
+    cached = sorted(run.end.cached_tokens for run in runs)
+    assert cached[0] < 10 and cached[1:] == [len(prompt) - 1] * 2
+    assert after.cached_tokens - before.cached_tokens == sum(cached)
+    assert texts[0] and texts.count(texts[0]) == 3  # greedy: the same answer each time
+    assert engine.in_flight == 0
