@@ -5,24 +5,24 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.testing import WebsocketCommunicator
 
 from mlxlab.origin import SameOriginValidator
 
 
-class Accepting(AsyncWebsocketConsumer):
-    async def connect(self):
-        await self.accept()
+async def accepting(scope, receive, send) -> None:
+    """A bare ASGI websocket app that accepts (a consumer would touch the database)."""
+    await receive()  # websocket.connect
+    await send({"type": "websocket.accept"})
+    while (await receive())["type"] != "websocket.disconnect":
+        pass
 
 
 async def _opens(origin: str | None, host: str = "127.0.0.1:8000", scheme: str = "ws") -> bool:
     headers = [(b"host", host.encode())]
     if origin is not None:
         headers.append((b"origin", origin.encode()))
-    socket = WebsocketCommunicator(
-        SameOriginValidator(Accepting.as_asgi()), "/ws/chat/", headers=headers
-    )
+    socket = WebsocketCommunicator(SameOriginValidator(accepting), "/ws/chat/", headers=headers)
     socket.scope["scheme"] = scheme
     accepted, _ = await socket.connect()
     await socket.disconnect()

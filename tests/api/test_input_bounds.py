@@ -99,12 +99,16 @@ CHAT_BOUNDS = [
 ]
 
 
+def _refused(http, path: str, fields: dict, reason: str) -> None:
+    body = {"model": DEFAULT_MODEL, "messages": HI, "max_tokens": 1, **fields}
+    response = http.post(path, json=body)
+    assert response.status_code == 400, response.text[:300]
+    assert reason in _message(response, "anthropic" if path == "/v1/messages" else "openai")
+
+
 @pytest.mark.parametrize(("fields", "reason"), CHAT_BOUNDS)
 def test_chat_bounds(http, fields, reason):
-    body = {"model": DEFAULT_MODEL, "messages": HI, "max_tokens": 1, **fields}
-    response = http.post("/v1/chat/completions", json=body)
-    assert response.status_code == 400, response.text[:300]
-    assert reason in _message(response, "openai")
+    _refused(http, "/v1/chat/completions", fields, reason)
 
 
 @pytest.mark.parametrize(
@@ -116,10 +120,7 @@ def test_chat_bounds(http, fields, reason):
     ],
 )
 def test_messages_bounds(http, fields, reason):
-    body = {"model": DEFAULT_MODEL, "messages": HI, "max_tokens": 1, **fields}
-    response = http.post("/v1/messages", json=body)
-    assert response.status_code == 400, response.text[:300]
-    assert reason in _message(response, "anthropic")
+    _refused(http, "/v1/messages", fields, reason)
 
 
 @pytest.mark.parametrize(
