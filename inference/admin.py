@@ -3,7 +3,7 @@ from django.utils.html import format_html, format_html_join
 
 from .api_keys import api_key_assign_secret, api_key_revoke
 from .models import Adapter, ApiKey, LanguageModel, StoredResponse
-from .response_store import response_chain
+from .response_store import BrokenChain, response_chain
 
 
 @admin.register(LanguageModel)
@@ -30,7 +30,10 @@ class StoredResponseAdmin(admin.ModelAdmin):
 
     @admin.display(description="conversation chain")
     def conversation(self, obj: StoredResponse) -> str:
-        chain = response_chain(response_id=obj.id) or [obj]
+        try:
+            chain = response_chain(response_id=obj.id, owner=None) or [obj]
+        except BrokenChain:  # show this turn alone
+            chain = [obj]
         turns = []
         for stored in chain:
             items = format_html_join(

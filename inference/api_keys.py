@@ -16,6 +16,7 @@ from datetime import timedelta
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import User
 from django.http import HttpRequest
 from django.utils import timezone
@@ -97,8 +98,15 @@ class KeyCheck:
         return "static key" if self.static else (self.key.prefix if self.key else "")
 
 
-def _first_user() -> User | None:
-    return User.objects.order_by("pk").first()
+def service_user() -> User:
+    """The user static keys act for: not staff, no password, created on first use
+    (MLXLAB_STATIC_KEY_USER). A static key is a shared secret in the environment, so it
+    gets no more than a member's rights: no jobs, no publishing, no keys."""
+    user, _ = User.objects.get_or_create(
+        username=settings.MLXLAB["STATIC_KEY_USER"],
+        defaults={"is_staff": False, "password": make_password(None)},
+    )
+    return user
 
 
 def check_key(raw: str) -> KeyCheck:
@@ -123,10 +131,10 @@ acheck_key = sync_to_async(check_key)
 
 
 def key_user(check: KeyCheck) -> User | None:
-    """The user a valid key acts for: its owner, or the server's first user for static keys."""
+    """The user a valid key acts for: its owner, or the service user for static keys."""
     if check.key is not None:
         return check.key.user
-    return _first_user() if check.static else None
+    return service_user() if check.static else None
 
 
 def _touch(key: ApiKey) -> None:

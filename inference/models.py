@@ -23,10 +23,15 @@ class StoredResponse(models.Model):
     """A /v1/responses result kept so `previous_response_id` can continue it."""
 
     id = models.CharField(max_length=64, primary_key=True)
+    # Who created it (api/access.py caller_id); only they can read, continue or delete it.
+    owner = models.CharField(max_length=64, blank=True, db_index=True)
     model = models.CharField(max_length=200)
     previous = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="next_responses"
     )
+    # The id it continued, kept when that row is gone: a chain with a hole is refused,
+    # never served without its early turns.
+    previous_ref = models.CharField(max_length=64, blank=True)
     instructions = models.TextField(blank=True)
     input_items = models.JSONField(default=list)  # this turn's input, as items with ids
     output_items = models.JSONField(default=list)

@@ -1,4 +1,9 @@
-"""Services and selectors for stored /v1/responses, bounded by age and bytes."""
+"""Services and selectors for stored /v1/responses, bounded by age and bytes.
+
+Every response belongs to the caller that created it (`owner`, api/access.py
+caller_id): another caller's id reads as unknown, and the byte budget is each
+owner's own, so nobody can flush another's history.
+"""
 
 from __future__ import annotations
 
@@ -16,28 +21,57 @@ from .models import StoredResponse
 MAX_CHAIN = 1000
 
 
-def response_get(*, response_id: str) -> StoredResponse | None:
-    """The stored response, unless it never existed or has expired."""
-    return StoredResponse.objects.filter(id=response_id, expires_at__gt=timezone.now()).first()
+class BrokenChain(Exception):
+    """An earlier response of the chain is gone (deleted, expired or evicted)."""
+
+    def __init__(self, missing_id: str) -> None:
+        super().__init__(missing_id)
+        self.missing_id = missing_id
 
 
-def response_chain(*, response_id: str) -> list[StoredResponse] | None:
-    """The conversation ending at `response_id`, oldest first; None when it is unknown."""
+def response_get(*, response_id: str, owner: str | None) -> StoredResponse | None:
+    """`owner`'s stored response, unless it never existed, has expired or is another's.
+
+    `owner` None: anyone's (the admin site and staff jobs).
+    """
+    found = StoredResponse.objects.filter(id=response_id, expires_at__gt=timezone.now())
+    return (found if owner is None else found.filter(owner=owner)).first()
+
+
+def response_chain(*, response_id: str, owner: str | None) -> list[StoredResponse] | None:
+    """The conversation ending at `response_id`, oldest first; None when it is unknown.
+
+    Raises BrokenChain when an earlier turn is missing.
+    """
     chain = []
-    current = response_get(response_id=response_id)
+    current = response_get(response_id=response_id, owner=owner)
     if current is None:
         return None
-    while current is not None and len(chain) < MAX_CHAIN:
+    while len(chain) < MAX_CHAIN:
         chain.append(current)
-        current = current.previous
+        if not current.previous_ref:
+            break
+        earlier = response_get(response_id=current.previous_ref, owner=current.owner)
+        if earlier is None:
+            raise BrokenChain(current.previous_ref)
+        current = earlier
     return chain[::-1]
 
 
 @transaction.atomic
 def response_store(
-    *, body: dict, input_items: list[dict], instructions: str, previous_id: str | None
+    *,
+    body: dict,
+    input_items: list[dict],
+    instructions: str,
+    previous_id: str | None,
+    owner: str,
 ) -> StoredResponse:
-    """Save a finished response, then evict what is expired or over the byte budget."""
+    """Save a finished response, then evict what is expired or over the owner's budget.
+
+    The previous response may have been deleted while this one was generated: the new
+    one is kept all the same, and continuing it is refused as a broken chain.
+    """
     size = len(json.dumps(body)) + len(json.dumps(input_items))
     text = "".join(
         part.get("text", "")
@@ -45,10 +79,13 @@ def response_store(
         if item.get("type") == "message"
         for part in item.get("content", [])
     )
+    previous_exists = StoredResponse.objects.filter(id=previous_id, owner=owner).exists()
     stored = StoredResponse.objects.create(
         id=body["id"],
+        owner=owner,
         model=body["model"],
-        previous_id=previous_id,
+        previous_id=previous_id if previous_exists else None,
+        previous_ref=previous_id or "",
         instructions=instructions or "",
         input_items=input_items,
         output_items=body.get("output", []),
@@ -59,23 +96,22 @@ def response_store(
         size_bytes=size,
         expires_at=timezone.now() + timedelta(seconds=settings.MLXLAB["RESPONSES_TTL_SECONDS"]),
     )
-    _evict(keep=stored.id)
+    _evict(keep=stored.id, owner=owner)
     return stored
 
 
-def response_delete(*, response_id: str) -> bool:
-    deleted, _ = StoredResponse.objects.filter(id=response_id).delete()
+def response_delete(*, response_id: str, owner: str) -> bool:
+    deleted, _ = StoredResponse.objects.filter(id=response_id, owner=owner).delete()
     return deleted > 0
 
 
-def _evict(*, keep: str) -> None:
+def _evict(*, keep: str, owner: str) -> None:
     StoredResponse.objects.filter(expires_at__lte=timezone.now()).delete()
     budget = settings.MLXLAB["RESPONSES_MAX_BYTES"]
-    total = StoredResponse.objects.aggregate(total=Sum("size_bytes"))["total"] or 0
+    own = StoredResponse.objects.filter(owner=owner)
+    total = own.aggregate(total=Sum("size_bytes"))["total"] or 0
     for response_id, size in (
-        StoredResponse.objects.exclude(id=keep)
-        .order_by("created_at")
-        .values_list("id", "size_bytes")
+        own.exclude(id=keep).order_by("created_at").values_list("id", "size_bytes")
     ):
         if total <= budget:
             break

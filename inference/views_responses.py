@@ -15,7 +15,13 @@ from .api.responses_render import ResponseBuilder
 from .api.responses_request import ResponsesCall, chat_body, items_to_messages, parse_responses_call
 from .api.surfaces import RESPONSES
 from .generation import plan_generation
-from .response_store import response_chain, response_delete, response_get, response_store
+from .response_store import (
+    BrokenChain,
+    response_chain,
+    response_delete,
+    response_get,
+    response_store,
+)
 from .serve import serve
 
 log = logging.getLogger(__name__)
@@ -27,10 +33,20 @@ def _not_found(response_id: str, param: str | None = None) -> ApiError:
     )
 
 
-async def _history(call: ResponsesCall) -> list[dict]:
+async def _history(call: ResponsesCall, owner: str) -> list[dict]:
     if call.previous_id is None:
         return []
-    chain = await sync_to_async(response_chain)(response_id=call.previous_id)
+    try:
+        chain = await sync_to_async(response_chain)(response_id=call.previous_id, owner=owner)
+    except BrokenChain as broken:
+        raise ApiError(
+            f"Previous response '{call.previous_id}' continues '{broken.missing_id}', "
+            "which was deleted or has expired: the conversation cannot be continued "
+            "without its earlier turns.",
+            status=400,
+            param="previous_response_id",
+            code="previous_response_chain_broken",
+        ) from None
     if chain is None:
         raise ApiError(
             f"Previous response with id '{call.previous_id}' not found.",
@@ -42,13 +58,14 @@ async def _history(call: ResponsesCall) -> list[dict]:
     return items_to_messages([item for r in chain for item in r.input_items + r.output_items])
 
 
-async def _store(call: ResponsesCall, builder: ResponseBuilder) -> None:
+async def _store(call: ResponsesCall, builder: ResponseBuilder, owner: str) -> None:
     if call.store and builder.status in ("completed", "incomplete"):
         await sync_to_async(response_store)(
             body=builder.response(),
             input_items=call.input_items,
             instructions=call.instructions,
             previous_id=call.previous_id,
+            owner=owner,
         )
 
 
@@ -57,14 +74,13 @@ async def responses_create(request: HttpRequest) -> HttpResponse:
     try:
         body = parse_json_body(request.body)
         call = parse_responses_call(body)
-        plan = await plan_generation(
-            chat_body(call, await _history(call)), caller=await caller_id(request)
-        )
+        owner = await caller_id(request)
+        plan = await plan_generation(chat_body(call, await _history(call, owner)), caller=owner)
     except ApiError as error:
         return error.response()
 
     async def store(builder: ResponseBuilder) -> None:
-        await _store(call, builder)
+        await _store(call, builder, owner)
 
     return await serve(
         plan,
@@ -75,8 +91,9 @@ async def responses_create(request: HttpRequest) -> HttpResponse:
     )
 
 
-async def _stored_or_404(response_id: str):
-    stored = await sync_to_async(response_get)(response_id=response_id)
+async def _stored_or_404(request: HttpRequest, response_id: str):
+    owner = await caller_id(request)
+    stored = await sync_to_async(response_get)(response_id=response_id, owner=owner)
     if stored is None:
         raise _not_found(response_id)
     return stored
@@ -86,11 +103,12 @@ async def _stored_or_404(response_id: str):
 async def responses_detail(request: HttpRequest, response_id: str) -> HttpResponse:
     """GET retrieves, DELETE removes; one URL, two methods."""
     if request.method == "DELETE":
-        if not await sync_to_async(response_delete)(response_id=response_id):
+        owner = await caller_id(request)
+        if not await sync_to_async(response_delete)(response_id=response_id, owner=owner):
             return _not_found(response_id).response()
         return JsonResponse({"id": response_id, "object": "response", "deleted": True})
     try:
-        stored = await _stored_or_404(response_id)
+        stored = await _stored_or_404(request, response_id)
     except ApiError as error:
         return error.response()
     return JsonResponse(stored.body)
@@ -99,7 +117,7 @@ async def responses_detail(request: HttpRequest, response_id: str) -> HttpRespon
 @api_endpoint("GET")
 async def responses_input_items(request: HttpRequest, response_id: str) -> HttpResponse:
     try:
-        stored = await _stored_or_404(response_id)
+        stored = await _stored_or_404(request, response_id)
     except ApiError as error:
         return error.response()
     items = stored.input_items

@@ -11,7 +11,7 @@ import json
 from django.utils import timezone
 
 from inference.models import StoredResponse
-from inference.response_store import response_chain
+from inference.response_store import BrokenChain, response_chain
 from lab.models import Conversation
 
 from .context import JobParamsError
@@ -82,7 +82,10 @@ def response_chats(ids: list[str], with_tools: bool) -> list[Chat]:
     """Each response's chain, oldest first, as one chat; function calls only `with_tools`."""
     chats = []
     for response_id in ids:
-        chain = response_chain(response_id=response_id)
+        try:
+            chain = response_chain(response_id=response_id, owner=None)
+        except BrokenChain:  # an earlier turn is gone: never teach a conversation cut short
+            continue
         if not chain:  # expired since the job was validated
             continue
         items = [item for r in chain for item in r.input_items + r.output_items]

@@ -209,6 +209,8 @@ MLXLAB = {
     "PROMPT_CACHE_SCOPE": os.environ.get("MLXLAB_PROMPT_CACHE_SCOPE", "user"),
     # Access control (inference/api_keys.py, inference/api/access.py).
     "STATIC_API_KEY_DIGESTS": _static_key_digests(),
+    # The non-staff user static keys act for, created on first use.
+    "STATIC_KEY_USER": os.environ.get("MLXLAB_STATIC_KEY_USER", "api-service"),
     # With no API key at all, runlab refuses a non-loopback address unless this is set.
     "ALLOW_OPEN_NETWORK_API": _env_bool("MLXLAB_ALLOW_OPEN_NETWORK_API", False),
     # Browser origins allowed to call the API (CORS); none by default.

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from inference.models import LanguageModel
-from inference.response_store import response_chain, response_store
+from inference.models import LanguageModel, StoredResponse
+from inference.response_store import BrokenChain, response_chain, response_store
 
 
 def body(response_id: str, text: str) -> dict:
@@ -32,12 +32,14 @@ def chain(db):
         input_items=user,
         instructions="be brief",
         previous_id=None,
+        owner="user:1",
     )
     response_store(
         body=body("resp_b", "second answer"),
         input_items=user,
         instructions="",
         previous_id="resp_a",
+        owner="user:1",
     )
     return "resp_b"
 
@@ -67,7 +69,34 @@ def test_byte_budget_evicts_oldest_first(db, settings):
     settings.MLXLAB = {**settings.MLXLAB, "RESPONSES_MAX_BYTES": 900}
     for index in range(4):
         response_store(
-            body=body(f"resp_{index}", "x" * 200), input_items=[], instructions="", previous_id=None
+            body=body(f"resp_{index}", "x" * 200),
+            input_items=[],
+            instructions="",
+            previous_id=None,
+            owner="user:1",
         )
-    kept = [r for r in ("resp_0", "resp_1", "resp_2", "resp_3") if response_chain(response_id=r)]
+    ids = ("resp_0", "resp_1", "resp_2", "resp_3")
+    kept = [r for r in ids if response_chain(response_id=r, owner="user:1")]
     assert kept[-1] == "resp_3" and "resp_0" not in kept and len(kept) < 4
+
+
+def test_the_byte_budget_is_each_owners_own(db, settings):
+    settings.MLXLAB = {**settings.MLXLAB, "RESPONSES_MAX_BYTES": 900}
+    store = dict(input_items=[], instructions="", previous_id=None)
+    response_store(body=body("resp_mine", "x" * 200), owner="user:1", **store)
+    for index in range(6):  # another user fills their own budget many times over
+        response_store(body=body(f"resp_flood_{index}", "y" * 200), owner="user:2", **store)
+    assert response_chain(response_id="resp_mine", owner="user:1") is not None
+    assert response_chain(response_id="resp_mine", owner="user:2") is None  # not theirs
+
+
+def test_a_previous_response_deleted_during_a_generation(db):
+    """The new response is still stored; continuing it is refused, never truncated."""
+    store = dict(input_items=[], instructions="", owner="user:1")
+    response_store(body=body("resp_gone", "first"), previous_id=None, **store)
+    StoredResponse.objects.filter(id="resp_gone").delete()  # while the next one generated
+    stored = response_store(body=body("resp_next", "second"), previous_id="resp_gone", **store)
+    assert stored.previous_id is None and stored.previous_ref == "resp_gone"
+    with pytest.raises(BrokenChain) as broken:
+        response_chain(response_id="resp_next", owner="user:1")
+    assert broken.value.missing_id == "resp_gone"

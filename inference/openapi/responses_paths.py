@@ -185,6 +185,24 @@ def components(limit: int) -> dict[str, Schema]:
     }
 
 
+# What a created response leads to: retrieve, list its input, continue, delete.
+_CREATED_ID = {"response_id": "$response.body#/id"}
+STORED_RESPONSE_LINKS = {
+    "Retrieve": {"operationId": "responses_retrieve", "parameters": _CREATED_ID},
+    "InputItems": {"operationId": "responses_input_items", "parameters": _CREATED_ID},
+    "Continue": {
+        "operationId": "responses_create",
+        "requestBody": {
+            "model": "$response.body#/model",
+            "input": "Go on",
+            "max_output_tokens": 1,
+            "previous_response_id": "$response.body#/id",
+        },
+    },
+    "Delete": {"operationId": "responses_delete", "parameters": _CREATED_ID},
+}
+
+
 def paths(default_model: str) -> dict[str, Schema]:
     example = {"model": default_model, "input": "Hi", "max_output_tokens": 1}
     tags = ["openai"]
@@ -208,6 +226,7 @@ def paths(default_model: str) -> dict[str, Schema]:
                             **json_content(ref("Response")),
                             **event_stream(names=RESPONSES_EVENTS, payload="ResponseStreamEvent"),
                         },
+                        "links": STORED_RESPONSE_LINKS,
                     },
                     **errors("OpenAIError", 400, 404, 500, 502),
                 },

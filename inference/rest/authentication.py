@@ -28,7 +28,7 @@ class ApiKeyAuthentication(BaseAuthentication):
             raise AuthenticationFailed(check.reason)
         user = key_user(check)
         if user is None or not user.is_active:
-            # Static keys (MLXLAB_API_KEYS) act for the server's first user.
+            # Static keys (MLXLAB_API_KEYS) act for the service user (api_keys.service_user).
             raise AuthenticationFailed("This static API key has no active user to act for.")
         return user, check
 

@@ -26,3 +26,19 @@ class StaffOnly(LoggedIn):
 
     def has_permission(self, request, view) -> bool:
         return super().has_permission(request, view) and request.user.is_staff
+
+
+class KeyManagement(LoggedIn):
+    """Creating or revoking keys: a logged-in session, or a staff user's key.
+
+    A key of a member cannot mint keys, so revoking a leaked key locks its holder out.
+    """
+
+    message = "Keys are created and revoked from a logged-in session (or with a staff key)."
+
+    def has_permission(self, request, view) -> bool:
+        if not super().has_permission(request, view):
+            return False
+        return request.method in ("GET", "HEAD", "OPTIONS") or (
+            request.auth is None or request.user.is_staff
+        )

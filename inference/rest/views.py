@@ -15,7 +15,7 @@ from ..api_keys import api_key_create, api_key_revoke, keys_exist, static_key_di
 from ..models import ApiKey
 from .authentication import request_key
 from .error_responses import errors
-from .permissions import StaffOnly
+from .permissions import KeyManagement, StaffOnly
 from .serializers import (
     AccessSettingsSerializer,
     ApiKeyCreatedSerializer,
@@ -44,6 +44,8 @@ class MeApi(APIView):
 class ApiKeyListCreateApi(APIView):
     """The user's own API keys (revoked ones too); a new key is shown once, on creation."""
 
+    permission_classes = [KeyManagement]
+
     @extend_schema(responses={200: ApiKeySerializer(many=True), **errors(403)})
     def get(self, request: Request) -> Response:
         keys = ApiKey.objects.filter(user=request.user)
@@ -63,6 +65,8 @@ class ApiKeyListCreateApi(APIView):
 
 
 class ApiKeyRevokeApi(APIView):
+    permission_classes = [KeyManagement]
+
     @extend_schema(responses={204: None, **errors(403, 404)}, summary="Revoke one of my keys")
     def delete(self, request: Request, key_id: int) -> Response:
         key = ApiKey.objects.filter(user=request.user, pk=key_id).first()

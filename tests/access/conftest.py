@@ -14,7 +14,7 @@ from tests.conftest import DEFAULT_MODEL, ROOT, LiveServer, _manage, start_daphn
 
 STATIC_KEY = "mlx-static-test-key-0123456789abcdefghijklmnopqrstuv"
 
-# Run in the server's database: the first user (static keys act for it) is staff.
+# Run in the server's database. Static keys act for a service user who is not staff.
 MAKE_USERS = """
 import json
 from django.contrib.auth.models import User
@@ -24,6 +24,7 @@ staff = User.objects.create_user("staffer", is_staff=True)
 member = User.objects.create_user("member")
 gone = User.objects.create_user("gone")
 keys = {
+    "fuzz": api_key_create(user=fuzz, label="fuzz")[1],
     "staff": api_key_create(user=staff, label="staff")[1],
     "member": api_key_create(user=member, label="member")[1],
     "revoked": api_key_create(user=member, label="old")[1],
@@ -39,7 +40,7 @@ print(json.dumps(keys))
 @dataclass
 class SecuredServer:
     server: LiveServer
-    keys: dict[str, str]  # staff, member, revoked, inactive, static
+    keys: dict[str, str]  # fuzz (a superuser), staff, member, revoked, inactive, static
 
     @property
     def url(self) -> str:

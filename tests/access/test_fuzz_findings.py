@@ -76,6 +76,6 @@ def test_admin_shows_stored_input_as_sent(admin_client):
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": 5}]},
     ]
     body = {"id": "resp_odd", "model": "m", "status": "completed", "output": [], "usage": {}}
-    response_store(body=body, input_items=odd, instructions="", previous_id=None)
+    response_store(body=body, input_items=odd, instructions="", previous_id=None, owner="")
     page = admin_client.get("/admin/inference/storedresponse/resp_odd/change/")
     assert page.status_code == 200 and b"<b>user</b> 5" in page.content

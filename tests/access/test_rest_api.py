@@ -65,7 +65,10 @@ def test_with_a_key(client, people, method, path, body, member, staff, who, head
     key = people["keys"][who]
     value = f"Bearer {key}" if header == "Authorization" else key
     response = request(client, method, path, body, people, who, **{header: value})
-    assert response.status_code == (staff if who == "staff" else member), response.content
+    expected = staff if who == "staff" else member
+    if who == "member" and path.startswith("/api/keys") and method != "get":
+        expected = 403  # a member's key cannot mint or revoke keys: only a session can
+    assert response.status_code == expected, response.content
 
 
 @pytest.mark.parametrize("who", ["member", "staff"])
@@ -110,13 +113,13 @@ def test_me_says_how_the_user_came_in(client, people):
 
 
 def test_keys_are_shown_once_and_listed_by_prefix(client, people):
-    auth = {"x-api-key": people["keys"]["member"]}
+    auth = {"x-api-key": people["keys"]["staff"]}
     created = client.post(
         "/api/keys", {"label": "laptop"}, content_type="application/json", headers=auth
     ).json()
     assert created["key"].startswith("mlx-") and created["prefix"] == created["key"][:12]
     listed = client.get("/api/keys", headers=auth).json()
-    assert {key["label"] for key in listed} == {"m", "old", "laptop"}
+    assert {key["label"] for key in listed} == {"s", "laptop"}
     assert all("key" not in key and "digest" not in key for key in listed)
     stored = ApiKey.objects.get(pk=created["id"])
     assert stored.digest == hashlib.sha256(created["key"].encode()).hexdigest()
@@ -127,17 +130,31 @@ def test_keys_are_shown_once_and_listed_by_prefix(client, people):
     assert client.get("/api/me", headers=new).status_code == 401
 
 
+def test_a_members_key_cannot_mint_or_revoke_keys(client, people):
+    """A leaked key must not be able to make itself a successor before it is revoked."""
+    auth = {"x-api-key": people["keys"]["member"]}
+    minted = client.post("/api/keys", {"label": "x"}, content_type="application/json", headers=auth)
+    assert minted.status_code == 403 and "logged-in session" in minted.json()["detail"]
+    own = ApiKey.objects.get(user=people["member"], revoked_at__isnull=True)
+    assert client.delete(f"/api/keys/{own.pk}", headers=auth).status_code == 403
+    assert ApiKey.objects.filter(user=people["member"]).count() == 2
+    client.force_login(people["member"])  # the member's own session may do both
+    created = client.post("/api/keys", {"label": "x"}, content_type="application/json")
+    assert created.status_code == 201
+    assert client.delete(f"/api/keys/{own.pk}").status_code == 204
+
+
 def test_nobody_revokes_anothers_key(client, people):
     staff_key = ApiKey.objects.get(user=people["staff"])
-    auth = {"x-api-key": people["keys"]["member"]}
-    assert client.delete(f"/api/keys/{staff_key.pk}", headers=auth).status_code == 404
-    assert client.delete("/api/keys/99999999999999999999", headers=auth).status_code == 404
+    client.force_login(people["member"])
+    assert client.delete(f"/api/keys/{staff_key.pk}").status_code == 404
+    assert client.delete("/api/keys/99999999999999999999").status_code == 404
     staff_key.refresh_from_db()
     assert staff_key.active
 
 
 def test_invalid_label_is_400(client, people):
-    auth = {"x-api-key": people["keys"]["member"]}
+    auth = {"x-api-key": people["keys"]["staff"]}
     long = client.post(
         "/api/keys", {"label": "x" * 101}, content_type="application/json", headers=auth
     )
@@ -148,14 +165,20 @@ def test_invalid_label_is_400(client, people):
     assert form.status_code == 415
 
 
-def test_static_key_acts_for_the_first_user(client, people, settings):
-    static = "mlx-a-static-key-for-the-first-user-0123456789"
+def test_static_key_acts_for_a_service_user_who_is_not_staff(client, people, settings):
+    static = "mlx-a-static-key-for-the-service-user-0123456789"
     settings.MLXLAB = {
         **settings.MLXLAB,
         "STATIC_API_KEY_DIGESTS": (hashlib.sha256(static.encode()).hexdigest(),),
     }
-    me = client.get("/api/me", headers={"Authorization": f"Bearer {static}"}).json()
-    assert me["username"] == "staffer" and me["api_key"] == "static key"
+    auth = {"Authorization": f"Bearer {static}"}
+    me = client.get("/api/me", headers=auth).json()
+    assert me["username"] == "api-service" and me["api_key"] == "static key"
+    assert not User.objects.get(username="api-service").is_staff
+    assert client.get("/api/settings/access", headers=auth).status_code == 403
+    assert client.get("/api/jobs", headers=auth).status_code == 403
+    minted = client.post("/api/keys", {"label": "x"}, content_type="application/json", headers=auth)
+    assert minted.status_code == 403
 
 
 def test_access_settings_for_staff(client, people):

@@ -16,8 +16,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.access.conftest import STATIC_KEY
-
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 TIME_LIMIT_SECONDS = 480
 
@@ -34,7 +32,7 @@ def test_schemathesis_finds_nothing(secured_server, tmp_path):
         "--config-file", str(CONFIG),
         "--no-color",
         "run", f"{secured_server.url}/api/schema/",
-        "--header", f"Authorization: Bearer {STATIC_KEY}",
+        "--header", f"Authorization: Bearer {secured_server.keys['fuzz']}",
         "--checks", "all",
         "--exclude-checks", EXCLUDED_CHECKS,
         "--max-examples", "10",

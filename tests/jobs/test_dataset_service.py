@@ -382,6 +382,7 @@ def store_response(response_id: str, items: list, output: list, previous=None, *
     return response_store(
         body={"id": response_id, "model": "m", "output": output, "status": "completed", **body},
         input_items=items, instructions=body.pop("instructions", ""), previous_id=previous,
+        owner="user:1",
     )  # fmt: skip
 
 
