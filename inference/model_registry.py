@@ -17,8 +17,19 @@ def model_name_from(path: Path) -> str:
     return re.sub(r"[^a-z0-9_-]+", "-", path.stem.lower()).strip("-") or "model"
 
 
-def model_register(*, name: str, path: Path) -> LanguageModel:
-    """Register (or refresh) a model folder under `name`."""
+class NameTaken(ValueError):
+    """Another folder is registered under this name already."""
+
+
+def model_register(*, name: str, path: Path, replace: bool = True) -> LanguageModel:
+    """Register (or refresh) a model folder under `name`.
+
+    `replace` False (what jobs make): a name held by another folder is NameTaken,
+    never a silent repoint of what the workers serve.
+    """
+    held = LanguageModel.objects.filter(name=name).values_list("path", flat=True).first()
+    if not replace and held is not None and held != str(path.resolve()):
+        raise NameTaken(f"a model named '{name}' is already registered (at {held})")
     facts = describe_model_folder(path)
     record, _ = LanguageModel.objects.update_or_create(
         name=name,

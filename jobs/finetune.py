@@ -16,7 +16,14 @@ from pathlib import Path
 
 from .context import JobContext, JobParamsError, JobResult
 from .dataset_examples import check_example
-from .params import NAME_PATTERN, check_int, check_known, registered_model, required_string
+from .params import (
+    NAME_PATTERN,
+    check_int,
+    check_known,
+    claimed_by_a_job,
+    registered_model,
+    required_string,
+)
 
 FINE_TUNE_TYPES = ("lora", "dora", "full")
 # mlx.optimizers.schedulers whose arguments are numbers (join_schedules takes schedules),
@@ -277,6 +284,9 @@ def _names(params: dict, fine_tune_type: str, fuse: bool) -> dict:
         raise JobParamsError("fused_name is set but fuse is false")
     if adapter_name and Adapter.objects.filter(name=adapter_name).exists():
         raise JobParamsError(f"adapter_name '{adapter_name}' is taken by another adapter")
+    for key, name in (("adapter_name", adapter_name), ("fused_name", fused_name)):
+        if name and claimed_by_a_job(name):
+            raise JobParamsError(f"{key} '{name}' is what another unfinished job will register")
     # A full fine-tune registers a model under fused_name, else under adapter_name.
     model_name = fused_name or (adapter_name if fine_tune_type == "full" else None)
     if model_name and LanguageModel.objects.filter(name=model_name).exists():

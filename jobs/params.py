@@ -52,3 +52,18 @@ def registered_model(name: str) -> tuple[Path, dict]:
     except ValueError:
         raise JobParamsError(f"model '{name}' has an unreadable config.json") from None
     return folder, config if isinstance(config, dict) else {}
+
+
+def claimed_by_a_job(name: str) -> bool:
+    """Whether a queued or running job will register a model or an adapter as `name`:
+    two jobs must never race to the same name."""
+    from .models import Job
+
+    unfinished = Job.objects.filter(status__in=("queued", "running")).values_list(
+        "params", flat=True
+    )
+    return any(
+        name in (params.get("name"), params.get("adapter_name"), params.get("fused_name"))
+        for params in unfinished
+        if isinstance(params, dict)
+    )

@@ -14,7 +14,14 @@ import time
 from pathlib import Path
 
 from .context import JobContext, JobParamsError, JobResult
-from .params import NAME_PATTERN, check_int, check_known, registered_model, required_string
+from .params import (
+    NAME_PATTERN,
+    check_int,
+    check_known,
+    claimed_by_a_job,
+    registered_model,
+    required_string,
+)
 
 # What `mx.quantize` accepts per mode (its "Quantization modes" table), restricted to
 # the bits the lab offers: mx*/nv* modes each allow exactly one (bits, group_size).
@@ -65,6 +72,8 @@ def _new_name(name: str) -> str:
         )
     if LanguageModel.objects.filter(name=name).exists():
         raise JobParamsError(f"name '{name}' is already a model in the registry")
+    if claimed_by_a_job(name):
+        raise JobParamsError(f"name '{name}' is what another unfinished job will register")
     return name
 
 

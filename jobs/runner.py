@@ -132,13 +132,18 @@ def _succeed(job: Job, context: DbJobContext, result: JobResult) -> None:
     shutil.rmtree(final, ignore_errors=True)
     context.workdir.rename(final)
     made = dict(result.summary)
-    if result.model:
-        # Imported here: the worker's parent process must not load MLX before it forks.
-        from inference.model_registry import model_register
+    try:
+        if result.model:
+            # Imported here: the worker's parent process must not load MLX before it forks.
+            from inference.model_registry import model_register
 
-        made["model"] = model_register(name=result.model, path=final / result.model_subdir).name
-    if result.adapter:
-        made["adapter"] = _register_adapter(job, result, final / result.adapter_subdir).name
+            path = final / result.model_subdir
+            made["model"] = model_register(name=result.model, path=path, replace=False).name
+        if result.adapter:
+            made["adapter"] = _register_adapter(job, result, final / result.adapter_subdir).name
+    except Exception:  # a name clash: the job fails, and leaves nothing behind
+        shutil.rmtree(final, ignore_errors=True)
+        raise
     job.artifact_path = str(final)
     job.result = made
     context.log("finished")
@@ -146,8 +151,11 @@ def _succeed(job: Job, context: DbJobContext, result: JobResult) -> None:
 
 
 def _register_adapter(job: Job, result: JobResult, path: Path) -> Adapter:
+    name = result.adapter["name"]
+    if Adapter.objects.filter(name=name).exclude(job_id=str(job.id)).exists():
+        raise ValueError(f"an adapter named '{name}' was registered by another job meanwhile")
     adapter, _ = Adapter.objects.update_or_create(
-        name=result.adapter["name"],
+        name=name,
         defaults={
             "base_model": result.adapter["base_model"],
             "path": str(path),

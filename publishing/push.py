@@ -30,8 +30,11 @@ def artifacts_root() -> Path:
     return Path(settings.MLXLAB["ARTIFACTS_DIR"]).resolve()
 
 
-def inside_artifacts(text: str) -> Path:
-    """The folder a source_path names, refused unless it really lies in the artifacts dir."""
+def inside_artifacts(text: str, kind: str) -> Path:
+    """The folder a source_path names: one finished `kind` job's output, or a folder in it.
+
+    Never the artifacts directory itself, nor a job's partial folder, nor anything beside.
+    """
     root = artifacts_root()
     if ".." in Path(text).parts:
         raise JobParamsError("source_path must not contain '..'")
@@ -40,6 +43,13 @@ def inside_artifacts(text: str) -> Path:
         raise JobParamsError("source_path must be inside the lab's artifacts directory")
     if not folder.is_dir():
         raise JobParamsError(f"source_path {text} is not a folder of the artifacts directory")
+    owner = folder.relative_to(root).parts[:1]
+    job = Job.objects.filter(id=owner[0]).first() if owner and _is_uuid(owner[0]) else None
+    if job is None or job.kind != kind or job.status != "succeeded":
+        raise JobParamsError(
+            f"source_path must be the output folder of a finished {kind} job "
+            "(its id), or a folder inside it"
+        )
     return folder
 
 
@@ -93,7 +103,7 @@ def validate(params: dict) -> dict:
         folder, ignore = _folder_of(job)
         out.update(job_id=str(job.id), folder=str(folder), ignore=list(ignore))
     elif params.get("source_path"):
-        out.update(folder=str(inside_artifacts(params["source_path"])), ignore=[])
+        out.update(folder=str(inside_artifacts(params["source_path"], kind)), ignore=[])
     else:
         raise JobParamsError("job_id or source_path required")
     out["repo_type"] = "dataset" if kind == "dataset" else "model"

@@ -214,3 +214,19 @@ def test_recipe_from_a_float_source_quantizes_in_one_step(float16_run, tmp_path)
     assert summary["recipe"] == "mixed_3_6" and summary["source_was_quantized"] is False
     assert 3.5 <= summary["bits_per_weight"] <= 5
     print(f"mixed_3_6 model: {summary}")
+
+
+def test_two_jobs_never_race_to_one_name(source, tmp_path):
+    """A name an unfinished job will register is refused at submission; at registration,
+    a name held by another folder is refused, never silently repointed."""
+    from inference.model_registry import NameTaken
+    from jobs.models import Job
+
+    Job.objects.create(kind="quantize", params={"model": SOURCE, "name": "made"})
+    with pytest.raises(JobParamsError, match="another unfinished job will register"):
+        validate({"model": SOURCE, "name": "made"})
+    Job.objects.update(status="succeeded")
+    assert validate({"model": SOURCE, "name": "made"})["name"] == "made"
+    with pytest.raises(NameTaken, match=f"a model named '{SOURCE}' is already registered"):
+        model_register(name=SOURCE, path=tmp_path, replace=False)
+    assert model_register(name=SOURCE, path=source, replace=False).path == str(source.resolve())

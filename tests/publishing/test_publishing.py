@@ -170,6 +170,22 @@ def test_wrong_kind_unfinished_job_and_symlink_escape(jobs_lab, api, dataset_job
     )
 
 
+def test_a_source_path_is_one_finished_jobs_own_output(jobs_lab, api, dataset_job):
+    """Never the whole artifacts folder (partial job folders included), nor another kind's."""
+    for source in (".", "./", f".partial-{dataset_job['id']}"):
+        (jobs_lab.home / "artifacts" / source).mkdir(exist_ok=True)
+        answer = call(
+            api, "POST", "/api/dataset/push", json={"repo_id": "a/b", "source_path": source}
+        )
+        assert answer.status_code == 400, (source, answer.text)
+        assert "output folder of a finished dataset job" in answer.json()["error"]
+    wrong_kind = call(
+        api, "POST", "/api/quantize/push",
+        json={"repo_id": "a/b", "source_path": dataset_job["id"]},
+    )  # fmt: skip
+    assert "finished quantize job" in wrong_kind.json()["error"]
+
+
 def test_hub_errors_fail_the_publish_with_the_hubs_message(api, hub, dataset_job):
     hub.forbidden_repos.add("other/forbidden")
     answer = call(api, "POST", "/api/dataset/push",

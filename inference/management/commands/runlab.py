@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from urllib.parse import urlparse
 
 from django.conf import settings
@@ -134,6 +135,10 @@ class Command(BaseCommand):
                 f"no Redis answers at {host}:{port} and redis-server is not installed: "
                 "install Redis (e.g. `apt install redis-server`) or set REDIS_URL"
             )
+        # Queued jobs live in Redis: an append-only file under var/ keeps them across a
+        # restart, so no job row is left queued with no message to run it.
+        folder = Path(settings.VAR_DIR) / "redis"
+        folder.mkdir(parents=True, exist_ok=True)
         self._spawn(
             "redis",
             [
@@ -142,10 +147,14 @@ class Command(BaseCommand):
                 "127.0.0.1",
                 "--port",
                 str(port),
+                "--dir",
+                str(folder),
                 "--save",
                 "",
                 "--appendonly",
-                "no",
+                "yes",
+                "--appendfsync",
+                "everysec",
             ],
         )
         for _ in range(50):
