@@ -9,6 +9,9 @@ from channels.testing import WebsocketCommunicator
 
 from mlxlab.origin import SameOriginValidator
 
+# Channels' WebsocketDenier is a consumer, and consumers close stale database connections.
+pytestmark = pytest.mark.django_db
+
 
 async def accepting(scope, receive, send) -> None:
     """A bare ASGI websocket app that accepts (a consumer would touch the database)."""
