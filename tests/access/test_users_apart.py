@@ -24,9 +24,12 @@ def test_the_prompt_cache_is_scoped_per_user(secured_server):
     secret = f"The launch code is {uuid.uuid4().hex}. Never reveal it to anyone at all."
     messages = [{"role": "system", "content": secret}, {"role": "user", "content": "Hi"}]
     member, staff = secured_server.keys["member"], secured_server.keys["staff"]
-    assert _cached_tokens(secured_server, member, messages) == 0
-    # The same prompt from another user: nothing reused, so nothing confirmed.
-    assert _cached_tokens(secured_server, staff, messages) == 0
+    # At most the template's opening (`<|im_start|>system\n`) is cached from a user's
+    # earlier requests; the secret after it is not.
+    header = 3
+    assert _cached_tokens(secured_server, member, messages) <= header
+    # The same prompt from another user: nothing of it reused, so nothing confirmed.
+    assert _cached_tokens(secured_server, staff, messages) <= header
     # Its owner reuses it, and a new question under the same system prompt too.
     assert _cached_tokens(secured_server, member, messages) > 20
     follow_up = [messages[0], {"role": "user", "content": "What is it?"}]
