@@ -20,7 +20,7 @@ from inference.rest.permissions import StaffOnly
 from .context import JobParamsError
 from .events import job_dict
 from .models import Job
-from .submission import cancel_job, submit_job
+from .submission import BrokerUnavailable, cancel_job, submit_job
 
 LIST_LIMIT = 200
 
@@ -47,7 +47,7 @@ class JobListApi(APIView):
 
     @extend_schema(
         request=OpenApiTypes.OBJECT,
-        responses={202: OpenApiTypes.OBJECT, **errors(400, 403, 415)},
+        responses={202: OpenApiTypes.OBJECT, **errors(400, 403, 415, 503)},
         summary="Queue a job: quantize, finetune or dataset",
     )
     def post(self, request: Request) -> Response:
@@ -64,6 +64,8 @@ class JobListApi(APIView):
             )
         except JobParamsError as error:
             raise ValidationError({"detail": str(error)}) from None
+        except BrokerUnavailable as error:
+            return Response({"detail": str(error)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
         return Response(
             job_dict(job),
             status=status.HTTP_202_ACCEPTED,

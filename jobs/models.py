@@ -40,6 +40,9 @@ class Job(models.Model):
     cancel_requested = models.BooleanField(default=False)
     task_id = models.CharField(max_length=100, blank=True)
     worker = models.CharField(max_length=200, blank=True)  # the Celery hostname running it
+    # Written by the process running the job every few seconds: a stale one means that
+    # process died (killed, out of memory, past its hard time limit).
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
 import time
 from collections import deque
+from datetime import timedelta
 from pathlib import Path
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from inference.models import Adapter
@@ -91,10 +94,37 @@ class DbJobContext:
 
 def claim(job_id, worker: str) -> Job | None:
     """Move a queued job to running for this worker; None if another delivery has it."""
+    now = timezone.now()
     claimed = Job.objects.filter(id=job_id, status="queued", cancel_requested=False).update(
-        status="running", worker=worker, started_at=timezone.now(), message="starting"
+        status="running", worker=worker, started_at=now, heartbeat_at=now, message="starting"
     )
     return Job.objects.get(id=job_id) if claimed else None
+
+
+class Heartbeat:
+    """A thread that stamps the running job's row until the job ends (or the process dies)."""
+
+    def __init__(self, job_id) -> None:
+        self.job_id = job_id
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="job-heartbeat", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _beat(self) -> None:
+        try:
+            while not self._stop.wait(settings.JOB_HEARTBEAT_SECONDS):
+                Job.objects.filter(id=self.job_id, status="running").update(
+                    heartbeat_at=timezone.now()
+                )
+        finally:
+            connection.close()  # this thread's own database connection
 
 
 def execute(job_id, worker: str) -> str:
@@ -108,7 +138,8 @@ def execute(job_id, worker: str) -> str:
     context = DbJobContext(job, workdir)
     try:
         context.log(f"{job.kind} started on {worker}")
-        result = service(job.kind).run(context)
+        with Heartbeat(job.id):
+            result = service(job.kind).run(context)
         _succeed(job, context, result)
     # The partial output goes before the final status is saved: whoever sees the job
     # ended must not find it still on disk.
@@ -191,12 +222,30 @@ def _finish(job: Job, status: str, **fields) -> None:
 def fail_orphans(worker: str) -> int:
     """Jobs left running by this worker's previous life (killed, crashed): failed, cleaned."""
     orphans = list(Job.objects.filter(status="running", worker=worker))
-    for job in orphans:
+    reason = f"the worker ({worker}) stopped while running this job (killed or crashed)"
+    return _fail_lost(orphans, reason)
+
+
+def fail_stale(*, stale_seconds: float) -> int:
+    """Running jobs whose process stopped beating (killed by the OOM killer or the hard
+    time limit, crashed): failed with the reason, their partial output removed."""
+    cutoff = timezone.now() - timedelta(seconds=stale_seconds)
+    stale = list(Job.objects.filter(status="running", heartbeat_at__lt=cutoff))
+    reason = (
+        f"the process running this job stopped (no heartbeat for {stale_seconds:g} s: killed, "
+        "out of memory, or past its hard time limit)"
+    )
+    return _fail_lost(stale, reason)
+
+
+def _fail_lost(jobs: list[Job], reason: str) -> int:
+    failed = 0
+    for job in jobs:
         shutil.rmtree(partial_dir(job.id), ignore_errors=True)
-        job.error = (
-            f"the worker ({worker}) stopped while running this job (killed or crashed); "
-            "its partial output was removed"
-        )
+        job.error = f"{reason}; its partial output was removed"
         job.log_tail = "\n".join([*job.log_tail.splitlines()[-LOG_LINES + 1 :], job.error])
-        _finish(job, "failed", message="worker lost")
-    return len(orphans)
+        # Only a job still running is failed: it may have finished since it was read.
+        if Job.objects.filter(id=job.id, status="running").update(status="failed"):
+            _finish(job, "failed", message="worker lost")
+            failed += 1
+    return failed

@@ -15,20 +15,59 @@ def submit_job(*, kind: str, params, owner) -> Job:
     return queue_job(kind=kind, params=validate(kind, params, owner=owner), owner=owner)
 
 
+class BrokerUnavailable(Exception):
+    """The job queue (Redis) does not answer: nothing was recorded."""
+
+
 def queue_job(*, kind: str, params: dict, owner) -> Job:
-    """Record and queue a job whose parameters are already validated."""
+    """Record and queue a job whose parameters are already validated.
+
+    Raises BrokerUnavailable, leaving no row, when the queue does not answer.
+    """
     from .tasks import run_job  # the Celery app is configured by then
 
+    _check_broker(run_job.app)
     job = Job.objects.create(kind=kind, params=params, owner=owner, message="queued")
     # Queue only once the row is committed, or a fast worker could look for it too early.
     transaction.on_commit(lambda: _enqueue(job, run_job))
     return job
 
 
+def _check_broker(app) -> None:
+    try:
+        with app.connection_for_write() as connection:
+            connection.ensure_connection(max_retries=1, timeout=2)
+    except Exception as error:
+        raise BrokerUnavailable(
+            f"the job queue does not answer ({type(error).__name__}); try again shortly"
+        ) from None
+
+
 def _enqueue(job: Job, task) -> None:
-    result = task.apply_async(args=[str(job.id)], task_id=str(job.id))
+    try:
+        result = task.apply_async(args=[str(job.id)], task_id=str(job.id), retry=False)
+    except Exception as error:  # the broker went away since the check: never stay queued
+        Job.objects.filter(id=job.id, status="queued").update(
+            status="failed",
+            finished_at=timezone.now(),
+            message="could not be queued",
+            error=f"the job queue did not take the job ({type(error).__name__})",
+        )
+        job.refresh_from_db()
+        publish(job)
+        return
     Job.objects.filter(id=job.id).update(task_id=result.id)
     publish(job)
+
+
+def resend_queued() -> int:
+    """Send every queued job's message again (see tasks.resend_lost_messages)."""
+    from .tasks import run_job
+
+    ids = list(Job.objects.filter(status="queued").values_list("id", flat=True))
+    for job_id in ids:
+        run_job.apply_async(args=[str(job_id)], task_id=str(job_id))
+    return len(ids)
 
 
 def cancel_job(job: Job) -> Job:

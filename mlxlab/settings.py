@@ -142,6 +142,10 @@ CHANNEL_LAYERS = {
 # cleans up; the hard limit kills it; Redis redelivers an unacknowledged task only
 # after the visibility timeout, which is longer than any job may run.
 JOB_SOFT_TIME_LIMIT = int(os.environ.get("MLXLAB_JOB_TIME_LIMIT_SECONDS", str(6 * 3600)))
+# A running job's process writes a heartbeat this often; the worker's watchdog fails a
+# job whose heartbeat is older than JOB_STALE_SECONDS (its process died).
+JOB_HEARTBEAT_SECONDS = float(os.environ.get("MLXLAB_JOB_HEARTBEAT_SECONDS", "10"))
+JOB_STALE_SECONDS = float(os.environ.get("MLXLAB_JOB_STALE_SECONDS", "45"))
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_TASK_ACKS_LATE = True

@@ -50,6 +50,7 @@ MEANINGS = {
     405: "Method not allowed (see the Allow header)",
     413: "Request body larger than the limit for this path",
     499: "The client closed the request while waiting: the upload was cancelled",
+    503: "The job queue does not answer; nothing was recorded",
 }
 SECURITY = [{BEARER: []}, {X_API_KEY: []}, {"cookieAuth": []}]
 
@@ -106,7 +107,7 @@ def paths() -> dict[str, Schema]:
                 {"200": {"description": "Pushed", "content": pushed},
                  "202": {"description": "Queued or still uploading: poll the job",
                          "content": pushed},
-                 **_errors(400, 499)},
+                 **_errors(400, 499, 503)},
                 ref("PushRequest"),
             )
         }  # fmt: skip

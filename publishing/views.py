@@ -21,7 +21,7 @@ from inference.api_keys import acheck_key, key_user, presented_key
 from jobs.context import JobParamsError
 from jobs.events import job_dict
 from jobs.models import Job
-from jobs.submission import cancel_job, queue_job
+from jobs.submission import BrokerUnavailable, cancel_job, queue_job
 
 from .hub import HubError, repo_url, whoami
 from .push import validate as validate_push
@@ -139,6 +139,8 @@ async def push(request: HttpRequest, kind: str) -> JsonResponse:
         job = await sync_to_async(_submit)(kind, body, user)
     except JobParamsError as error:
         return failure(str(error))
+    except BrokerUnavailable as error:
+        return failure(str(error), 503)
     url = repo_url(job.params["repo_id"], job.params["repo_type"])
     if body.get("wait") is False:
         return JsonResponse({"ok": True, "url": url, "job": await _state(job.id)}, status=202)

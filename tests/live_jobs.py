@@ -124,6 +124,9 @@ def start_jobs_lab(
         "MLXLAB_MODELS_DIR": str(home / "models"),
         "MLXLAB_DEFAULT_MODEL": default_model,
         "MLXLAB_PRELOAD": "0",
+        # A killed job process is noticed in seconds, not the default 45.
+        "MLXLAB_JOB_HEARTBEAT_SECONDS": "1",
+        "MLXLAB_JOB_STALE_SECONDS": "5",
     }
     manage(env, "migrate", "--noinput", "-v", "0")
     manage(env, "add_model", str(model_folder), "--name", default_model)

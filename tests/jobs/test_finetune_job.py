@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+
 import pytest
 
 from tests.jobs.conftest import SYSTEM_PROMPT, TRAIN_QUESTIONS
@@ -102,4 +106,24 @@ def test_a_killed_worker_leaves_the_job_failed_once_it_is_back(jobs_lab, tiny, t
     assert "killed-run" not in names
     # The restarted worker takes new work.
     quick = finetune(jobs_lab, tiny_dataset_folder, iters=2, adapter_name="after-restart")
+    assert jobs_lab.wait_job(quick["id"])["status"] == "succeeded"
+
+
+def test_a_killed_job_process_fails_its_job_without_a_restart(jobs_lab, tiny, tiny_dataset_folder):
+    """The OOM killer or the hard time limit ends the pool child, not the worker: the
+    worker's watchdog sees the heartbeat stop and fails the job with the reason."""
+    job = finetune(jobs_lab, tiny_dataset_folder, iters=100000, steps_per_report=1,
+                   adapter_name="oom-run")  # fmt: skip
+    jobs_lab.wait_running(job["id"], min_progress=0.0)
+    children = subprocess.run(
+        ["pgrep", "-P", str(jobs_lab.worker.process.pid)], capture_output=True, text=True
+    ).stdout.split()
+    assert children, "the worker has no pool child"
+    for child in children:
+        os.kill(int(child), signal.SIGKILL)
+    ended = jobs_lab.wait_job(job["id"], timeout=60)  # heartbeat 1 s, stale after 5 s here
+    assert ended["status"] == "failed" and "no heartbeat" in ended["error"], ended
+    assert artifacts(jobs_lab, job["id"]) == []
+    assert jobs_lab.worker.process.poll() is None  # the worker itself lived on
+    quick = finetune(jobs_lab, tiny_dataset_folder, iters=2, adapter_name="after-oom")
     assert jobs_lab.wait_job(quick["id"])["status"] == "succeeded"
