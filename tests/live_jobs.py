@@ -126,7 +126,7 @@ def start_jobs_lab(
         "MLXLAB_PRELOAD": "0",
         # A killed job process is noticed in seconds, not the default 45.
         "MLXLAB_JOB_HEARTBEAT_SECONDS": "1",
-        "MLXLAB_JOB_STALE_SECONDS": "5",
+        "MLXLAB_JOB_STALE_SECONDS": "15",
     }
     manage(env, "migrate", "--noinput", "-v", "0")
     manage(env, "add_model", str(model_folder), "--name", default_model)
