@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('jobs', '0002_alter_job_kind'),
+        ("jobs", "0002_alter_job_kind"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='job',
-            name='heartbeat_at',
+            model_name="job",
+            name="heartbeat_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
     ]
