@@ -110,9 +110,6 @@ class GrammarCompiler:
                 _, evicted = self._cache.popitem(last=False)
                 self.bytes -= evicted.memory_size_bytes
 
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
     def _compile(self, spec: GrammarSpec) -> xgrammar.CompiledGrammar:
         if spec.kind == "json_schema":
             return self._compiler.compile_json_schema(spec.source, any_whitespace=False)
