@@ -7,7 +7,7 @@ PORT ?= 8000
 STAMP := $(VENV)/.deps-installed
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: setup run test bench screenshots format clean
+.PHONY: setup run test bench soak screenshots format clean
 
 setup: $(STAMP)
 	@$(PY) manage.py migrate --noinput -v 0
@@ -44,6 +44,10 @@ screenshots: setup $(CHROMIUM)
 
 bench: setup
 	@$(PY) bench/run.py
+
+# Load and faults against a lab of its own on loopback (bench/soak.py says what it checks).
+soak: setup
+	@$(PY) bench/soak.py
 
 format: $(STAMP)
 	@$(VENV)/bin/ruff format .

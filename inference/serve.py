@@ -2,7 +2,10 @@
 
 A request that no worker can take, or whose worker dies before the answer
 starts, gets the protocol's 502; one whose worker dies mid-stream ends with the
-protocol's error frame. Nothing is retried behind the client's back.
+protocol's error frame. The one exception: a request the worker had not yet accepted
+when something outside killed it (SIGKILL, SIGTERM) goes once more to the restarted
+worker. Nothing of it had started, and it cannot have caused the kill, whereas a crash
+(a segfault, an abort) may be the request's own doing and is never repeated.
 """
 
 from __future__ import annotations
@@ -55,10 +58,17 @@ async def start(plan: PlannedGeneration) -> tuple[RequestStream | Choices, wire.
     return Choices(streams), started[0][1]
 
 
-async def _start_one(plan: PlannedGeneration) -> tuple[RequestStream, wire.Accepted]:
+async def _start_one(
+    plan: PlannedGeneration, *, again: bool = True
+) -> tuple[RequestStream, wire.Accepted]:
     stream = await open_generation(plan.model, plan.call)
     try:
         return stream, await stream.accepted()
+    except WorkerStopped as error:
+        stream.close()
+        if not (again and error.killed_from_outside):
+            raise
+        log.warning("%s: worker killed before it took a request; sending it again", plan.model_name)
     except Rejected as error:
         raise rejection(error) from None
     except RuntimeError as error:  # the worker failed to prepare a valid request
@@ -66,6 +76,7 @@ async def _start_one(plan: PlannedGeneration) -> tuple[RequestStream, wire.Accep
     except BaseException:
         stream.close()
         raise
+    return await _start_one(plan, again=False)
 
 
 async def serve(

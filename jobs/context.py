@@ -21,6 +21,12 @@ class JobCancelled(Exception):
     """Raised by `check_cancelled` once the job has been asked to stop."""
 
 
+class JobLost(JobCancelled):
+    """Raised by `check_cancelled` once the job is no longer running: a watchdog failed it
+    while this process was stalled or cut off. It stops like a cancelled job, but its
+    row, already final, is left as it is."""
+
+
 @dataclass
 class JobResult:
     """What a finished job made, inside its work folder.

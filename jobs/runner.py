@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from inference.models import Adapter
 
-from .context import JobCancelled, JobResult
+from .context import JobCancelled, JobLost, JobResult
 from .events import publish
 from .kinds import service
 from .models import Job
@@ -59,8 +59,8 @@ class DbJobContext:
         self.job.progress = min(max(float(fraction), 0.0), 1.0)
         self.job.message = message[:300] or self.job.message
         self.job.eta_seconds = eta_seconds
+        self.check_cancelled()  # first: a job that ended meanwhile keeps its final row
         self._save(force=fraction >= 1.0)
-        self.check_cancelled()
 
     def metric(self, series: str, x: float, y: float) -> None:
         self.job.metrics.setdefault(series, []).append([x, y])
@@ -79,8 +79,7 @@ class DbJobContext:
         if now - self._checked_at < SAVE_EVERY:
             return
         self._checked_at = now
-        if Job.objects.filter(id=self.job.id, cancel_requested=True).exists():
-            raise JobCancelled()
+        check_still_ours(self.job.id)
 
     def _save(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -90,6 +89,15 @@ class DbJobContext:
                 update_fields=["progress", "message", "eta_seconds", "metrics", "log_tail"]
             )
             publish(self.job)
+
+
+def check_still_ours(job_id) -> None:
+    """Raise JobCancelled if the job was asked to stop, JobLost if it already ended."""
+    status, cancel = Job.objects.values_list("status", "cancel_requested").get(id=job_id)
+    if status != "running":
+        raise JobLost()
+    if cancel:
+        raise JobCancelled()
 
 
 def claim(job_id, worker: str) -> Job | None:
@@ -143,6 +151,10 @@ def execute(job_id, worker: str) -> str:
         _succeed(job, context, result)
     # The partial output goes before the final status is saved: whoever sees the job
     # ended must not find it still on disk.
+    except JobLost:
+        shutil.rmtree(workdir, ignore_errors=True)
+        log.warning("job %s was failed by a watchdog while it ran; its output is dropped", job.id)
+        return "lost"
     except JobCancelled:
         shutil.rmtree(workdir, ignore_errors=True)
         _end(job, context, "cancelled", "cancelled on request")
@@ -159,6 +171,7 @@ def execute(job_id, worker: str) -> str:
 
 
 def _succeed(job: Job, context: DbJobContext, result: JobResult) -> None:
+    check_still_ours(job.id)  # a job failed meanwhile registers nothing
     final = artifacts_dir() / str(job.id)
     shutil.rmtree(final, ignore_errors=True)
     context.workdir.rename(final)

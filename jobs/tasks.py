@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import logging
-import threading
 
 from celery import shared_task
 from celery.signals import worker_ready
-from django.conf import settings
-from django.db import connection
 
-from .runner import execute, fail_orphans, fail_stale
+from .runner import execute, fail_orphans
 from .submission import resend_queued
+from .watchdog import start_watchdog
 
 log = logging.getLogger(__name__)
 
@@ -42,21 +40,6 @@ def resend_lost_messages(sender=None, **kwargs) -> None:
 
 
 @worker_ready.connect
-def start_watchdog(sender=None, **kwargs) -> None:
-    """In the worker's main process, which outlives the child that runs a job: a child
-    killed by the OOM killer or the hard time limit leaves its job failed within
-    JOB_STALE_SECONDS, without waiting for anything to restart."""
-    threading.Thread(target=_watch, name="job-watchdog", daemon=True).start()
-
-
-def _watch() -> None:
-    stop = threading.Event()
-    while not stop.wait(settings.JOB_HEARTBEAT_SECONDS):
-        try:
-            count = fail_stale(stale_seconds=settings.JOB_STALE_SECONDS)
-            if count:
-                log.warning("failed %d job(s) whose process stopped", count)
-        except Exception:  # the database may be briefly locked: try again next beat
-            log.exception("job watchdog check failed")
-        finally:
-            connection.close()
+def watch_job_processes(sender=None, **kwargs) -> None:
+    """In the worker's main process, which outlives the child that runs a job."""
+    start_watchdog("worker")

@@ -17,6 +17,7 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 from inference.body_limits import BodyLimitGuard  # noqa: E402
 from inference.engines import preload_default_in_background  # noqa: E402
 from jobs.routing import websocket_urlpatterns as job_sockets  # noqa: E402
+from jobs.watchdog import start_watchdog  # noqa: E402
 from lab.routing import websocket_urlpatterns as chat_sockets  # noqa: E402
 from mlxlab.origin import SameOriginValidator  # noqa: E402
 
@@ -37,3 +38,6 @@ application = ProtocolTypeRouter(
 
 if settings.MLXLAB["PRELOAD_DEFAULT_MODEL"]:
     preload_default_in_background()
+if settings.JOB_WATCHDOG_IN_WEB:
+    # A job whose whole Celery worker died is failed even while no worker runs.
+    start_watchdog("web")

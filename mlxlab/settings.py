@@ -146,6 +146,8 @@ JOB_SOFT_TIME_LIMIT = int(os.environ.get("MLXLAB_JOB_TIME_LIMIT_SECONDS", str(6 
 # job whose heartbeat is older than JOB_STALE_SECONDS (its process died).
 JOB_HEARTBEAT_SECONDS = float(os.environ.get("MLXLAB_JOB_HEARTBEAT_SECONDS", "10"))
 JOB_STALE_SECONDS = float(os.environ.get("MLXLAB_JOB_STALE_SECONDS", "45"))
+# The web process watches too, so a job outlives no dead worker, restarted or not.
+JOB_WATCHDOG_IN_WEB = _env_bool("MLXLAB_JOB_WATCHDOG_IN_WEB", True)
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_TASK_ACKS_LATE = True

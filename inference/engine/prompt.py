@@ -114,6 +114,12 @@ def tools_instruction(tools: list[dict], markers: tuple[str, str]) -> str:
     )
 
 
+# A prefix of this many characters per context token overflows the context for any
+# ordinary text (BPE tokens average 3 to 5 characters); if it does not, all is counted.
+CHARS_PER_TOKEN = 32
+PREFIX_CUT_SLACK = 4
+
+
 class PromptBuilder:
     """Builds prompts for one loaded model; owns its grammar compiler."""
 
@@ -152,7 +158,7 @@ class PromptBuilder:
         if call.chat is not None:
             prompt, grammar, output, warning = self._chat(call.chat, compile=not call.count_only)
         else:
-            prompt = list(self.loaded.tokenizer.encode(call.text))  # a BOS only if the model asks
+            prompt = self._encode(call.text, "prompt")  # a BOS only if the model asks
             grammar, output, warning = None, OutputFormat(think=None), None
         if call.count_only:
             self._check_fits(prompt, "messages")
@@ -178,7 +184,7 @@ class PromptBuilder:
                 warning = f"grammar not enforced: {error} - falling back to prompt injection"
                 messages = with_system(messages, degrade_instruction(spec))
         text = self._render(messages, chat, active)
-        prompt = list(self.loaded.tokenizer.encode(text, add_special_tokens=False))
+        prompt = self._encode(text, "messages", add_special_tokens=False)
         tokenizer = self.loaded.tokenizer
         output = OutputFormat(
             think=self.think,
@@ -220,6 +226,29 @@ class PromptBuilder:
             ) from None
         except Exception as exc:  # jinja raises whatever the template author chose
             raise PromptRejected(f"prompt build failed: {exc}", param="messages") from None
+
+    def _encode(self, text: str, param: str, **options) -> list[int]:
+        """The prompt's tokens; one far past the context is refused from a prefix alone.
+
+        Tokenizing 8 MB takes seconds, and every request for this model waits behind
+        it. A prefix's token count, less a few for the cut, is a lower bound on the
+        whole's: a prefix that already overflows the context proves the whole does.
+        """
+        encode = self.loaded.tokenizer.encode
+        context_length = self.loaded.context_length
+        prefix_chars = context_length * CHARS_PER_TOKEN
+        if len(text) > prefix_chars:
+            # A cut inside a word may split its last token in two; allow for a few.
+            counted = len(encode(text[:prefix_chars], **options)) - PREFIX_CUT_SLACK
+            if counted >= context_length:
+                raise PromptRejected(
+                    f"The prompt is at least {counted} tokens long (counted in its first "
+                    f"{prefix_chars} of {len(text)} characters), which leaves no room to "
+                    f"generate in this model's context length of {context_length} tokens.",
+                    param=param,
+                    code="context_length_exceeded",
+                )
+        return list(encode(text, **options))
 
     def _check_fits(self, prompt: list[int], param: str) -> int:
         """The tokens left to generate in the context after `prompt`; at least one."""

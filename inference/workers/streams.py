@@ -50,8 +50,13 @@ class WorkerStopped(Exception):
         self.state = state
 
     @property
+    def killed_from_outside(self) -> bool:
+        """SIGKILL or SIGTERM: the OOM killer or an operator, never a request's own crash."""
+        return self.exit is not None and self.exit.signal in ("SIGKILL", "SIGTERM")
+
+    @property
     def message(self) -> str:
-        """For an answer that has not started: mlx-bun's wording, nothing retried."""
+        """For an answer that has not started: mlx-bun's wording."""
         return (
             "inference engine unavailable: the engine worker stopped mid-request; "
             f"respawning{RETRY_SHORTLY}"

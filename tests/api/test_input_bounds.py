@@ -6,6 +6,7 @@ Each case was a 500, a hang or a silent acceptance before the bounds (issue 14).
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -153,3 +154,33 @@ def test_count_tokens_checks_the_context(http):
     response = http.post("/v1/messages/count_tokens", json=body)
     assert response.status_code == 400, response.text[:300]
     assert "context length of 8192 tokens" in _message(response, "anthropic")
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "{text}"}]}, "messages"),
+        ("/v1/completions", {"prompt": "{text}"}, "prompt"),
+    ],
+)
+def test_a_huge_prompt_is_refused_from_its_prefix(http, path, body, param):
+    """7 MB took the worker 4.8 s to tokenize, while every request for the model waited:
+    a prefix that overflows the context already proves the whole does."""
+    text = "The quick brown fox jumps over the lazy dog. " * 160_000
+    raw = json.dumps({"model": DEFAULT_MODEL, "max_tokens": 1, **body}).replace("{text}", text)
+    response = http.post(path, content=raw, headers={"content-type": "application/json"})
+    assert response.status_code == 400, response.text[:300]
+    error = response.json()["error"]
+    assert (error["code"], error["param"]) == ("context_length_exceeded", param)
+    counted = re.search(
+        r"at least (\d+) tokens .* first (\d+) of (\d+) characters", error["message"]
+    )
+    assert counted, error
+    assert int(counted[1]) > 8192 and int(counted[2]) < len(text) <= int(counted[3])
+
+
+def test_a_long_prompt_under_the_prefix_is_counted_exactly(http):
+    text = "hello " * 9000  # 54,000 characters: under the 262,144 of the prefix
+    body = {"model": DEFAULT_MODEL, "prompt": text, "max_tokens": 1}
+    error = http.post("/v1/completions", json=body).json()["error"]
+    assert "The prompt is 9001 tokens long" in error["message"], error

@@ -242,6 +242,54 @@ def test_a_worker_killed_before_the_answer_starts_is_a_502_in_each_protocols_sha
     lab.ready(DEFAULT_MODEL)
 
 
+def _send_while_stopped(lab: Lab, signal_name: str) -> tuple[object, dict]:
+    """A request sent to a worker frozen by SIGSTOP (so it is never accepted), then the
+    worker ended by `signal_name`; (the answer or the error, the worker before)."""
+    worker = lab.ready(DEFAULT_MODEL)
+    os.kill(worker["pid"], signal.SIGSTOP)
+    outcome: list = []
+
+    def send() -> None:
+        try:
+            outcome.append(
+                lab.openai.chat.completions.create(
+                    model=DEFAULT_MODEL, messages=[{"role": "user", "content": "Hi"}],
+                    max_tokens=3, temperature=0,
+                )
+            )  # fmt: skip
+        except openai.APIStatusError as error:
+            outcome.append(error)
+
+    held = lab.http.get("/health").json()["in_flight"]  # an earlier test's may be ending
+    sender = threading.Thread(target=send)
+    sender.start()
+    deadline = time.monotonic() + 30
+    while lab.http.get("/health").json()["in_flight"] <= held:  # on its way to the worker
+        assert time.monotonic() < deadline, "the request never reached the web process"
+        time.sleep(0.05)
+    os.kill(worker["pid"], getattr(signal, signal_name))
+    os.kill(worker["pid"], signal.SIGCONT)  # a pending SIGSEGV lands once it runs again
+    sender.join(120)
+    return outcome[0], worker
+
+
+def test_a_request_the_killed_worker_never_took_goes_to_its_successor(lab):
+    """SIGKILL is the OOM killer or an operator: the request cannot have caused it."""
+    answer, before = _send_while_stopped(lab, "SIGKILL")
+    assert not isinstance(answer, Exception), answer
+    assert answer.choices[0].message.content
+    assert lab.worker(DEFAULT_MODEL)["pid"] != before["pid"]
+
+
+def test_a_request_the_crashed_worker_never_took_is_not_sent_again(lab):
+    """A crash (an abort, a segfault) may be the request's own doing: it is a 502, never
+    repeated. (SIGABRT: a library's segfault handler may survive a SIGSEGV sent by kill.)"""
+    error, _ = _send_while_stopped(lab, "SIGABRT")
+    assert isinstance(error, openai.APIStatusError) and error.status_code == 502, error
+    assert error.response.json()["error"]["message"] == MID_REQUEST
+    lab.ready(DEFAULT_MODEL)
+
+
 def test_a_model_whose_worker_cannot_load_is_a_502_and_others_keep_serving(lab):
     with pytest.raises(openai.APIStatusError) as raised:
         lab.openai.completions.create(model=BROKEN, prompt="Hi", max_tokens=2)

@@ -1,6 +1,7 @@
 """Run the whole lab in the foreground: Redis if none answers, a Celery worker, Daphne.
 
-SIGINT or SIGTERM stops every child this command started, newest first.
+A child that dies is started again (a crash loop stops the lab). SIGINT or SIGTERM
+stops every child this command started, newest first.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -51,6 +54,22 @@ def check_open_bind(host: str) -> None:
     )
 
 
+RESTARTS_PER_MINUTE = 5  # more than this is a crash loop: the lab stops and says why
+
+
+@dataclass
+class Child:
+    label: str
+    command: list[str]
+    process: subprocess.Popen
+    restarts: deque = field(default_factory=deque)  # monotonic times of recent restarts
+
+    def may_restart(self, now: float) -> bool:
+        while self.restarts and now - self.restarts[0] > 60:
+            self.restarts.popleft()
+        return len(self.restarts) < RESTARTS_PER_MINUTE
+
+
 class Terminated(Exception):
     """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt."""
 
@@ -72,7 +91,7 @@ class Command(BaseCommand):
     def handle(self, *args, host: str, port: int, no_worker: bool, **options):
         check_open_bind(host)  # before anything starts
         self._first_admin()
-        self.children: list[subprocess.Popen] = []
+        self.children: list[Child] = []
         signal.signal(signal.SIGTERM, _terminated)
         try:
             if not no_worker:
@@ -105,11 +124,9 @@ class Command(BaseCommand):
                 ],
             )
             self.stdout.write(f"MLX Lab on http://{host}:{port}/ (Ctrl-C stops it)")
-            while all(child.poll() is None for child in self.children):
+            while True:
                 time.sleep(0.5)
-            failed = next(child for child in self.children if child.poll() is not None)
-            self.stderr.write(f"{failed.args} exited with code {failed.returncode}; stopping")
-            self._stop_and_exit(failed.returncode or 1)
+                self._restart_the_dead()
         except (KeyboardInterrupt, Terminated):
             self._stop_and_exit(0)
 
@@ -163,20 +180,43 @@ class Command(BaseCommand):
             time.sleep(0.1)
         raise CommandError(f"redis-server did not start on {host}:{port}")
 
-    def _spawn(self, label: str, command: list[str]) -> subprocess.Popen:
+    def _spawn(self, label: str, command: list[str]) -> Child:
         self.stdout.write(f"starting {label}")
-        child = subprocess.Popen(command, start_new_session=True)
+        child = Child(label, command, self._start(command))
         self.children.append(child)
         return child
 
+    @staticmethod
+    def _start(command: list[str]) -> subprocess.Popen:
+        return subprocess.Popen(command, start_new_session=True)
+
+    def _restart_the_dead(self) -> None:
+        """A killed worker, Redis or Daphne comes back: nothing queued or stored is lost
+        (Redis keeps an append-only file, jobs and responses live in the database)."""
+        for child in self.children:
+            code = child.process.poll()
+            if code is None:
+                continue
+            now = time.monotonic()
+            if not child.may_restart(now):
+                self.stderr.write(
+                    f"{child.label} exited with code {code}, {RESTARTS_PER_MINUTE} restarts "
+                    "within a minute: stopping"
+                )
+                self._stop_and_exit(code or 1)
+            self.stderr.write(f"{child.label} exited with code {code}; starting it again")
+            child.restarts.append(now)
+            child.process = self._start(child.command)
+
     def _stop_and_exit(self, code: int) -> None:
-        for child in reversed(self.children):
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
+        processes = [child.process for child in reversed(self.children)]
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 10
-        for child in reversed(self.children):
+        for process in processes:
             try:
-                child.wait(max(deadline - time.monotonic(), 0.1))
+                process.wait(max(deadline - time.monotonic(), 0.1))
             except subprocess.TimeoutExpired:
-                child.kill()
+                process.kill()
         sys.exit(code)
