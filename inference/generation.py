@@ -13,9 +13,9 @@ from django.conf import settings
 
 from .adapter_registry import resolve_adapters
 from .api.errors import ApiError
-from .api.openai_chat import parse_messages, template_kwargs
+from .api.openai_chat import check_reasoning_effort, parse_messages, template_kwargs
 from .api.openai_completions import parse_prompt
-from .api.openai_params import CommonParams, parse_common
+from .api.openai_params import CommonParams, check_logprobs, parse_common
 from .api.openai_structured import parse_structured_output
 from .api.openai_tools import parse_tools
 from .engine.wire import ChatInput, GenerateCall
@@ -36,8 +36,8 @@ class PlannedGeneration:
         return self.model.name
 
 
-def chat_input(body: dict) -> ChatInput:
-    messages = parse_messages(body)
+def chat_input(body: dict, messages: list[dict] | None = None) -> ChatInput:
+    messages = parse_messages(body) if messages is None else messages
     plan = parse_tools(body)
     structured = parse_structured_output(body)
     return ChatInput(
@@ -70,8 +70,13 @@ async def plan_generation(
     `caller` names who asks (api/access.py caller_id), so that the prompt cache
     reuses only that caller's own prompts.
     """
+    # mlx-bun's order, so a body with several faults gets the same 400 from both:
+    # the messages, then logprobs, then reasoning_effort, then everything else.
+    messages = None if text else parse_messages(body)
+    check_logprobs(body)
+    check_reasoning_effort(body)
     params = parse_common(body)
-    chat, prompt = (None, parse_prompt(body)) if text else (chat_input(body), None)
+    chat, prompt = (None, parse_prompt(body)) if text else (chat_input(body, messages), None)
     _check_max_tokens(params)
     record = await model_record(params.model)
     adapters = await resolve_adapters(body.get("adapter"), record.name)

@@ -21,6 +21,10 @@ class JsonRejected(ValueError):
     """A body that is not bounded JSON; the message says why."""
 
 
+class JsonMalformed(JsonRejected):
+    """Not JSON at all (a syntax error, bad UTF-8), as opposed to JSON past a bound."""
+
+
 def _constant(name: str):
     raise JsonRejected(f"{name} is not a JSON number: only finite numbers are accepted")
 
@@ -58,7 +62,7 @@ def loads(raw: bytes | str, *, limit: int | None = None):
     except JsonRejected:
         raise
     except (ValueError, UnicodeDecodeError) as exc:
-        raise JsonRejected(str(exc)) from None
+        raise JsonMalformed(str(exc)) from None
     if depth_of(value) > limit:
         raise JsonRejected(f"JSON nests deeper than the {limit} levels allowed")
     return value

@@ -10,7 +10,6 @@ from django.views.decorators.csrf import csrf_exempt
 from .api.access import caller_id
 from .api.endpoints import api_endpoint
 from .api.errors import ApiError, model_not_found
-from .api.openai_completions import completion_logprobs
 from .api.openai_params import parse_json_body
 from .api.openai_render import ChatRenderer, CompletionRenderer
 from .api.surfaces import OPENAI
@@ -25,7 +24,6 @@ async def _serve(request: HttpRequest, *, renderer_class, text: bool = False) ->
     """The one path of every OpenAI generation endpoint."""
     try:
         body = parse_json_body(request.body)
-        body = _legacy_logprobs(body) if text else body
         plan = await plan_generation(body, text=text, caller=await caller_id(request))
     except ApiError as error:
         return error.response()
@@ -41,15 +39,6 @@ async def _serve(request: HttpRequest, *, renderer_class, text: bool = False) ->
         ),
         stream=params.stream,
     )
-
-
-def _legacy_logprobs(body: dict) -> dict:
-    enabled, top = completion_logprobs(body)
-    return {
-        **body,
-        "logprobs": enabled,
-        "top_logprobs": top if top is not None else body.get("top_logprobs"),
-    }
 
 
 @api_endpoint("POST")

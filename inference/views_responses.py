@@ -10,9 +10,14 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from .api.access import caller_id
 from .api.endpoints import api_endpoint
 from .api.errors import ApiError
-from .api.openai_params import parse_json_body
 from .api.responses_render import ResponseBuilder
-from .api.responses_request import ResponsesCall, chat_body, items_to_messages, parse_responses_call
+from .api.responses_request import (
+    ResponsesCall,
+    chat_body,
+    items_to_messages,
+    parse_responses_body,
+    parse_responses_call,
+)
 from .api.surfaces import RESPONSES
 from .generation import plan_generation
 from .response_store import (
@@ -72,7 +77,7 @@ async def _store(call: ResponsesCall, builder: ResponseBuilder, owner: str) -> N
 @api_endpoint("POST")
 async def responses_create(request: HttpRequest) -> HttpResponse:
     try:
-        body = parse_json_body(request.body)
+        body = parse_responses_body(request.body)
         call = parse_responses_call(body)
         owner = await caller_id(request)
         plan = await plan_generation(chat_body(call, await _history(call, owner)), caller=owner)

@@ -236,6 +236,8 @@ MLXLAB = {
     "MAX_TOOLS": int(os.environ.get("MLXLAB_MAX_TOOLS", "128")),
     "MAX_SCHEMA_BYTES": int(os.environ.get("MLXLAB_MAX_SCHEMA_BYTES", str(64 * 1024))),
     "MAX_N": int(os.environ.get("MLXLAB_MAX_N", "8")),
+    # 0 turns grammar compilation off: constraints are asked for in a system message.
+    "GRAMMAR": _env_bool("MLXLAB_GRAMMAR", True),
     "GRAMMAR_COMPILE_SECONDS": float(os.environ.get("MLXLAB_GRAMMAR_COMPILE_SECONDS", "10")),
     "GRAMMAR_CACHE_MB": int(os.environ.get("MLXLAB_GRAMMAR_CACHE_MB", "256")),
     # The most tokens one request may ask for; 0 means only the context length limits it.

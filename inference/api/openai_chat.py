@@ -9,6 +9,8 @@ from .errors import ApiError
 # A tuple: `in` compares; a set would hash what the client sent, and {} is a 500.
 ROLES = ("system", "user", "assistant", "tool")
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+MEDIA_PARTS = ("image", "image_url", "input_image", "audio", "input_audio", "audio_url", "video",
+               "video_url", "file", "input_file")  # fmt: skip
 
 
 def parse_messages(body: dict) -> list[dict]:
@@ -36,9 +38,13 @@ def _normalise(message, index: int) -> dict:
             param=f"{param}.role",
         )
     out = {**message, "role": role, "content": _flatten(message.get("content"), param)}
-    if role == "assistant" and isinstance(message.get("reasoning"), str):
-        # Templates know earlier reasoning as `reasoning_content`.
-        out["reasoning_content"] = out.pop("reasoning")
+    reasoning = message.get("reasoning")
+    if role == "assistant" and isinstance(reasoning, str):
+        # Templates know earlier reasoning as `reasoning_content`; one the client set
+        # itself, even empty, wins.
+        out.pop("reasoning")
+        if not isinstance(message.get("reasoning_content"), str):
+            out["reasoning_content"] = reasoning
     if role == "assistant" and message.get("tool_calls") is not None:
         out["tool_calls"] = _parse_tool_calls(message["tool_calls"], param)
     return out
@@ -53,7 +59,9 @@ def _flatten(content, param: str) -> str:
         raise ApiError(f"{param}.content must be a string or an array", param=f"{param}.content")
     texts = []
     for part in content:
-        if not isinstance(part, dict) or part.get("type") != "text":
+        # Any part with a string `text` is text: OpenAI's `text`, the Responses API's
+        # `input_text`, whatever a client sends; media needs a model that sees it.
+        if not isinstance(part, dict) or part.get("type") in MEDIA_PARTS:
             raise ApiError(
                 f"{param}.content: only text content parts are supported",
                 param=f"{param}.content",
@@ -84,14 +92,19 @@ def _parse_tool_calls(tool_calls, param: str) -> list[dict]:
     return parsed
 
 
-def template_kwargs(body: dict) -> dict:
-    """Extra chat-template variables; an explicit `chat_template_kwargs` wins."""
+def check_reasoning_effort(body: dict) -> str | None:
     effort = body.get("reasoning_effort")
     if effort is not None and effort not in REASONING_EFFORTS:
         raise ApiError(
             "reasoning_effort must be one of 'none', 'minimal', 'low', 'medium', 'high', 'xhigh'",
             param="reasoning_effort",
         )
+    return effort
+
+
+def template_kwargs(body: dict) -> dict:
+    """Extra chat-template variables; an explicit `chat_template_kwargs` wins."""
+    effort = check_reasoning_effort(body)
     kwargs = {} if effort is None else {"enable_thinking": effort != "none"}
     extra = body.get("chat_template_kwargs")
     if extra is not None:

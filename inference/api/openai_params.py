@@ -69,9 +69,11 @@ def limit(name: str) -> int:
 
 
 def _logit_bias(body: dict) -> dict[int, float] | None:
-    bias = field(body, "logit_bias", dict)
+    bias = body.get("logit_bias")
     if bias is None:
         return None
+    if not isinstance(bias, dict):
+        raise ApiError("logit_bias must be a dict of int to float", param="logit_bias")
     if len(bias) > limit("MAX_LOGIT_BIAS"):
         raise ApiError(
             f"logit_bias may hold at most {limit('MAX_LOGIT_BIAS')} entries", param="logit_bias"
@@ -86,9 +88,11 @@ def _logit_bias(body: dict) -> dict[int, float] | None:
 
 
 def check_stop(stop, param: str) -> tuple[str, ...]:
-    """A list of nonempty strings within the server's count and length bounds."""
-    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
-        raise ApiError(f"{param} must be a string or a list of nonempty strings", param=param)
+    """A list of strings within the server's count and length bounds; empty ones are
+    dropped (they could only match everywhere), as mlx-bun drops them."""
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise ApiError(f"{param} must be a string or a list of strings", param=param)
+    stop = [s for s in stop if s]
     count, chars = limit("MAX_STOP_SEQUENCES"), limit("MAX_STOP_CHARS")
     if len(stop) > count:
         raise ApiError(f"{param} may hold at most {count} sequences", param=param)
@@ -150,10 +154,19 @@ def _sampling(body: dict) -> SamplingParams:
     )
 
 
+def check_logprobs(body: dict) -> tuple[bool, int]:
+    """`logprobs` a bool on every surface (mlx_lm.server's rule, not the legacy API's
+    count); `top_logprobs` from 0 to 11, or -1 for unset."""
+    logprobs = field(body, "logprobs", bool, False)
+    if body.get("top_logprobs") == -1 and not isinstance(body["top_logprobs"], bool):
+        return logprobs, 0
+    top_logprobs = field(body, "top_logprobs", int, 0, low=0, high=MAX_TOP_LOGPROBS)
+    return logprobs, top_logprobs if logprobs else 0
+
+
 def parse_common(body: dict) -> CommonParams:
     """Validate every shared field; the first problem found is the 400."""
-    logprobs = field(body, "logprobs", bool, False)
-    top_logprobs = field(body, "top_logprobs", int, 0, low=0, high=MAX_TOP_LOGPROBS)
+    logprobs, top_logprobs = check_logprobs(body)
     return CommonParams(
         model=field(body, "model", str),
         stream=field(body, "stream", bool, False),
@@ -162,6 +175,6 @@ def parse_common(body: dict) -> CommonParams:
         sampling=_sampling(body),
         stop=_stop(body),
         logprobs=logprobs,
-        top_logprobs=top_logprobs if logprobs else 0,
+        top_logprobs=top_logprobs,
         n=check_n(body),
     )

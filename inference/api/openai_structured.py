@@ -36,14 +36,39 @@ def _response_format(body: dict) -> GrammarSpec | None:
             param="response_format",
         )
     if rf["type"] == "json_object":
-        return GrammarSpec("json_object")
+        return GrammarSpec("json_object", instruction=JSON_OBJECT_INSTRUCTION)
     if rf["type"] == "json_schema":
         spec = rf.get("json_schema")
         if not isinstance(spec, dict):
             raise ApiError("response_format.json_schema must be an object", param="response_format")
         schema = _schema_object(spec.get("schema"), "response_format.json_schema.schema")
-        return GrammarSpec("json_schema", schema_text(schema))
+        name, description = spec.get("name"), spec.get("description")
+        return _schema_spec(
+            schema,
+            name if isinstance(name, str) and name else "response",
+            description if isinstance(description, str) else "",
+        )
     return None
+
+
+# What the model is asked for when no grammar enforces the format: mlx-bun's words, so
+# a client sees the same degraded behaviour from either server.
+JSON_OBJECT_INSTRUCTION = (
+    "You must respond with valid JSON only. "
+    "Do not include any explanation or text outside the JSON object."
+)
+
+
+def _schema_spec(schema: dict, name: str = "response", description: str = "") -> GrammarSpec:
+    instruction = f"You must respond with valid JSON matching the '{name}' schema."
+    if description:
+        instruction += f" {description}"
+    pretty = json.dumps(schema, indent=2, ensure_ascii=False)
+    instruction += (
+        f"\n\nJSON Schema:\n```json\n{pretty}\n```\n\n"
+        "Respond with only the JSON object, no additional text or explanation."
+    )
+    return GrammarSpec("json_schema", schema_text(schema), instruction=instruction)
 
 
 def check_schema_size(text: str, param: str) -> None:
@@ -69,17 +94,18 @@ def _structured_outputs(body: dict) -> list[tuple[str, GrammarSpec]]:
     if (grammar := body.get("guided_grammar")) is not None:
         if not isinstance(grammar, str) or not grammar.strip():
             raise ApiError("guided_grammar must be a nonempty string", param="guided_grammar")
-        candidates.append(("guided_grammar", GrammarSpec("ebnf", grammar)))
+        instruction = f"You must respond with text matching this grammar:\n\n{grammar}"
+        candidates.append(("guided_grammar", GrammarSpec("ebnf", grammar, instruction)))
     if (spec := _response_format(body)) is not None:
         candidates.append(("response_format", spec))
     for name in ("structured_outputs", "guided_json"):
         if (schema := body.get(name)) is not None:
-            spec = GrammarSpec("json_schema", schema_text(_schema_object(schema, name)))
-            candidates.append((name, spec))
+            candidates.append((name, _schema_spec(_schema_object(schema, name))))
     if (regex := body.get("guided_regex")) is not None:
         if not isinstance(regex, str) or not regex:
             raise ApiError("guided_regex must be a nonempty string", param="guided_regex")
-        candidates.append(("guided_regex", GrammarSpec("regex", regex)))
+        instruction = f"You must respond with text matching this regular expression:\n\n{regex}"
+        candidates.append(("guided_regex", GrammarSpec("regex", regex, instruction)))
     if (choices := body.get("guided_choice")) is not None:
         if (
             not isinstance(choices, list)
@@ -89,5 +115,9 @@ def _structured_outputs(body: dict) -> list[tuple[str, GrammarSpec]]:
             raise ApiError(
                 "guided_choice must be a nonempty list of nonempty strings", param="guided_choice"
             )
-        candidates.append(("guided_choice", GrammarSpec("choice", choice_regex(choices))))
+        listed = "\n".join(json.dumps(choice, ensure_ascii=False) for choice in choices)
+        instruction = f"You must respond with exactly one of these choices:\n\n{listed}"
+        candidates.append(
+            ("guided_choice", GrammarSpec("choice", choice_regex(choices), instruction))
+        )
     return candidates

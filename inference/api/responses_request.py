@@ -11,12 +11,19 @@ import json
 import uuid
 from dataclasses import dataclass
 
+from .. import json_body
 from .errors import ApiError
 
 # A tuple: `in` compares; a set would hash what the client sent, and {} is a 500.
 TEXT_PARTS = ("input_text", "output_text", "text")
-# Fields that mean the same on both surfaces and pass straight through.
-SHARED_FIELDS = ("model", "stream", "temperature", "top_p", "top_k", "min_p", "seed", "stop")
+# Fields that mean the same on both surfaces and pass straight through: the sampling
+# and penalty fields of every chat surface, the adapter set and the template's kwargs.
+SHARED_FIELDS = (
+    "model", "stream", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "logit_bias",
+    "repetition_penalty", "repetition_context_size", "presence_penalty", "presence_context_size",
+    "frequency_penalty", "frequency_context_size", "xtc_probability", "xtc_threshold",
+    "adapter", "chat_template_kwargs",
+)  # fmt: skip
 VLLM_FIELDS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
 
 
@@ -33,18 +40,26 @@ class ResponsesCall:
     body: dict  # the request as sent, for the echoed fields
 
 
+def parse_responses_body(raw: bytes) -> dict:
+    """The body as a JSON object; anything else is mlx-bun's "invalid JSON body"."""
+    try:
+        body = json_body.loads(raw)
+    except json_body.JsonMalformed:
+        raise ApiError("invalid JSON body") from None
+    except json_body.JsonRejected as exc:  # JSON, but past one of our bounds: say which
+        raise ApiError(f"invalid JSON body: {exc}") from None
+    if not isinstance(body, dict):
+        raise ApiError("invalid JSON body")
+    return body
+
+
 def parse_responses_call(body: dict) -> ResponsesCall:
     """Validate what needs no lookup: `input`, `previous_response_id`, `store`."""
-    raw = body.get("input")
-    if isinstance(raw, str):
-        items = [{"type": "message", "role": "user", "content": raw}]
-    elif isinstance(raw, list):
-        items = raw
-    else:
-        raise ApiError("input must be a string or an array of items", param="input")
+    raw = body.get("input", [])  # none: a turn that only continues previous_response_id
     previous = body.get("previous_response_id")
-    if previous is not None and not isinstance(previous, str):
-        raise ApiError("previous_response_id must be a string", param="previous_response_id")
+    if not isinstance(raw, str | list) or not isinstance(previous, str | None):
+        raise ApiError("input must be a string or array; previous_response_id must be a string")
+    items = [{"type": "message", "role": "user", "content": raw}] if isinstance(raw, str) else raw
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise ApiError("instructions must be a string", param="instructions")
@@ -204,6 +219,11 @@ def chat_body(call: ResponsesCall, history: list[dict]) -> dict:
     if call.instructions:
         messages.append({"role": "system", "content": call.instructions})
     messages += history + items_to_messages(call.input_items)
+    if not messages:
+        raise ApiError(
+            "input is required when neither previous_response_id nor instructions is given",
+            param="input",
+        )
     body = {k: call.body[k] for k in SHARED_FIELDS + VLLM_FIELDS if k in call.body}
     max_tokens = call.body.get("max_output_tokens")
     if max_tokens is not None:

@@ -34,6 +34,9 @@ class GrammarSpec:
 
     kind: str
     source: str = ""
+    # The words that ask the model for this format when no grammar can enforce it
+    # (written from the request as sent: a schema's name, the choices as listed).
+    instruction: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -168,17 +171,10 @@ def schema_text(schema: dict | str) -> str:
     return schema if isinstance(schema, str) else json.dumps(schema)
 
 
+# Asked for when no grammar enforces the constraint and the request named none of its own.
+GENERIC_INSTRUCTION = "Follow the requested output constraint exactly."
+
+
 def degrade_instruction(spec: GrammarSpec) -> str:
-    """A system message asking for the format the grammar could not enforce."""
-    if spec.kind == "json_schema":
-        return (
-            "You must respond with valid JSON matching this JSON Schema:\n"
-            f"{spec.source}\nRespond with only the JSON, no other text."
-        )
-    if spec.kind == "json_object":
-        return "You must respond with a valid JSON object only, no other text."
-    if spec.kind == "regex":
-        return f"You must respond with text matching this regular expression:\n{spec.source}"
-    if spec.kind == "choice":
-        return f"You must respond with exactly one of these choices: {spec.source}"
-    return f"You must respond with text matching this grammar:\n{spec.source}"
+    """The system message that asks for what the grammar could not enforce."""
+    return spec.instruction or GENERIC_INSTRUCTION

@@ -27,6 +27,7 @@ class PromptLimits:
     render_seconds: float = 10.0
     grammar_seconds: float = 10.0
     grammar_cache_bytes: int = 256 << 20
+    grammar_enabled: bool = True  # MLXLAB_GRAMMAR=0: every constraint goes by prompt
 
 
 class PromptRejected(ValueError):
@@ -172,8 +173,10 @@ class PromptBuilder:
         forced = chat.tool_choice not in ("auto", "none")
         active = bool(chat.tools) and chat.tool_choice != "none"
         spec = forced_call_grammar(chat.tools, chat.tool_choice) if forced else chat.structured
-        grammar, warning = None, None
-        if spec is not None and compile:
+        grammar, warning, unenforced = None, None, None
+        if spec is not None and compile and not self.limits.grammar_enabled:
+            unenforced = "grammar compilation disabled by MLXLAB_GRAMMAR=0"
+        elif spec is not None and compile:
             try:
                 grammar = self.compiler.compile(spec)
             except GrammarError as error:
@@ -181,8 +184,11 @@ class PromptBuilder:
                     raise PromptRejected(
                         f"tool parameters are not a usable JSON schema: {error}"
                     ) from None
-                warning = f"grammar not enforced: {error} - falling back to prompt injection"
-                messages = with_system(messages, degrade_instruction(spec))
+                unenforced = str(error)
+        if unenforced is not None:
+            warning = f"grammar not enforced: {unenforced} - falling back to prompt injection"
+            # A system message of its own, first, as mlx-bun sends it.
+            messages = [{"role": "system", "content": degrade_instruction(spec)}, *messages]
         text = self._render(messages, chat, active)
         prompt = self._encode(text, "messages", add_special_tokens=False)
         tokenizer = self.loaded.tokenizer

@@ -148,14 +148,15 @@ def bound(name: str) -> int:
     return settings.MLXLAB[name]
 
 
-def stop_list() -> Schema:
-    text = {"type": "string", "minLength": 1, "maxLength": bound("MAX_STOP_CHARS")}
+def stop_list(min_length: int = 1) -> Schema:
+    text = {"type": "string", "minLength": min_length, "maxLength": bound("MAX_STOP_CHARS")}
     return {"type": "array", "items": text, "maxItems": bound("MAX_STOP_SEQUENCES")}
 
 
 def stop_field() -> Schema:
-    text = {"type": "string", "minLength": 1, "maxLength": bound("MAX_STOP_CHARS")}
-    return nullable({"anyOf": [text, stop_list()]})
+    """OpenAI's `stop`: empty strings are accepted and dropped, as mlx-bun drops them."""
+    text = {"type": "string", "maxLength": bound("MAX_STOP_CHARS")}
+    return nullable({"anyOf": [text, stop_list(min_length=0)]})
 
 
 SEED = integer(-(2**63), 2**64 - 1)
@@ -202,7 +203,10 @@ def openai_generation_fields(limit: int) -> dict[str, Schema]:
         "max_tokens": max_tokens_field(limit),
         "max_completion_tokens": max_tokens_field(limit),
         **sampling_fields(),
-        "top_logprobs": integer(0, MAX_TOP_LOGPROBS),
+        "top_logprobs": {
+            **integer(-1, MAX_TOP_LOGPROBS),
+            "description": "Alternatives per token, with logprobs; -1 means unset.",
+        },
         "n": {
             **integer(1, bound("MAX_N")),
             "description": "Choices to generate from the one prompt, generated side by side.",

@@ -133,11 +133,9 @@ def completion_request(limit: int) -> Schema:
             **openai_generation_fields(limit),
             "prompt": {"type": "string", "minLength": 1, "description": "Text only, no tokens."},
             "logprobs": {
-                "description": "true, or the number of alternatives (legacy API).",
-                "anyOf": [
-                    {"type": ["boolean", "null"]},
-                    {"type": "integer", "minimum": 0, "maximum": 11},
-                ],
+                "type": ["boolean", "null"],
+                "description": "A bool, as in mlx_lm.server (not the legacy API's count): "
+                "top_logprobs says how many alternatives.",
             },
         },
         ("prompt",),

@@ -93,7 +93,10 @@ def test_docs_page_and_its_assets_are_served_locally(secured_server):
 CHAT = [{"role": "user", "content": "Hi"}]
 STREAMS = [
     ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 1}),
-    ("/v1/completions", {"prompt": "Once upon", "max_tokens": 1, "logprobs": 2}),
+    (
+        "/v1/completions",
+        {"prompt": "Once upon", "max_tokens": 1, "logprobs": True, "top_logprobs": 2},
+    ),
     ("/v1/responses", {"input": "Hi", "max_output_tokens": 1, "store": False}),
     ("/v1/messages", {"model": DEFAULT_MODEL, "max_tokens": 1, "messages": CHAT}),
 ]

@@ -16,8 +16,9 @@ def test_text_completion(client, model):
 
 def test_text_completion_stream_and_logprobs(client, model):
     whole = client.completions.create(
-        model=model, prompt="The capital of France is", max_tokens=4, logprobs=2
-    )
+        model=model, prompt="The capital of France is", max_tokens=4,
+        extra_body={"logprobs": True, "top_logprobs": 2},
+    )  # fmt: skip
     logprobs = whole.choices[0].logprobs
     assert "".join(logprobs.tokens) == whole.choices[0].text
     assert len(logprobs.token_logprobs) == 4 and all(lp <= 0 for lp in logprobs.token_logprobs)

@@ -147,7 +147,7 @@ def test_store_false_is_not_kept_and_delete_removes(client, model):
 @pytest.mark.parametrize(
     "fields, status, message",
     [
-        ({"input": 5}, 400, "input must be a string or an array"),
+        ({"input": 5}, 400, "input must be a string or array"),
         ({"input": "x", "previous_response_id": 7}, 400, "previous_response_id must be a string"),
         ({"input": "x", "previous_response_id": "resp_missing"}, 404, "resp_missing"),
         ({"input": [{"type": "image_generation_call"}]}, 400, "unsupported item type"),

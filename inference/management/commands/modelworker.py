@@ -39,6 +39,7 @@ def prompt_limits() -> PromptLimits:
         render_seconds=options["TEMPLATE_RENDER_SECONDS"],
         grammar_seconds=options["GRAMMAR_COMPILE_SECONDS"],
         grammar_cache_bytes=options["GRAMMAR_CACHE_MB"] << 20,
+        grammar_enabled=options["GRAMMAR"],
     )
 
 
