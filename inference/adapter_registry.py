@@ -2,17 +2,41 @@
 
 from __future__ import annotations
 
+import logging
+
+from django.conf import settings
+
 from .api.errors import ApiError
 from .engine.adapters import AdapterRef
 from .models import Adapter
+
+log = logging.getLogger(__name__)
 
 USAGE = "adapter must be an adapter name, names joined with '+' to stack them, or 'none'"
 
 
 async def resolve_adapters(value, model: str) -> tuple[AdapterRef, ...]:
-    """The adapters a request asks for, each checked to belong to its model."""
-    if value is None or value == "none":
+    """The adapters a request asks for, each checked to belong to its model; none asked
+    for: the server's MLXLAB_DEFAULT_ADAPTER where it was trained on this model."""
+    if value is None:
+        return await _server_default(model)
+    if value == "none":  # opts out of the server's default too
         return ()
+    return await _named(value, model)
+
+
+async def _server_default(model: str) -> tuple[AdapterRef, ...]:
+    value = settings.MLXLAB["DEFAULT_ADAPTER"]
+    if not value:
+        return ()
+    try:
+        return await _named(value, model)
+    except ApiError as error:  # trained on another model, or gone: it does not apply here
+        log.info("the default adapter does not apply to %s: %s", model, error.message)
+        return ()
+
+
+async def _named(value, model: str) -> tuple[AdapterRef, ...]:
     names = value.split("+") if isinstance(value, str) else []
     names = [name.strip() for name in names]
     if not names or not all(names) or len(set(names)) != len(names):

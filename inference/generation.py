@@ -18,9 +18,11 @@ from .api.openai_completions import parse_prompt
 from .api.openai_params import CommonParams, check_logprobs, parse_common
 from .api.openai_structured import parse_structured_output
 from .api.openai_tools import parse_tools
+from .engine import SamplingParams
 from .engine.wire import ChatInput, GenerateCall
 from .engines import model_record
 from .models import LanguageModel
+from .sampling_defaults import resolve, sampling_defaults
 
 
 @dataclass(frozen=True)
@@ -80,12 +82,15 @@ async def plan_generation(
     _check_max_tokens(params)
     record = await model_record(params.model)
     adapters = await resolve_adapters(body.get("adapter"), record.name)
+    defaults = sampling_defaults(record.path)
+    thinking = chat.template_kwargs.get("enable_thinking") if chat is not None else None
+    sampling = resolve(defaults, params.sampling, thinking=thinking)
+    default = defaults.completion_max_tokens if text else defaults.chat_max_tokens
     limit = settings.MLXLAB.get("MAX_TOKENS_LIMIT") or 0
-    default = settings.MLXLAB["DEFAULT_MAX_TOKENS"]
     call = GenerateCall(
         chat=chat,
         text=prompt,
-        sampling=params.sampling,
+        sampling=SamplingParams(**sampling),
         max_tokens=params.max_tokens,
         default_max_tokens=min(default, limit) if limit else default,
         stop=params.stop,

@@ -15,6 +15,7 @@ from .api.openai_render import ChatRenderer, CompletionRenderer
 from .api.surfaces import OPENAI
 from .generation import plan_generation
 from .models import LanguageModel
+from .sampling_defaults import sampling_defaults
 from .serve import serve
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,9 @@ async def model_detail(request: HttpRequest, name: str) -> JsonResponse:
     record = await LanguageModel.objects.filter(name=name).afirst()
     if record is None:
         return model_not_found(name).response()
-    return JsonResponse(_model_object(record))
+    # An extension: what a request gets for each sampling field it leaves out, and why.
+    defaults = sampling_defaults(record.path).as_dict()
+    return JsonResponse({**_model_object(record), "defaults": defaults})
 
 
 @csrf_exempt

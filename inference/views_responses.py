@@ -90,10 +90,17 @@ async def responses_create(request: HttpRequest) -> HttpResponse:
     return await serve(
         plan,
         RESPONSES,
-        lambda accepted: ResponseBuilder(model=plan.model_name, request=body),
+        lambda accepted: ResponseBuilder(model=plan.model_name, request=_effective(body, plan)),
         stream=plan.params.stream,
         on_result=store,
     )
+
+
+def _effective(body: dict, plan) -> dict:
+    """The body with the sampling it ran with, as OpenAI echoes it: the model's own
+    defaults where the request set none."""
+    sampling = plan.call.sampling
+    return {**body, "temperature": sampling.temperature, "top_p": sampling.top_p}
 
 
 async def _stored_or_404(request: HttpRequest, response_id: str):

@@ -7,19 +7,10 @@ from pathlib import Path
 
 from django.conf import settings
 
-from inference.engine import SamplingParams
 from inference.engines import default_model_name, resident_models
 from inference.models import LanguageModel
-
-# generation_config.json keys the chat page's controls take as the model's defaults.
-GENERATION_DEFAULTS = {
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "top_k": "top_k",
-    "min_p": "min_p",
-    "repetition_penalty": "repetition_penalty",
-    "max_new_tokens": "max_tokens",
-}
+from inference.sampling_defaults import FIELDS
+from inference.sampling_defaults import sampling_defaults as model_sampling_defaults
 
 
 def _json_file(path: Path) -> dict:
@@ -47,21 +38,12 @@ def supports_thinking(template: str | None) -> bool:
 
 
 def sampling_defaults(folder: Path) -> dict:
-    """The server's defaults, overridden by the model's own generation_config.json."""
-    server = SamplingParams()
-    defaults = {
-        "temperature": server.temperature,
-        "top_p": server.top_p,
-        "top_k": server.top_k,
-        "min_p": server.min_p,
-        "repetition_penalty": server.repetition_penalty,
-        "max_tokens": settings.MLXLAB["DEFAULT_MAX_TOKENS"],
-    }
-    generation = _json_file(folder / "generation_config.json")
-    for key, name in GENERATION_DEFAULTS.items():
-        if isinstance(generation.get(key), int | float) and not isinstance(generation[key], bool):
-            defaults[name] = generation[key]
-    return defaults
+    """The values a chat with this model gets for the fields it leaves out."""
+    defaults = model_sampling_defaults(folder)
+    values = {name: getattr(defaults, name) for name in FIELDS}
+    # No max_tokens: a chat runs to the end of the context, unless the operator caps it.
+    cap = settings.MLXLAB["DEFAULT_MAX_TOKENS"]
+    return {**values, "max_tokens": defaults.chat_max_tokens if cap else None}
 
 
 def model_summary(record: LanguageModel) -> dict:

@@ -14,6 +14,16 @@ def _env_bool(name: str, default: bool) -> bool:
     return default if value is None else value.strip().lower() in {"1", "true", "yes", "on"}
 
 
+def _env_optional_bool(name: str) -> bool | None:
+    value = os.environ.get(name, "").strip()
+    return None if not value else _env_bool(name, False)
+
+
+def _env_number(name: str, kind: type = float) -> float | int | None:
+    value = os.environ.get(name, "").strip()
+    return kind(value) if value else None
+
+
 def _env_list(name: str) -> list[str]:
     return [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]
 
@@ -193,7 +203,22 @@ MLXLAB = {
     "WORKER_SOCKET_DIR": Path(os.environ.get("MLXLAB_WORKER_SOCKET_DIR", VAR_DIR / "run")),
     # A chat template render that takes longer than this is a 400.
     "TEMPLATE_RENDER_SECONDS": float(os.environ.get("MLXLAB_TEMPLATE_RENDER_SECONDS", "10")),
-    "DEFAULT_MAX_TOKENS": int(os.environ.get("MLXLAB_DEFAULT_MAX_TOKENS", "512")),
+    # Sampling defaults for fields a request leaves out (inference/sampling_defaults.py):
+    # unset, each comes from the model's generation_config.json, then the fallback.
+    **{
+        f"DEFAULT_{name}": _env_number(f"MLXLAB_DEFAULT_{name}", int if name == "TOP_K" else float)
+        for name in ("TEMPERATURE", "TOP_P", "TOP_K", "MIN_P", "REPETITION_PENALTY")
+    },
+    # The most a thinking-off turn's default temperature may be (mlx-bun's 0.7).
+    "NO_THINK_TEMPERATURE": float(os.environ.get("MLXLAB_NO_THINK_TEMPERATURE", "0.7")),
+    # enable_thinking for requests that do not say (1 or 0); unset: the template's own.
+    "THINKING": _env_optional_bool("MLXLAB_THINKING"),
+    # A cap on the tokens a request that sets no max_tokens generates; unset: a chat runs
+    # to the end of its context (at most 65,536), a raw completion stops at 512.
+    "DEFAULT_MAX_TOKENS": _env_number("MLXLAB_DEFAULT_MAX_TOKENS", int),
+    # An adapter (or "a+b") for requests that name none, on the model it was trained on;
+    # a request's "adapter": "none" opts out.
+    "DEFAULT_ADAPTER": os.environ.get("MLXLAB_DEFAULT_ADAPTER", "").strip(),
     "MAX_BATCH_SIZE": int(os.environ.get("MLXLAB_MAX_BATCH_SIZE", "8")),
     "PREFILL_STEP_SIZE": int(os.environ.get("MLXLAB_PREFILL_STEP_SIZE", "512")),
     # Stored /v1/responses: kept this long, and at most this many bytes (oldest go first).

@@ -19,6 +19,12 @@ import redis
 from django.test.utils import override_settings
 
 ROOT = Path(__file__).resolve().parent.parent
+# The suite asserts exact greedy text and bounded lengths: every server it starts (they
+# inherit this environment) samples greedily and stops at 512 tokens unless a request
+# says otherwise. The model's own defaults are tested with these unset.
+TEST_SAMPLING = {"MLXLAB_DEFAULT_TEMPERATURE": "0", "MLXLAB_DEFAULT_MAX_TOKENS": "512"}
+for _name, _value in TEST_SAMPLING.items():
+    os.environ.setdefault(_name, _value)
 pytest_plugins = ["tests.browser"]  # Chromium for the UI and job page tests
 DEFAULT_MODEL = os.environ.get("MLXLAB_DEFAULT_MODEL", "smollm2-135m-instruct")
 
@@ -69,9 +75,17 @@ def with_chat_template(source: Path, folder: Path, template: str) -> Path:
     return folder
 
 
+# The thinking model's own sampling defaults, as a model author publishes them.
+THINKING_GENERATION = {"bos_token_id": 1, "eos_token_id": 2, "temperature": 0.9, "top_p": 0.95}
+
+
 def thinking_model_folder(source: Path, models_dir: Path) -> Path:
-    """The default model's weights under a chat template that opens a <think> block."""
-    return with_chat_template(source, models_dir / THINKING_MODEL, THINKING_TEMPLATE)
+    """The default model's weights under a chat template that opens a <think> block,
+    with sampling defaults of its own in generation_config.json."""
+    folder = with_chat_template(source, models_dir / THINKING_MODEL, THINKING_TEMPLATE)
+    (folder / "generation_config.json").unlink()  # a link to the default model's
+    (folder / "generation_config.json").write_text(json.dumps(THINKING_GENERATION))
+    return folder
 
 
 def _free_port() -> int:
@@ -151,6 +165,21 @@ def _start_redis() -> tuple[subprocess.Popen, str]:
         time.sleep(0.05)
     process.kill()
     pytest.fail("redis-server did not start")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def test_sampling():
+    """TEST_SAMPLING for this process too (its settings were read before this file)."""
+    from django.conf import settings
+
+    values = {
+        "DEFAULT_TEMPERATURE": float(TEST_SAMPLING["MLXLAB_DEFAULT_TEMPERATURE"]),
+        "DEFAULT_MAX_TOKENS": int(TEST_SAMPLING["MLXLAB_DEFAULT_MAX_TOKENS"]),
+    }
+    override = override_settings(MLXLAB={**settings.MLXLAB, **values})
+    override.enable()
+    yield
+    override.disable()
 
 
 @pytest.fixture(scope="session", autouse=True)

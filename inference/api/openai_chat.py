@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from django.conf import settings
+
 from .errors import ApiError
 
 # A tuple: `in` compares; a set would hash what the client sent, and {} is a 500.
@@ -106,6 +108,8 @@ def template_kwargs(body: dict) -> dict:
     """Extra chat-template variables; an explicit `chat_template_kwargs` wins."""
     effort = check_reasoning_effort(body)
     kwargs = {} if effort is None else {"enable_thinking": effort != "none"}
+    if "enable_thinking" not in kwargs and settings.MLXLAB["THINKING"] is not None:
+        kwargs["enable_thinking"] = settings.MLXLAB["THINKING"]  # the server's default
     extra = body.get("chat_template_kwargs")
     if extra is not None:
         if not isinstance(extra, dict):
@@ -117,4 +121,6 @@ def template_kwargs(body: dict) -> dict:
                 param="chat_template_kwargs",
             )
         kwargs.update(extra)
+    if "enable_thinking" in kwargs and kwargs["enable_thinking"] is None:
+        del kwargs["enable_thinking"]  # null: the template's own default, as in mlx-bun
     return kwargs

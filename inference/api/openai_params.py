@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from .. import json_body
-from ..engine import SamplingParams
 from ..engine.request import MAX_TOP_LOGPROBS
 from .errors import ApiError
 
@@ -25,7 +24,7 @@ class CommonParams:
     stream: bool
     include_usage: bool
     max_tokens: int | None
-    sampling: SamplingParams
+    sampling: dict  # the checked fields; sampling_defaults.resolve fills in the rest
     stop: tuple[str, ...]
     logprobs: bool
     top_logprobs: int
@@ -132,26 +131,29 @@ def _include_usage(body: dict) -> bool:
 SEED_RANGE = (-(2**63), 2**64 - 1)
 
 
-def _sampling(body: dict) -> SamplingParams:
+def _sampling(body: dict) -> dict:
+    """Every sampling field, checked; those with a per-model default (sampling_defaults.
+    FIELDS) only when the request sets them, the others with mlx_lm.server's default."""
     window = limit("MAX_PENALTY_CONTEXT")
-    return SamplingParams(
-        temperature=field(body, "temperature", NUMBER, 0.0, low=0),
-        top_p=field(body, "top_p", NUMBER, 1.0, low=0, high=1),
-        top_k=field(body, "top_k", int, 0, low=0),
-        min_p=field(body, "min_p", NUMBER, 0.0, low=0, high=1),
+    fields = dict(
+        temperature=field(body, "temperature", NUMBER, low=0),
+        top_p=field(body, "top_p", NUMBER, low=0, high=1),
+        top_k=field(body, "top_k", int, low=0),
+        min_p=field(body, "min_p", NUMBER, low=0, high=1),
         xtc_probability=field(body, "xtc_probability", NUMBER, 0.0, low=0, high=1),
         # mlx-lm's XTC refuses a threshold over 0.5 mid-generation (a 500), though
         # mlx_lm.server accepts up to 1: refuse it up front instead.
         xtc_threshold=field(body, "xtc_threshold", NUMBER, 0.1, low=0, high=0.5),
         seed=field(body, "seed", int, low=SEED_RANGE[0], high=SEED_RANGE[1]),
         logit_bias=_logit_bias(body),
-        repetition_penalty=field(body, "repetition_penalty", NUMBER, 0.0, low=0),
+        repetition_penalty=field(body, "repetition_penalty", NUMBER, low=0),
         repetition_context_size=field(body, "repetition_context_size", int, 20, low=0, high=window),
         presence_penalty=field(body, "presence_penalty", NUMBER, 0.0),
         presence_context_size=field(body, "presence_context_size", int, 20, low=0, high=window),
         frequency_penalty=field(body, "frequency_penalty", NUMBER, 0.0),
         frequency_context_size=field(body, "frequency_context_size", int, 20, low=0, high=window),
     )
+    return {name: value for name, value in fields.items() if value is not None}
 
 
 def check_logprobs(body: dict) -> tuple[bool, int]:

@@ -165,7 +165,10 @@ SEED = integer(-(2**63), 2**64 - 1)
 def sampling_fields() -> dict[str, Schema]:
     """mlx_lm.server's sampling fields, names and ranges (inference/api/openai_params.py)."""
     return {
-        "temperature": number(0),
+        "temperature": {
+            **number(0),
+            "description": "Unset: the model's default (GET /v1/models/{name}, `defaults`).",
+        },
         "top_p": number(0, 1),
         "top_k": {**integer(0), "description": "0 (off), or less than the model's vocabulary"},
         "min_p": number(0, 1),

@@ -115,6 +115,27 @@ MODEL = obj(
         "created": {"type": "integer"},
         "owned_by": {"type": "string"},
         "context_length": {"type": "integer"},
+        "defaults": {
+            "description": "Retrieve only: what a request gets for each sampling field it "
+            "leaves out, and where each value came from (the server's MLXLAB_DEFAULT_*, the "
+            "model's generation_config.json, or the fallback).",
+            **obj(
+                {
+                    "temperature": {"type": "number"},
+                    "top_p": {"type": "number"},
+                    "top_k": {"type": "integer"},
+                    "min_p": {"type": "number"},
+                    "repetition_penalty": {"type": ["number", "null"]},
+                    "no_think_temperature": {"type": "number"},
+                    "chat_max_tokens": {"type": "integer"},
+                    "completion_max_tokens": {"type": "integer"},
+                    "sources": {
+                        "type": "object",
+                        "additionalProperties": {"enum": ["server", "model", "fallback"]},
+                    },
+                }
+            ),
+        },
     },
     ("id", "object", "created", "owned_by"),
 )

@@ -1,0 +1,105 @@
+"""Each model's own sampling defaults, and what a request gets when it sets none.
+
+For every field a request leaves out, the first of these that has a value wins:
+the operator's `MLXLAB_DEFAULT_*`, then the model's `generation_config.json`, then the
+fallback (temperature 0.7, as mlx-bun falls back; the rest off). Model authors publish
+one temperature, the one for thinking turns: a turn with thinking off runs at most
+`MLXLAB_NO_THINK_TEMPERATURE` unless the request or the operator set one.
+Generation length: a chat without max_tokens runs to the end of the context, at most
+65,536 tokens; a raw completion stops at 512; `MLXLAB_DEFAULT_MAX_TOKENS` caps both.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from django.conf import settings
+
+# The fields a request, the operator and generation_config.json may each set.
+FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+# None: off (mlx-lm applies no repetition penalty at all, rather than a neutral 1.0).
+FALLBACK = {"temperature": 0.7, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": None}
+CHAT_MAX_TOKENS = 65_536  # mlx-bun's ceiling for a chat that sets no max_tokens
+COMPLETION_MAX_TOKENS = 512  # a raw completion's default, as in mlx_lm.server
+
+
+@dataclass(frozen=True)
+class SamplingDefaults:
+    """What a request for one model gets for each field it leaves out, and from where."""
+
+    temperature: float
+    top_p: float
+    top_k: int
+    min_p: float
+    repetition_penalty: float | None
+    no_think_temperature: float  # the cap on a thinking-off turn's default temperature
+    chat_max_tokens: int  # before the context's own room
+    completion_max_tokens: int
+    sources: dict[str, str]  # field -> "server", "model" or "fallback"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def model_generation_config(folder: Path) -> dict:
+    """The sampling fields of the model's generation_config.json that are numbers."""
+    path = Path(folder) / "generation_config.json"
+    try:
+        mtime = path.stat().st_mtime_ns
+    except OSError:
+        return {}
+    return dict(_read(str(path), mtime))
+
+
+@lru_cache(maxsize=64)
+def _read(path: str, mtime: int) -> tuple:
+    try:
+        config = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return ()
+    if not isinstance(config, dict):
+        return ()
+    numbers = {
+        name: config[name]
+        for name in FIELDS
+        if isinstance(config.get(name), int | float) and not isinstance(config[name], bool)
+    }
+    return tuple(sorted(numbers.items()))
+
+
+def sampling_defaults(folder: Path | str) -> SamplingDefaults:
+    options = settings.MLXLAB
+    server = {name: options[f"DEFAULT_{name.upper()}"] for name in FIELDS}
+    model = model_generation_config(Path(folder))
+    values, sources = {}, {}
+    for name in FIELDS:
+        for source, found in (("server", server), ("model", model), ("fallback", FALLBACK)):
+            if found.get(name) is not None or source == "fallback":
+                values[name], sources[name] = found[name], source
+                break
+    cap = options["DEFAULT_MAX_TOKENS"]
+    return SamplingDefaults(
+        **values,
+        no_think_temperature=options["NO_THINK_TEMPERATURE"],
+        chat_max_tokens=min(CHAT_MAX_TOKENS, cap) if cap else CHAT_MAX_TOKENS,
+        completion_max_tokens=min(COMPLETION_MAX_TOKENS, cap) if cap else COMPLETION_MAX_TOKENS,
+        sources=sources,
+    )
+
+
+def thinking_default() -> bool | None:
+    """MLXLAB_THINKING: the server's enable_thinking for requests that do not say."""
+    return settings.MLXLAB["THINKING"]
+
+
+def resolve(defaults: SamplingDefaults, explicit: dict, *, thinking: bool | None) -> dict:
+    """The request's explicit fields over the defaults; a thinking-off turn's default
+    temperature capped at the model's no-think value."""
+    resolved = {name: getattr(defaults, name) for name in FIELDS}
+    resolved = {name: value for name, value in resolved.items() if value is not None}
+    if thinking is False and defaults.sources["temperature"] != "server":
+        resolved["temperature"] = min(resolved["temperature"], defaults.no_think_temperature)
+    return {**resolved, **explicit}

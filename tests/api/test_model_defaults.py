@@ -1,0 +1,134 @@
+"""The model's own sampling defaults (issue 15): the request, then the operator's
+MLXLAB_DEFAULT_*, then generation_config.json, then mlx-bun's fallback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from inference.generation import plan_generation
+from inference.model_registry import model_register
+from tests.conftest import DEFAULT_MODEL, THINKING_GENERATION, THINKING_MODEL
+
+HI = [{"role": "user", "content": "Hi"}]
+AUTHOR = {"temperature": 0.9, "top_p": 0.95, "top_k": 20, "min_p": 0.05,
+          "repetition_penalty": 1.1}  # fmt: skip
+UNSET = {f"DEFAULT_{name}": None for name in
+         ("TEMPERATURE", "TOP_P", "TOP_K", "MIN_P", "REPETITION_PENALTY", "MAX_TOKENS")}  # fmt: skip
+
+
+@pytest.fixture
+def models(transactional_db, settings, model_folder, tmp_path) -> dict[str, str]:
+    """Two registered models: one whose author published defaults, one with none."""
+    settings.MLXLAB = {**settings.MLXLAB, **UNSET, "THINKING": None}
+    authored = tmp_path / "authored"
+    authored.mkdir()
+    for item in model_folder.iterdir():
+        if item.name != "generation_config.json":
+            (authored / item.name).symlink_to(item)
+    (authored / "generation_config.json").write_text(json.dumps({"eos_token_id": 2, **AUTHOR}))
+    model_register(name="authored", path=Path(authored))
+    model_register(name="plain", path=model_folder)
+    return {"authored": "authored", "plain": "plain"}
+
+
+def plan(body: dict, **options):
+    return asyncio.run(plan_generation(body, **options)).call
+
+
+def sampling(body: dict, **options) -> dict:
+    call = plan(body, **options).sampling
+    return {name: getattr(call, name) for name in AUTHOR}
+
+
+def test_a_request_that_sets_nothing_gets_the_models_own_defaults(models):
+    assert sampling({"model": "authored", "messages": HI}) == AUTHOR
+
+
+def test_a_model_without_defaults_gets_mlx_buns_fallback(models):
+    assert sampling({"model": "plain", "messages": HI}) == {
+        "temperature": 0.7, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 0.0,  # off
+    }  # fmt: skip
+
+
+def test_the_request_wins_then_the_operator(models, settings):
+    settings.MLXLAB = {**settings.MLXLAB, "DEFAULT_TOP_P": 0.5, "DEFAULT_TEMPERATURE": 0.3}
+    got = sampling({"model": "authored", "messages": HI, "temperature": 0.2})
+    assert got == {**AUTHOR, "temperature": 0.2, "top_p": 0.5}
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"reasoning_effort": "none"},
+        {"chat_template_kwargs": {"enable_thinking": False}},
+    ],
+)
+def test_a_thinking_off_turn_runs_no_hotter_than_the_no_think_cap(models, fields):
+    assert sampling({"model": "authored", "messages": HI, **fields})["temperature"] == 0.7
+    thinking = {"model": "authored", "messages": HI, "reasoning_effort": "high"}
+    assert sampling(thinking)["temperature"] == 0.9  # the author's, for thinking turns
+
+
+def test_the_servers_thinking_default_applies_when_the_request_says_nothing(models, settings):
+    settings.MLXLAB = {**settings.MLXLAB, "THINKING": False}
+    call = plan({"model": "authored", "messages": HI})
+    assert call.chat.template_kwargs == {"enable_thinking": False}
+    assert call.sampling.temperature == 0.7
+    null = plan({"model": "authored", "messages": HI,
+                 "chat_template_kwargs": {"enable_thinking": None}})  # fmt: skip
+    assert "enable_thinking" not in null.chat.template_kwargs  # the template's own default
+    assert null.sampling.temperature == 0.9
+
+
+def test_an_operators_temperature_is_not_capped(models, settings):
+    settings.MLXLAB = {**settings.MLXLAB, "DEFAULT_TEMPERATURE": 1.0}
+    body = {"model": "authored", "messages": HI, "reasoning_effort": "none"}
+    assert sampling(body)["temperature"] == 1.0
+
+
+def test_length_without_max_tokens(models, settings):
+    chat = plan({"model": "plain", "messages": HI})
+    text = plan({"model": "plain", "prompt": "Once"}, text=True)
+    assert (chat.max_tokens, chat.default_max_tokens) == (None, 65_536)  # the context decides
+    assert text.default_max_tokens == 512
+    settings.MLXLAB = {**settings.MLXLAB, "DEFAULT_MAX_TOKENS": 100}
+    assert plan({"model": "plain", "messages": HI}).default_max_tokens == 100
+    assert plan({"model": "plain", "prompt": "Once"}, text=True).default_max_tokens == 100
+
+
+# -- on the live server: TEST_SAMPLING sets temperature 0 and a 512-token cap there ----
+
+
+def test_the_effective_defaults_are_published_per_model(http):
+    thinking = http.get(f"/v1/models/{THINKING_MODEL}").json()["defaults"]
+    assert thinking["top_p"] == THINKING_GENERATION["top_p"]
+    assert thinking["temperature"] == 0.0  # the operator's (the suite's) wins over 0.9
+    assert thinking["sources"]["top_p"] == "model"
+    assert thinking["sources"]["temperature"] == "server"
+    assert thinking["sources"]["top_k"] == "fallback"
+    plain = http.get(f"/v1/models/{DEFAULT_MODEL}").json()["defaults"]
+    assert (plain["top_p"], plain["chat_max_tokens"], plain["no_think_temperature"]) == (
+        1.0, 512, 0.7,
+    )  # fmt: skip
+
+
+def test_a_response_echoes_the_sampling_it_ran_with(http):
+    body = {"model": THINKING_MODEL, "input": "Hi", "max_output_tokens": 2, "store": False}
+    reply = http.post("/v1/responses", json=body).json()
+    assert (reply["temperature"], reply["top_p"]) == (0.0, THINKING_GENERATION["top_p"])
+
+
+def test_the_servers_default_adapter_applies_to_its_own_model(models, settings, tmp_path):
+    from inference.models import Adapter
+
+    Adapter.objects.create(name="house", base_model="plain", path=str(tmp_path / "house"))
+    settings.MLXLAB = {**settings.MLXLAB, "DEFAULT_ADAPTER": "house"}
+    assert [a.name for a in plan({"model": "plain", "messages": HI}).adapters] == ["house"]
+    opted_out = plan({"model": "plain", "messages": HI, "adapter": "none"})
+    assert opted_out.adapters == ()
+    # Trained on another model: a request for this one runs without it, not a 400.
+    assert plan({"model": "authored", "messages": HI}).adapters == ()
