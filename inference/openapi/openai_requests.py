@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from ..api.openai_chat import MEDIA_PARTS
 from .common import Schema, nullable, obj, openai_generation_fields
 
-TEXT_PART = obj({"type": {"const": "text"}, "text": {"type": "string"}}, ("type", "text"))
+# Any part with a string `text` is text (OpenAI's `text`, the Responses API's
+# `input_text`...); media parts need a model that sees them (api/openai_chat.py).
+TEXT_PART = obj(
+    {"type": {"type": "string", "not": {"enum": list(MEDIA_PARTS)}}, "text": {"type": "string"}},
+    ("text",),
+)
 
 MESSAGE_CONTENT = nullable({"anyOf": [{"type": "string"}, {"type": "array", "items": TEXT_PART}]})
 # Passed to the chat template as sent: no type is checked.

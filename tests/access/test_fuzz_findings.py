@@ -32,7 +32,7 @@ FINDINGS = [
         "only text content",
     ),
     # Accepted before, and taken as true.
-    ("/v1/completions", {"prompt": "Hi", "logprobs": "yes"}, "logprobs must be a boolean"),
+    ("/v1/completions", {"prompt": "Hi", "logprobs": "yes"}, "logprobs must be of type bool"),
 ]
 
 
