@@ -63,7 +63,8 @@ def _flatten(content, param: str) -> str:
     for part in content:
         # Any part with a string `text` is text: OpenAI's `text`, the Responses API's
         # `input_text`, whatever a client sends; media needs a model that sees it.
-        if not isinstance(part, dict) or part.get("type") in MEDIA_PARTS:
+        kind = part.get("type", "text") if isinstance(part, dict) else None
+        if not isinstance(kind, str) or kind in MEDIA_PARTS:
             raise ApiError(
                 f"{param}.content: only text content parts are supported",
                 param=f"{param}.content",

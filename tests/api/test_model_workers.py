@@ -296,8 +296,9 @@ def test_a_model_whose_worker_cannot_load_is_a_502_and_others_keep_serving(lab):
     assert raised.value.status_code == 502
     error = raised.value.response.json()["error"]
     assert error["type"] == "engine_unavailable" and error["state"] == "stopped"
+    # An exit code, or SIGABRT when MLX's loader throws on a thread of its own.
     assert error["message"].startswith(
-        f"inference engine unavailable: the worker for {BROKEN} could not load it (exit code"
+        f"inference engine unavailable: the worker for {BROKEN} could not load it ("
     )
     assert lab.worker(BROKEN) is None
     reply = lab.openai.completions.create(model=DEFAULT_MODEL, prompt="Hi", max_tokens=2)
