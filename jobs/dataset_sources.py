@@ -6,17 +6,15 @@ examples of the chosen format; uploads are read in dataset_examples.
 
 from __future__ import annotations
 
-import json
-
 from django.utils import timezone
 
+from inference.api.responses_request import items_to_messages
 from inference.models import StoredResponse
 from inference.response_store import BrokenChain, response_chain
 from lab.models import Conversation
 
 from .context import JobParamsError
 
-TEXT_PARTS = ("input_text", "output_text", "text")
 Chat = tuple[list[dict], list[dict] | None]  # messages, tools
 
 
@@ -89,7 +87,7 @@ def response_chats(ids: list[str], with_tools: bool) -> list[Chat]:
         if not chain:  # expired since the job was validated
             continue
         items = [item for r in chain for item in r.input_items + r.output_items]
-        messages = _items_to_messages(items, with_tools)
+        messages = _training_turns(items_to_messages(items, strict=False), with_tools)
         # The newest instructions are the ones the final answers were given under.
         instructions = next((r.instructions for r in reversed(chain) if r.instructions), "")
         if instructions:
@@ -99,48 +97,15 @@ def response_chats(ids: list[str], with_tools: bool) -> list[Chat]:
     return chats
 
 
-def _items_to_messages(items: list[dict], with_tools: bool) -> list[dict]:
-    messages: list[dict] = []
-    for item in items:
-        kind = item.get("type", "message")
-        if kind == "message":
-            role = "system" if item.get("role") == "developer" else item.get("role")
-            if role in ("system", "user", "assistant"):
-                messages.append({"role": role, "content": _text(item.get("content"))})
-        elif kind == "function_call" and with_tools:
-            _append_call(messages, item)
-        elif kind == "function_call_output" and with_tools:
-            output = item.get("output")
-            output = output if isinstance(output, str) else json.dumps(output)
-            messages.append(
-                {"role": "tool", "tool_call_id": item.get("call_id"), "content": output}
-            )
-    return messages
-
-
-def _append_call(messages: list[dict], item: dict) -> None:
-    call = {
-        "id": item.get("call_id") or item.get("id"),
-        "type": "function",
-        "function": {"name": item.get("name"), "arguments": item.get("arguments") or "{}"},
-    }
-    last = messages[-1] if messages else None
-    if last and last["role"] == "assistant" and "tool_calls" in last:
-        last["tool_calls"].append(call)  # parallel calls share one assistant turn
-    else:
-        # content "" as the lab's own Responses history does, for templates that read it.
-        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
-
-
-def _text(content) -> str:
-    if isinstance(content, str):
-        return content
-    parts = content if isinstance(content, list) else []
-    return "".join(
-        str(part.get("text", ""))
-        for part in parts
-        if isinstance(part, dict) and part.get("type") in TEXT_PARTS
-    )
+def _training_turns(messages: list[dict], with_tools: bool) -> list[dict]:
+    # Earlier reasoning stays out: mlx-lm hands these messages to the chat template as
+    # they are, and templates know it only as reasoning_content. Tool turns go only where
+    # the format carries the tools they call.
+    return [
+        {key: value for key, value in message.items() if key != "reasoning"}
+        for message in messages
+        if with_tools or not (message["role"] == "tool" or "tool_calls" in message)
+    ]
 
 
 def _response_tools(body: dict) -> list[dict] | None:

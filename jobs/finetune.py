@@ -9,13 +9,12 @@ in the web process does not load the training stack.
 
 from __future__ import annotations
 
-import json
 import math
 import uuid
 from pathlib import Path
 
 from .context import JobContext, JobParamsError, JobResult
-from .dataset_examples import check_example
+from .finetune_data import check_dataset
 from .params import (
     NAME_PATTERN,
     check_int,
@@ -62,8 +61,6 @@ INT_RANGES = {
 # Keys validate() adds; accepted back (and recomputed) so validating twice is harmless.
 DERIVED = ("model_path", "dataset_path", "dataset_format", "train_examples", "valid_examples")
 KEYS = {"model", "dataset", "lora", *DEFAULTS, *DERIVED}
-SPLITS = ("train", "valid")
-READERS = {"chat": "messages", "tools": "messages", "completions": "prompt", "text": "text"}
 
 
 def validate(params: dict) -> dict:
@@ -80,7 +77,7 @@ def validate(params: dict) -> dict:
     _check_full_on_quantized(normalised["fine_tune_type"], model, model_config)
     normalised.update(_names(params, normalised["fine_tune_type"], normalised["fuse"]))
     dataset, dataset_path = _dataset(params.get("dataset"))
-    facts = _check_dataset(dataset_path, normalised["batch_size"], normalised["mask_prompt"])
+    facts = check_dataset(dataset_path, normalised["batch_size"], normalised["mask_prompt"])
     return {
         **normalised,
         "dataset": dataset,
@@ -95,43 +92,6 @@ def run(ctx: JobContext) -> JobResult:
     from .finetune_training import run as train_run
 
     return train_run(ctx)
-
-
-def default_adapter_name(model: str, job_id: str) -> str:
-    """The model's name, "-", and the job id's first 8 characters; at most 200 in all."""
-    suffix = "-" + str(job_id).replace("-", "")[:8].lower()
-    return model[: 200 - len(suffix)] + suffix
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    """Every record of a JSONL file, skipping blank lines (mlx-lm's reader chokes on them)."""
-    records = []
-    try:
-        with open(path, encoding="utf-8-sig") as handle:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    records.append(json.loads(line))
-                except ValueError as error:
-                    msg = getattr(error, "msg", error)
-                    raise JobParamsError(f"{path.name} line {number} is not JSON ({msg})") from None
-    except UnicodeDecodeError as error:
-        raise JobParamsError(f"{path.name} is not UTF-8 text ({error.reason})") from None
-    return records
-
-
-def example_format(example: dict) -> str:
-    """The format mlx-lm's create_dataset reads `example` as, in its own order of tests."""
-    if not isinstance(example, dict):
-        raise JobParamsError("dataset examples must be JSON objects")
-    if "prompt" in example and "completion" in example:
-        return "completions"
-    if "messages" in example:
-        return "tools" if "tools" in example else "chat"
-    if "text" in example:
-        return "text"
-    raise JobParamsError("dataset examples need messages, prompt and completion, or text")
 
 
 def _model(model) -> tuple[str, Path, dict]:
@@ -329,41 +289,3 @@ def _dataset_job_folder(job_id) -> Path:
     if not job.artifact_path or not Path(job.artifact_path).is_dir():
         raise JobParamsError(f"dataset.job {job_id} has no dataset folder")
     return Path(job.artifact_path)
-
-
-def _check_dataset(folder: Path, batch_size: int, mask_prompt: bool) -> dict:
-    """Every train/valid example checked in one format; counts and the format."""
-    counts, formats = {}, set()
-    for split in SPLITS:
-        path = folder / f"{split}.jsonl"
-        if not path.is_file():
-            raise JobParamsError(f"dataset has no {split}.jsonl in {folder}")
-        examples = read_jsonl(path)
-        if not examples:
-            raise JobParamsError(f"dataset {split}.jsonl is empty")
-        first = example_format(examples[0])
-        for number, example in enumerate(examples, start=1):
-            fmt = example_format(example)
-            # mlx-lm picks a split's reader from its first example and reads every example
-            # with it (chat examples may or may not carry tools): another format would
-            # crash it mid-training.
-            if READERS[fmt] != READERS[first]:
-                raise JobParamsError(
-                    f"dataset {split}.jsonl example {number} is {fmt} but the first is {first}:"
-                    " a split must be in one format"
-                )
-            try:
-                check_example(example, fmt)
-            except ValueError as error:
-                raise JobParamsError(f"dataset {split}.jsonl example {number}: {error}") from None
-        # mlx-lm's batch iterator refuses a split smaller than one batch.
-        if len(examples) < batch_size:
-            raise JobParamsError(
-                f"dataset {split}.jsonl has {len(examples)} examples, fewer than"
-                f" batch_size {batch_size}"
-            )
-        counts[f"{split}_examples"] = len(examples)
-        formats.add(first)
-    if mask_prompt and "text" in formats:
-        raise JobParamsError("mask_prompt needs chat or completions examples, not text")
-    return {"dataset_format": "/".join(sorted(formats)), **counts}

@@ -35,7 +35,7 @@ from inference.engine.cpu_fast_path import blas_state
 from inference.engine.dense_weights import dense_bytes, quantized_layers
 
 from .context import JobContext, JobResult
-from .finetune import default_adapter_name, read_jsonl
+from .finetune_data import SPLITS, read_jsonl
 
 ADAPTER_FILE = "adapters.safetensors"
 BEST_FILE = "best_adapters.safetensors"
@@ -119,6 +119,12 @@ def run(ctx: JobContext) -> JobResult:
         return _save_model(ctx, model, tokenizer, config, params, adapter_name, summary)
     del model, callback  # the fuse reloads the base as stored; free the training copy first
     return _save_adapter(ctx, params, adapter_name, summary)
+
+
+def default_adapter_name(model: str, job_id: str) -> str:
+    """The model's name, "-", and the job id's first 8 characters; at most 200 in all."""
+    suffix = "-" + str(job_id).replace("-", "")[:8].lower()
+    return model[: 200 - len(suffix)] + suffix
 
 
 def _training_weights(ctx: JobContext, model) -> str:
@@ -206,7 +212,7 @@ def _datasets(params: dict, tokenizer) -> tuple[CacheDataset, CacheDataset]:
     options = types.SimpleNamespace(mask_prompt=params["mask_prompt"])
     return tuple(
         CacheDataset(create_dataset(read_jsonl(folder / f"{split}.jsonl"), tokenizer, options))
-        for split in ("train", "valid")
+        for split in SPLITS
     )
 
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from celery import current_app
 from django.db import transaction
 from django.utils import timezone
 
 from .events import publish
 from .kinds import validate
 from .models import Job
+
+# tasks.run_job registers under this name. Sending by name lets tasks import this module
+# (a starting worker re-sends queued jobs) without this one importing tasks back.
+RUN_JOB = "jobs.run_job"
 
 
 def submit_job(*, kind: str, params, owner) -> Job:
@@ -24,18 +29,16 @@ def queue_job(*, kind: str, params: dict, owner) -> Job:
 
     Raises BrokerUnavailable, leaving no row, when the queue does not answer.
     """
-    from .tasks import run_job  # the Celery app is configured by then
-
-    _check_broker(run_job.app)
+    _check_broker()
     job = Job.objects.create(kind=kind, params=params, owner=owner, message="queued")
     # Queue only once the row is committed, or a fast worker could look for it too early.
-    transaction.on_commit(lambda: _enqueue(job, run_job))
+    transaction.on_commit(lambda: _enqueue(job))
     return job
 
 
-def _check_broker(app) -> None:
+def _check_broker() -> None:
     try:
-        with app.connection_for_write() as connection:
+        with current_app.connection_for_write() as connection:
             connection.ensure_connection(max_retries=1, timeout=2)
     except Exception as error:
         raise BrokerUnavailable(
@@ -43,9 +46,14 @@ def _check_broker(app) -> None:
         ) from None
 
 
-def _enqueue(job: Job, task) -> None:
+def _send(job_id, **options):
+    # The job id is the task id too: revoking a job needs nothing stored.
+    return current_app.send_task(RUN_JOB, args=[str(job_id)], task_id=str(job_id), **options)
+
+
+def _enqueue(job: Job) -> None:
     try:
-        result = task.apply_async(args=[str(job.id)], task_id=str(job.id), retry=False)
+        result = _send(job.id, retry=False)
     except Exception as error:  # the broker went away since the check: never stay queued
         Job.objects.filter(id=job.id, status="queued").update(
             status="failed",
@@ -62,18 +70,14 @@ def _enqueue(job: Job, task) -> None:
 
 def resend_queued() -> int:
     """Send every queued job's message again (see tasks.resend_lost_messages)."""
-    from .tasks import run_job
-
     ids = list(Job.objects.filter(status="queued").values_list("id", flat=True))
     for job_id in ids:
-        run_job.apply_async(args=[str(job_id)], task_id=str(job_id))
+        _send(job_id)
     return len(ids)
 
 
 def cancel_job(job: Job) -> Job:
     """Ask a job to stop: a queued one ends now, a running one at its next check."""
-    from .tasks import run_job
-
     if job.finished:
         return job
     # Conditional updates: the worker may claim the job between our read and our write.
@@ -83,6 +87,6 @@ def cancel_job(job: Job) -> Job:
     Job.objects.filter(id=job.id).update(cancel_requested=True)
     job.refresh_from_db()
     # A queued task is dropped by the worker on arrival; a running one checks the flag.
-    run_job.app.control.revoke(str(job.id))
+    current_app.control.revoke(str(job.id))
     publish(job)
     return job

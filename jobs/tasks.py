@@ -8,13 +8,13 @@ from celery import shared_task
 from celery.signals import worker_ready
 
 from .runner import execute, fail_orphans
-from .submission import resend_queued
+from .submission import RUN_JOB, resend_queued
 from .watchdog import start_watchdog
 
 log = logging.getLogger(__name__)
 
 
-@shared_task(bind=True, acks_late=True, name="jobs.run_job")
+@shared_task(bind=True, acks_late=True, name=RUN_JOB)
 def run_job(self, job_id: str) -> str:
     return execute(job_id, self.request.hostname)
 

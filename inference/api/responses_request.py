@@ -111,60 +111,91 @@ def _with_id(item, index: int) -> dict:
     return {"type": kind, **item, "id": item.get("id") or item_id(prefix)}
 
 
-def _text(content, param: str) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise ApiError(f"{param}.content must be a string or an array", param="input")
-    texts = []
-    for part in content:
-        if not isinstance(part, dict) or part.get("type") not in TEXT_PARTS:
-            raise ApiError(f"{param}: only text content is supported", param="input")
-        texts.append(str(part.get("text", "")))
-    return "".join(texts)
+# The roles a stored message may keep: a tool turn is only ever a function_call_output.
+STORED_ROLES = ("system", "user", "assistant")
 
 
-def items_to_messages(items: list[dict]) -> list[dict]:
-    """Responses items (input or earlier output) as chat messages."""
+def items_to_messages(items: list[dict], *, strict: bool = True) -> list[dict]:
+    """Responses items (input or earlier output) as chat messages.
+
+    Strict, for a request: an item or content part the chat path cannot take is an
+    ApiError naming it. Not strict, for stored items made into a dataset: such an item,
+    part or message role is skipped, so one odd response never fails a whole build.
+    """
     messages: list[dict] = []
     reasoning = ""
     for index, item in enumerate(items):
         kind = item.get("type", "message")
+        where = f"input[{index}]"
         if kind == "reasoning":
-            parts = item.get("content") or item.get("summary") or []
-            parts = parts if isinstance(parts, list) else []  # `true` here was a 500
-            reasoning += "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
+            reasoning += _reasoning_text(item)
         elif kind == "message":
-            message = {
-                "role": item.get("role"),
-                "content": _text(item.get("content"), f"input[{index}]"),
-            }
+            message = _message(item, where, strict)
+            if message is None:
+                continue
             if message["role"] == "assistant" and reasoning:
                 message["reasoning"], reasoning = reasoning, ""
             messages.append(message)
         elif kind == "function_call":
-            call = {
-                "id": item.get("call_id") or item.get("id"),
-                "type": "function",
-                "function": {"name": item.get("name"), "arguments": item.get("arguments") or "{}"},
-            }
-            last = messages[-1] if messages else None
-            if last and last["role"] == "assistant" and last.get("tool_calls") is not None:
-                last["tool_calls"].append(call)  # parallel calls share one assistant turn
-            else:
-                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+            _append_call(messages, item)
         elif kind == "function_call_output":
-            output = item.get("output")
-            messages.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": item.get("call_id"),
-                    "content": output if isinstance(output, str) else json.dumps(output),
-                }
-            )
-        else:
-            raise ApiError(f"input[{index}]: unsupported item type '{kind}'", param="input")
+            messages.append(_call_output(item))
+        elif strict:
+            raise ApiError(f"{where}: unsupported item type '{kind}'", param="input")
     return messages
+
+
+def _reasoning_text(item: dict) -> str:
+    parts = item.get("content") or item.get("summary") or []
+    parts = parts if isinstance(parts, list) else []  # `true` here was a 500
+    return "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
+
+
+def _message(item: dict, where: str, strict: bool) -> dict | None:
+    role = item.get("role")
+    if not strict:
+        # On a request the chat path maps developer to system and refuses roles it has
+        # no turn for; stored items made into a dataset never pass through it.
+        role = "system" if role == "developer" else role
+        if role not in STORED_ROLES:
+            return None
+    return {"role": role, "content": _text(item.get("content"), where, strict)}
+
+
+def _text(content, param: str, strict: bool) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        if strict:
+            raise ApiError(f"{param}.content must be a string or an array", param="input")
+        return ""
+    texts = []
+    for part in content:
+        if isinstance(part, dict) and part.get("type") in TEXT_PARTS:
+            texts.append(str(part.get("text", "")))
+        elif strict:
+            raise ApiError(f"{param}: only text content is supported", param="input")
+    return "".join(texts)
+
+
+def _append_call(messages: list[dict], item: dict) -> None:
+    call = {
+        "id": item.get("call_id") or item.get("id"),
+        "type": "function",
+        "function": {"name": item.get("name"), "arguments": item.get("arguments") or "{}"},
+    }
+    last = messages[-1] if messages else None
+    if last and last["role"] == "assistant" and last.get("tool_calls") is not None:
+        last["tool_calls"].append(call)  # parallel calls share one assistant turn
+    else:
+        # content "" for the chat templates that read it on a tool-calling turn.
+        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+
+
+def _call_output(item: dict) -> dict:
+    output = item.get("output")
+    content = output if isinstance(output, str) else json.dumps(output)
+    return {"role": "tool", "tool_call_id": item.get("call_id"), "content": content}
 
 
 def _tools(body: dict) -> dict:
