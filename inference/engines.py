@@ -9,6 +9,7 @@ import threading
 from django.conf import settings
 
 from .api.errors import model_not_found
+from .model_registry import amodel_named, model_named
 from .models import LanguageModel
 from .workers.streams import RequestStream
 from .workers.supervisor import Supervisor
@@ -55,7 +56,7 @@ def supervisor() -> Supervisor:
 async def model_record(name: str | None) -> LanguageModel:
     """The registry entry a request's `model` names (the default when none); 404 if unknown."""
     name = name or default_model_name()
-    record = await LanguageModel.objects.filter(name=name).afirst()
+    record = await amodel_named(name)
     if record is None:
         raise model_not_found(name)
     return record
@@ -83,7 +84,7 @@ def preload_default_in_background() -> None:
     """Start the default model's worker so the first request does not pay for the load."""
 
     def warm() -> None:
-        record = LanguageModel.objects.filter(name=default_model_name()).first()
+        record = model_named(default_model_name())
         if record is None:
             return
         supervisor().ensure(record.name, record.path, size_bytes=record.size_bytes, wait=False)

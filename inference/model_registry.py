@@ -4,12 +4,29 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 
-from .engine.model_folder import describe_model_folder
-from .gguf.convert import Progress, import_gguf
 from .models import LanguageModel
+
+if TYPE_CHECKING:
+    from .gguf.convert import Progress
+
+
+def model_named(name: str) -> LanguageModel | None:
+    """The registry entry called `name`, or None."""
+    return LanguageModel.objects.filter(name=name).first()
+
+
+async def amodel_named(name: str) -> LanguageModel | None:
+    """The registry entry called `name`, or None (for async views)."""
+    return await LanguageModel.objects.filter(name=name).afirst()
+
+
+def model_exists(name: str) -> bool:
+    """Whether a model is registered under `name`."""
+    return LanguageModel.objects.filter(name=name).exists()
 
 
 def model_name_from(path: Path) -> str:
@@ -27,9 +44,13 @@ def model_register(*, name: str, path: Path, replace: bool = True) -> LanguageMo
     `replace` False (what jobs make): a name held by another folder is NameTaken,
     never a silent repoint of what the workers serve.
     """
-    held = LanguageModel.objects.filter(name=name).values_list("path", flat=True).first()
-    if not replace and held is not None and held != str(path.resolve()):
-        raise NameTaken(f"a model named '{name}' is already registered (at {held})")
+    # Imported here, not at the top: the engine brings in MLX, and job validation
+    # uses the lookups above without loading it.
+    from .engine.model_folder import describe_model_folder
+
+    held = model_named(name)
+    if not replace and held is not None and held.path != str(path.resolve()):
+        raise NameTaken(f"a model named '{name}' is already registered (at {held.path})")
     facts = describe_model_folder(path)
     record, _ = LanguageModel.objects.update_or_create(
         name=name,
@@ -48,6 +69,10 @@ def model_import_gguf(
     *, gguf_path: Path, name: str | None = None, progress: Progress | None = None
 ) -> LanguageModel:
     """Convert a GGUF file into the models directory and register it."""
+    # inference.engine before gguf's mlx.core: it puts the optimized BLAS under MLX.
+    from . import engine  # noqa: F401
+    from .gguf.convert import import_gguf
+
     name = name or model_name_from(gguf_path)
     models_dir = Path(settings.MLXLAB["MODELS_DIR"])
     models_dir.mkdir(parents=True, exist_ok=True)

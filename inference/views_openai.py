@@ -14,6 +14,7 @@ from .api.openai_params import parse_json_body
 from .api.openai_render import ChatRenderer, CompletionRenderer
 from .api.surfaces import OPENAI
 from .generation import plan_generation
+from .model_registry import amodel_named
 from .models import LanguageModel
 from .sampling_defaults import sampling_defaults
 from .serve import serve
@@ -70,7 +71,7 @@ async def models(request: HttpRequest) -> JsonResponse:
 
 @api_endpoint("GET")
 async def model_detail(request: HttpRequest, name: str) -> JsonResponse:
-    record = await LanguageModel.objects.filter(name=name).afirst()
+    record = await amodel_named(name)
     if record is None:
         return model_not_found(name).response()
     # An extension: what a request gets for each sampling field it leaves out, and why.

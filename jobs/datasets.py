@@ -15,7 +15,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from inference.models import LanguageModel
+from inference.model_registry import model_exists, model_named
 
 from . import dataset_sources as sources
 from .context import JobContext, JobParamsError, JobResult
@@ -76,7 +76,7 @@ def _split(raw) -> dict[str, float]:
 
 def _model(name) -> str:
     name = name or settings.MLXLAB["DEFAULT_MODEL"]
-    if not isinstance(name, str) or not LanguageModel.objects.filter(name=name).exists():
+    if not isinstance(name, str) or not model_exists(name):
         raise JobParamsError(f"model '{name}' is not registered")
     return name
 
@@ -218,10 +218,10 @@ def _write_split(path: Path, examples: list[dict], counter: TokenCounter, progre
 
 
 def _model_path(name: str) -> Path:
-    path = LanguageModel.objects.filter(name=name).values_list("path", flat=True).first()
-    if path is None:
+    record = model_named(name)
+    if record is None:
         raise JobParamsError(f"model '{name}' is not registered")
-    return Path(path)
+    return Path(record.path)
 
 
 def _describe(source: dict) -> str:

@@ -226,7 +226,8 @@ def _check_full_on_quantized(fine_tune_type: str, model: str, config: dict) -> N
 
 
 def _names(params: dict, fine_tune_type: str, fuse: bool) -> dict:
-    from inference.models import Adapter, LanguageModel
+    from inference.model_registry import model_exists
+    from inference.models import Adapter
 
     adapter_name = params.get("adapter_name")
     fused_name = params.get("fused_name")
@@ -249,7 +250,7 @@ def _names(params: dict, fine_tune_type: str, fuse: bool) -> dict:
             raise JobParamsError(f"{key} '{name}' is what another unfinished job will register")
     # A full fine-tune registers a model under fused_name, else under adapter_name.
     model_name = fused_name or (adapter_name if fine_tune_type == "full" else None)
-    if model_name and LanguageModel.objects.filter(name=model_name).exists():
+    if model_name and model_exists(model_name):
         key = "fused_name" if fused_name else "adapter_name"
         raise JobParamsError(f"{key} '{model_name}' is taken by another model")
     return {"adapter_name": adapter_name, "fused_name": fused_name}

@@ -38,9 +38,9 @@ def check_int(value, key: str):
 
 def registered_model(name: str) -> tuple[Path, dict]:
     """A registry model's folder and config, checked to be a local model folder."""
-    from inference.models import LanguageModel
+    from inference.model_registry import model_named
 
-    record = LanguageModel.objects.filter(name=name).first()
+    record = model_named(name)
     if record is None:
         raise JobParamsError(f"model '{name}' is not in the registry")
     folder = Path(record.path)

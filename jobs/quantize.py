@@ -64,13 +64,13 @@ def _source_folder(model: str) -> Path:
 
 
 def _new_name(name: str) -> str:
-    from inference.models import LanguageModel
+    from inference.model_registry import model_exists
 
     if not NAME_PATTERN.fullmatch(name):
         raise JobParamsError(
             "name must be 1-200 characters of lower-case letters, digits, '-' or '_'"
         )
-    if LanguageModel.objects.filter(name=name).exists():
+    if model_exists(name):
         raise JobParamsError(f"name '{name}' is already a model in the registry")
     if claimed_by_a_job(name):
         raise JobParamsError(f"name '{name}' is what another unfinished job will register")

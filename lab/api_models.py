@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from inference.engines import load_model_worker, unload_model_worker
+from inference.model_registry import model_named
 from inference.models import LanguageModel
 from inference.rest.error_responses import errors
 from inference.rest.permissions import StaffOnly
@@ -20,7 +21,7 @@ from .model_info import model_details, model_summary
 
 
 def _record(name: str) -> LanguageModel:
-    record = LanguageModel.objects.filter(name=name).first()
+    record = model_named(name)
     if record is None:
         raise NotFound(f"No model named {name!r}.")
     return record

@@ -15,8 +15,7 @@ from pathlib import Path
 from django.db import close_old_connections
 
 from inference.gguf.convert import GGUFImportError
-from inference.model_registry import model_import_gguf, model_name_from
-from inference.models import LanguageModel
+from inference.model_registry import model_exists, model_import_gguf, model_name_from
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +54,7 @@ def _check(path: Path, name: str) -> None:
         raise ImportRefused(f"no file at {path}")
     if path.suffix.lower() != ".gguf":
         raise ImportRefused("path must name a .gguf file")
-    if LanguageModel.objects.filter(name=name).exists():
+    if model_exists(name):
         raise ImportRefused(f"a model named {name!r} already exists")
 
 

@@ -77,6 +77,7 @@ INSTALLED_APPS = [
     "lab",
     "jobs",
     "publishing",
+    "mlxlab",  # for runlab, which starts the whole lab and so belongs to no one app
 ]
 
 MIDDLEWARE = [

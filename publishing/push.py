@@ -78,9 +78,9 @@ def _folder_of(job: Job) -> tuple[Path, tuple[str, ...]]:
     """What to push for a job, and the patterns left out of it."""
     model = job.result.get("model")
     if model:  # a quantized, fused or fully finetuned model: its registered folder
-        from inference.models import LanguageModel
+        from inference.model_registry import model_named
 
-        record = LanguageModel.objects.filter(name=model).first()
+        record = model_named(model)
         if record is not None:
             return Path(record.path), ()
     return Path(job.artifact_path), ("fused/*", "model/*")

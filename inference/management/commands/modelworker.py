@@ -10,7 +10,7 @@ from inference.engine.dense_weights import FastPathOptions
 from inference.engine.prompt import PromptLimits
 from inference.engine.prompt_cache import PromptCacheConfig
 from inference.engine.worker import WorkerServer
-from inference.models import LanguageModel
+from inference.model_registry import model_named
 
 
 def engine_config() -> EngineConfig:
@@ -56,7 +56,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, model: str, listen: str, path: str | None, **options):
         if path is None:
-            record = LanguageModel.objects.filter(name=model).first()
+            record = model_named(model)
             if record is None:
                 raise CommandError(f"no model named {model!r} in the registry")
             path = record.path
