@@ -6,8 +6,8 @@ import logging
 
 from django.conf import settings
 
-from .api.errors import ApiError
 from .engine.adapters import AdapterRef
+from .errors import ApiError
 from .models import Adapter
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import Resolver404, resolve
 from django.utils.deprecation import MiddlewareMixin
 
-from .api.errors import ApiError
+from .errors import ApiError
 
 
 def body_limit(path: str) -> int:

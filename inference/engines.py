@@ -8,7 +8,7 @@ import threading
 
 from django.conf import settings
 
-from .api.errors import model_not_found
+from .errors import model_not_found
 from .model_registry import amodel_named, model_named
 from .models import LanguageModel
 from .workers.streams import RequestStream

@@ -17,12 +17,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from django.http import HttpResponse, JsonResponse
 
-from .api.errors import ApiError
 from .api.sse import event_stream_response
 from .api.surfaces import Surface
+from .chat.plan import PlannedGeneration
 from .engine import wire
 from .engines import open_generation
-from .generation import PlannedGeneration
+from .errors import ApiError
 from .workers.streams import Choices, EngineUnavailable, Rejected, RequestStream, WorkerStopped
 
 log = logging.getLogger(__name__)
@@ -44,10 +44,10 @@ async def start(plan: PlannedGeneration) -> tuple[RequestStream | Choices, wire.
     With `n` above 1, the n calls go out together (the worker builds and admits them in
     one step, so they share the batch) and are read as one stream of Indexed events.
     """
-    if plan.params.n == 1:
+    if plan.request.n == 1:
         return await _start_one(plan)
     started = await asyncio.gather(
-        *(_start_one(plan) for _ in range(plan.params.n)), return_exceptions=True
+        *(_start_one(plan) for _ in range(plan.request.n)), return_exceptions=True
     )
     streams = [item[0] for item in started if not isinstance(item, BaseException)]
     failures = [item for item in started if isinstance(item, BaseException)]

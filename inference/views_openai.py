@@ -9,11 +9,11 @@ from django.views.decorators.csrf import csrf_exempt
 
 from .api.access import caller_id
 from .api.endpoints import api_endpoint
-from .api.errors import ApiError, model_not_found
-from .api.openai_params import parse_json_body
 from .api.openai_render import ChatRenderer, CompletionRenderer
+from .api.openai_request import parse_chat_completion, parse_completion, parse_json_body
 from .api.surfaces import OPENAI
-from .generation import plan_generation
+from .chat.plan import plan_generation
+from .errors import ApiError, model_not_found
 from .model_registry import amodel_named
 from .models import LanguageModel
 from .sampling_defaults import sampling_defaults
@@ -22,14 +22,14 @@ from .serve import serve
 log = logging.getLogger(__name__)
 
 
-async def _serve(request: HttpRequest, *, renderer_class, text: bool = False) -> HttpResponse:
+async def _serve(request: HttpRequest, *, renderer_class, parse) -> HttpResponse:
     """The one path of every OpenAI generation endpoint."""
     try:
-        body = parse_json_body(request.body)
-        plan = await plan_generation(body, text=text, caller=await caller_id(request))
+        call = parse(parse_json_body(request.body))
+        plan = await plan_generation(call, caller=await caller_id(request))
     except ApiError as error:
         return error.response()
-    params = plan.params
+    params = plan.request
     return await serve(
         plan,
         OPENAI,
@@ -45,12 +45,12 @@ async def _serve(request: HttpRequest, *, renderer_class, text: bool = False) ->
 
 @api_endpoint("POST")
 async def chat_completions(request: HttpRequest) -> HttpResponse:
-    return await _serve(request, renderer_class=ChatRenderer)
+    return await _serve(request, renderer_class=ChatRenderer, parse=parse_chat_completion)
 
 
 @api_endpoint("POST")
 async def completions(request: HttpRequest) -> HttpResponse:
-    return await _serve(request, renderer_class=CompletionRenderer, text=True)
+    return await _serve(request, renderer_class=CompletionRenderer, parse=parse_completion)
 
 
 def _model_object(record: LanguageModel) -> dict:

@@ -9,17 +9,17 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from .api.access import caller_id
 from .api.endpoints import api_endpoint
-from .api.errors import ApiError
 from .api.responses_render import ResponseBuilder
 from .api.responses_request import (
     ResponsesCall,
-    chat_body,
     items_to_messages,
     parse_responses_body,
     parse_responses_call,
+    responses_chat_call,
 )
 from .api.surfaces import RESPONSES
-from .generation import plan_generation
+from .chat.plan import plan_generation
+from .errors import ApiError
 from .response_store import (
     BrokenChain,
     response_chain,
@@ -80,7 +80,8 @@ async def responses_create(request: HttpRequest) -> HttpResponse:
         body = parse_responses_body(request.body)
         call = parse_responses_call(body)
         owner = await caller_id(request)
-        plan = await plan_generation(chat_body(call, await _history(call, owner)), caller=owner)
+        chat = responses_chat_call(call, await _history(call, owner))
+        plan = await plan_generation(chat, caller=owner)
     except ApiError as error:
         return error.response()
 
@@ -91,7 +92,7 @@ async def responses_create(request: HttpRequest) -> HttpResponse:
         plan,
         RESPONSES,
         lambda accepted: ResponseBuilder(model=plan.model_name, request=_effective(body, plan)),
-        stream=plan.params.stream,
+        stream=plan.request.stream,
         on_result=store,
     )
 

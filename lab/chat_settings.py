@@ -1,12 +1,17 @@
-"""The chat page's settings, turned into the OpenAI chat body the inference API takes.
+"""The chat page's settings, turned into the ChatCall every surface of the lab shares.
 
-The lab reuses the API's own validation (inference.generation.plan_generation), so the
-page and the API refuse the same values with the same messages.
+The page's fields carry the API's names, and are read by the API's own readers
+(inference.chat), so the page and the API refuse the same values with the same messages.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from inference.chat import fields
+from inference.chat.call import ChatCall
+from inference.chat.messages import normalise_messages, template_kwargs
+from inference.chat.structured import parse_structured_output
 
 SAMPLING_FIELDS = {
     "temperature": (int, float),
@@ -119,16 +124,21 @@ def _constraint(structured: dict) -> dict:
     return {"guided_choice": structured["choices"]}
 
 
-def chat_body(settings: ChatSettings, turns: list[dict]) -> dict:
-    """An OpenAI chat completion body for these settings and conversation turns."""
+def chat_call(settings: ChatSettings, turns: list[dict]) -> ChatCall:
+    """The chat call for these settings and conversation turns."""
     messages = [{"role": t["role"], "content": t["content"]} for t in turns]
     if settings.system_prompt.strip():
         messages.insert(0, {"role": "system", "content": settings.system_prompt})
-    body = {"model": settings.model, "messages": messages, **settings.params}
-    if settings.thinking is not None:
-        body["chat_template_kwargs"] = {"enable_thinking": settings.thinking}
-    if settings.structured:
-        body.update(_constraint(settings.structured))
-    if settings.adapter:
-        body["adapter"] = settings.adapter
-    return body
+    params = settings.params
+    thinking = None if settings.thinking is None else {"enable_thinking": settings.thinking}
+    structured = _constraint(settings.structured) if settings.structured else {}
+    return ChatCall(
+        model=settings.model,
+        messages=normalise_messages(messages),
+        structured=parse_structured_output(structured),
+        template_kwargs=template_kwargs(None, thinking),
+        sampling=fields.sampling(params),
+        max_tokens=fields.max_tokens(params),
+        stop=fields.stop(params),
+        adapter=settings.adapter or None,
+    )

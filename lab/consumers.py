@@ -11,13 +11,13 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from inference import json_body
-from inference.api.errors import ApiError
+from inference.chat.plan import plan_generation
 from inference.engine.request import Failed, Finished, ReasoningDelta, TextDelta
-from inference.generation import plan_generation
+from inference.errors import ApiError
 from inference.serve import start
 from inference.workers.streams import EngineUnavailable, RequestStream, WorkerStopped
 
-from .chat_settings import ChatInputError, chat_body, parse_settings
+from .chat_settings import ChatInputError, chat_call, parse_settings
 from .conversations import (
     Turn,
     conversation_summary,
@@ -134,8 +134,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def _start(self, message: dict) -> None:
         try:
             turn = await database_sync_to_async(_plan_turn)(self.user, message)
-            body = chat_body(turn.settings, turn.turns)
-            plan = await plan_generation(body, caller=f"user:{self.user.pk}")
+            call = chat_call(turn.settings, turn.turns)
+            plan = await plan_generation(call, caller=f"user:{self.user.pk}")
             # The worker's verdict comes before anything is saved: a refusal changes nothing.
             events, accepted = await start(plan)
         except (ChatInputError, ApiError) as error:

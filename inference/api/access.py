@@ -11,7 +11,7 @@ from django.http import HttpRequest
 from django.middleware.csrf import CsrfViewMiddleware
 
 from ..api_keys import acheck_key, akeys_exist, presented_key
-from .errors import ApiError
+from ..errors import ApiError
 
 
 def unauthorized(message: str) -> ApiError:

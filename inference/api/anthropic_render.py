@@ -9,7 +9,7 @@ from django.http import JsonResponse
 
 from ..engine import Failed, Finished, TextDelta
 from ..engine.request import Event, ReasoningDelta, ToolCall
-from .errors import ApiError
+from ..errors import ApiError
 
 # Anthropic's error type for each status (https://docs.anthropic.com/en/api/errors).
 ERROR_TYPES = {

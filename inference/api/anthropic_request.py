@@ -1,38 +1,21 @@
-"""Anthropic Messages requests, translated into the OpenAI chat body the chat path serves.
+"""Anthropic Messages requests, parsed into the ChatCall every surface shares.
 
-Only the wire format is translated here. Prompt building, tools and their grammar,
-reasoning, sampling and stop sequences stay with the chat path
-(`generation.plan_generation`, `openai_params.parse_common`). Messages name the
-field as Anthropic's API does (`messages.0.content.1.text: ...`).
+Anthropic's own fields (system, content blocks, tools, tool_choice, thinking,
+stop_sequences, output_config) are translated here; the fields it names as the chat
+path does (temperature, top_p, top_k, and extras such as guided_regex or
+chat_template_kwargs from the SDK's `extra_body`) go through the shared readers.
+Messages name the field as Anthropic's API does (`messages.0.content.1.text: ...`).
 """
 
 from __future__ import annotations
 
-import json
+from ..chat import fields
+from ..chat.call import ChatCall
+from ..chat.messages import check_reasoning_effort, template_kwargs
+from ..chat.structured import parse_structured_output, response_format_spec
+from ..chat.tools import tool_plan
+from ..errors import ApiError
 
-from .errors import ApiError
-from .openai_params import check_stop
-
-# Fields translated here; everything else passes through, so chat extras such as
-# guided_regex or chat_template_kwargs work from the Anthropic SDK's `extra_body`.
-TRANSLATED = frozenset(
-    {
-        "model",
-        "max_tokens",
-        "messages",
-        "system",
-        "tools",
-        "tool_choice",
-        "stop_sequences",
-        "thinking",
-        "metadata",
-        "output_config",
-    }
-)
-# OpenAI names that would contradict a translated field: never passed through.
-SHADOWED = frozenset(
-    {"max_completion_tokens", "stop", "logprobs", "top_logprobs", "n", "stream_options"}
-)
 TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 USER_BLOCKS = ("text", "tool_result")
 ASSISTANT_BLOCKS = ("text", "thinking", "redacted_thinking", "tool_use")
@@ -144,7 +127,7 @@ def _tool_call(block: dict, param: str) -> dict:
         "type": "function",
         "function": {
             "name": _string(block.get("name"), f"{param}.name"),
-            "arguments": json.dumps(_object(block.get("input"), f"{param}.input")),
+            "arguments": _object(block.get("input"), f"{param}.input"),
         },
     }
 
@@ -161,8 +144,8 @@ def _assistant_turn(blocks: list[dict], param: str) -> dict:
             calls.append(_tool_call(block, where))
         # redacted_thinking is opaque: nothing of it can reach the prompt.
     message = {"role": "assistant", "content": BLOCK_SEPARATOR.join(texts)}
-    if thoughts:
-        message["reasoning"] = "".join(thoughts)
+    if thoughts:  # templates know earlier reasoning by this name
+        message["reasoning_content"] = "".join(thoughts)
     if calls:
         message["tool_calls"] = calls
     return message
@@ -257,13 +240,13 @@ def _reasoning_effort(body: dict) -> str | None:
     raise invalid("thinking.type", "Input should be 'enabled', 'disabled' or 'adaptive'")
 
 
-def _stop_sequences(body: dict) -> list[str] | None:
+def _stop_sequences(body: dict) -> tuple[str, ...]:
     stop = body.get("stop_sequences")
     if stop is None:
-        return None
+        return ()
     if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
         raise invalid("stop_sequences", "Input should be a list of nonempty strings")
-    return list(check_stop(stop, "stop_sequences")) or None
+    return fields.check_stop(stop, "stop_sequences")
 
 
 def _metadata(body: dict) -> None:
@@ -278,8 +261,8 @@ def _metadata(body: dict) -> None:
             raise invalid("metadata.user_id", "Input should be a string of at most 256 characters")
 
 
-def _response_format(body: dict) -> dict | None:
-    """output_config.format (Anthropic's structured outputs) as the chat path's response_format."""
+def _response_format(body: dict):
+    """output_config.format (Anthropic's structured outputs) as a response_format spec."""
     config = body.get("output_config")
     if config is None or _object(config, "output_config").get("format") is None:
         return None
@@ -290,30 +273,36 @@ def _response_format(body: dict) -> dict | None:
         _required_in(output_format, "schema", "output_config.format"),
         "output_config.format.schema",
     )
-    return {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
+    return response_format_spec(
+        {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
+    )
 
 
-def chat_body(body: dict, *, count_only: bool = False) -> dict:
-    """The OpenAI-style chat body for an Anthropic Messages (or count_tokens) body.
-
-    Raises ApiError (400) naming the first invalid field.
-    """
+def parse_messages_request(body: dict, *, count_only: bool = False) -> ChatCall:
+    """A Messages (or count_tokens) body as a ChatCall; an ApiError (400) names the
+    first invalid field."""
     model = _string(_required(body, "model"), "model")
     max_tokens = None if count_only else _max_tokens(body)
     _metadata(body)
     tools = _tools(body)
-    chat = {key: value for key, value in body.items() if key not in TRANSLATED | SHADOWED}
-    chat.update(
+    messages = [*_system(body), *_messages(body)]
+    stop = _stop_sequences(body)
+    choice = _tool_choice(body, tools)
+    # `thinking` wins over a reasoning_effort sent through extra_body.
+    effort = _reasoning_effort(body)
+    effort = check_reasoning_effort(body) if effort is None else effort
+    structured = parse_structured_output(body, response_format=_response_format(body))
+    return ChatCall(
         model=model,
+        messages=messages,
+        tools=tool_plan(tools, choice),
+        structured=structured,
+        template_kwargs=template_kwargs(effort, body.get("chat_template_kwargs")),
+        reasoning_effort=effort,
+        sampling=fields.sampling(body),
         max_tokens=max_tokens,
-        messages=[*_system(body), *_messages(body)],
-        tools=tools,
-        stop=_stop_sequences(body),
+        stop=stop,
+        stream=fields.stream(body),
+        adapter=fields.adapter(body),
+        cache_session=fields.cache_session(body),
     )
-    if (choice := _tool_choice(body, tools)) is not None:
-        chat["tool_choice"] = choice
-    if (effort := _reasoning_effort(body)) is not None:
-        chat["reasoning_effort"] = effort
-    if (response_format := _response_format(body)) is not None:
-        chat["response_format"] = response_format
-    return chat

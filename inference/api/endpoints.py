@@ -8,8 +8,8 @@ from collections.abc import Callable
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from ..errors import ApiError
 from .access import api_access_error
-from .errors import ApiError
 
 ErrorRenderer = Callable[[ApiError], HttpResponse]
 

@@ -1,8 +1,9 @@
-"""OpenAI Responses requests, translated into the chat body every surface shares.
+"""OpenAI Responses requests, parsed into the ChatCall every surface shares.
 
 The conversation is rebuilt from stored responses (previous_response_id) and
-the new input; sampling, stop, tools, reasoning and structured output then run
-through the same chat path as /v1/chat/completions.
+the new input; the fields named as on chat completions go through the shared
+readers, and the Responses API's own (max_output_tokens, tools, text.format,
+reasoning, prompt_cache_key) are translated here.
 """
 
 from __future__ import annotations
@@ -12,12 +13,17 @@ import uuid
 from dataclasses import dataclass
 
 from .. import json_body
-from .errors import ApiError
+from ..chat import fields
+from ..chat.call import ChatCall
+from ..chat.messages import check_reasoning_effort, normalise_messages, template_kwargs
+from ..chat.structured import parse_structured_output, response_format_spec
+from ..chat.tools import tool_plan
+from ..errors import ApiError
 
 # A tuple: `in` compares; a set would hash what the client sent, and {} is a 500.
 TEXT_PARTS = ("input_text", "output_text", "text")
-# Fields that mean the same on both surfaces and pass straight through: the sampling
-# and penalty fields of every chat surface, the adapter set and the template's kwargs.
+# Fields that mean the same as on chat completions, read by the shared readers: the
+# sampling and penalty fields, the adapter set and the template's kwargs.
 SHARED_FIELDS = (
     "model", "stream", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "logit_bias",
     "repetition_penalty", "repetition_context_size", "presence_penalty", "presence_context_size",
@@ -198,8 +204,7 @@ def _call_output(item: dict) -> dict:
     return {"role": "tool", "tool_call_id": item.get("call_id"), "content": content}
 
 
-def _tools(body: dict) -> dict:
-    out = {}
+def _tools(body: dict):
     tools = body.get("tools")
     if tools is not None:
         if not isinstance(tools, list):
@@ -210,42 +215,38 @@ def _tools(body: dict) -> dict:
                 raise ApiError("only function tools are supported", param="tools")
             function = {k: tool[k] for k in ("name", "description", "parameters") if k in tool}
             converted.append({"type": "function", "function": function})
-        out["tools"] = converted
+        tools = converted
     choice = body.get("tool_choice")
     if isinstance(choice, dict) and choice.get("type") == "function":
         choice = {"type": "function", "function": {"name": choice.get("name")}}
-    if choice is not None:
-        out["tool_choice"] = choice
-    return out
+    return tool_plan(tools, choice)
 
 
-def _text_format(body: dict) -> dict:
+def _text_format(body: dict):
+    """text.format, the Responses API's response_format (its json_schema flattened)."""
     text = body.get("text")
-    if text is None:
-        return {}
     fmt = text.get("format") if isinstance(text, dict) else None
     if fmt is None:
-        return {}
+        return None
     if not isinstance(fmt, dict):
         raise ApiError("text.format must be an object", param="text.format")
     if fmt.get("type") == "json_schema":
         schema = {"name": fmt.get("name", "response"), "schema": fmt.get("schema")}
-        return {"response_format": {"type": "json_schema", "json_schema": schema}}
-    return {"response_format": fmt}
+        return response_format_spec({"type": "json_schema", "json_schema": schema})
+    return response_format_spec(fmt)
 
 
-def _reasoning(body: dict) -> dict:
+def _reasoning_effort(body: dict) -> str | None:
     reasoning = body.get("reasoning")
     if reasoning is None:
-        return {}
+        return None
     if not isinstance(reasoning, dict):
         raise ApiError("reasoning must be an object", param="reasoning")
-    effort = reasoning.get("effort")
-    return {} if effort is None else {"reasoning_effort": effort}
+    return check_reasoning_effort({"reasoning_effort": reasoning.get("effort")})
 
 
-def chat_body(call: ResponsesCall, history: list[dict]) -> dict:
-    """The shared chat body: instructions, history, this turn, and every option."""
+def responses_chat_call(call: ResponsesCall, history: list[dict]) -> ChatCall:
+    """The chat call for this turn: instructions, history, this turn, and every option."""
     messages = []
     if call.instructions:
         messages.append({"role": "system", "content": call.instructions})
@@ -255,14 +256,21 @@ def chat_body(call: ResponsesCall, history: list[dict]) -> dict:
             "input is required when neither previous_response_id nor instructions is given",
             param="input",
         )
-    body = {k: call.body[k] for k in SHARED_FIELDS + VLLM_FIELDS if k in call.body}
-    max_tokens = call.body.get("max_output_tokens")
-    if max_tokens is not None:
-        body["max_tokens"] = max_tokens
-    return {
-        **body,
-        "messages": messages,
-        **_tools(call.body),
-        **_text_format(call.body),
-        **_reasoning(call.body),
-    }
+    messages = normalise_messages(messages)
+    body = call.body
+    shared = {k: body[k] for k in SHARED_FIELDS + VLLM_FIELDS if k in body}
+    effort = _reasoning_effort(body)
+    return ChatCall(
+        model=fields.model_name(shared),
+        messages=messages,
+        stream=fields.stream(shared),
+        max_tokens=fields.field(body, "max_output_tokens", int, low=1),
+        sampling=fields.sampling(shared),
+        stop=fields.stop(shared),
+        tools=_tools(body),
+        structured=parse_structured_output(shared, response_format=_text_format(body)),
+        template_kwargs=template_kwargs(effort, shared.get("chat_template_kwargs")),
+        reasoning_effort=effort,
+        adapter=fields.adapter(shared),
+        cache_session=fields.cache_session({"prompt_cache_key": body.get("prompt_cache_key")}),
+    )

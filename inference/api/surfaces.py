@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from django.http import HttpResponse, JsonResponse
 
+from ..errors import ApiError
 from .anthropic_render import error_response as anthropic_error
-from .errors import ApiError
 from .sse import typed_event_frame
 
 

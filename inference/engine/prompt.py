@@ -17,6 +17,7 @@ from .grammar import GrammarCompiler, GrammarError, GrammarSpec, degrade_instruc
 from .loader import LoadedModel
 from .output_parser import DEFAULT_THINK, DEFAULT_TOOL_MARKERS, OutputFormat
 from .output_parser import json_tools as default_tool_parser
+from .reasoning_depth import VARIABLE, template_depth, template_levels
 from .request import GenerationRequest
 
 
@@ -140,6 +141,7 @@ class PromptBuilder:
             if tokenizer.has_tool_calling
             else DEFAULT_TOOL_MARKERS
         )
+        self.depth_levels = template_levels(getattr(tokenizer, "chat_template", None))
 
     @property
     def compiler(self) -> GrammarCompiler:
@@ -205,6 +207,9 @@ class PromptBuilder:
 
     def _render(self, messages: list[dict], chat, tools_active: bool) -> str:
         kwargs = chat.template_kwargs
+        depth = template_depth(chat.reasoning_effort, self.depth_levels)
+        if depth is not None and VARIABLE not in kwargs:  # the client's own value wins
+            kwargs = {**kwargs, VARIABLE: depth}
         if not tools_active:
             return self.render(messages, kwargs=kwargs)
         with_tools = self.render(messages, tools=chat.tools, kwargs=kwargs)
@@ -306,6 +311,7 @@ class PromptBuilder:
                 output=output,
                 adapters=call.adapters,
                 cache_scope=call.cache_scope,
+                cache_session=call.cache_session,
             )
         except ValueError as exc:
             raise PromptRejected(str(exc)) from None

@@ -14,6 +14,11 @@ engine needs around it:
   needs the logits of the last one.
 - Entries belong to a scope (the caller, by default): a lookup only sees its own
   scope's entries, so `cached_tokens` never tells one user about another's prompts.
+- A request may name a session (`session_id`, or OpenAI's `prompt_cache_key`). A
+  session's last finished sequence is kept apart from the LRU, one entry a session,
+  each new turn replacing the last: other traffic cannot evict it, only older
+  sessions past `max_sessions` can. An agent loop's next turn then finds its
+  conversation however busy the server was in between.
 
 Only the engine thread calls `lookup`, `expect` and `save_*`; `stats` and
 `clear` may be called from any thread.
@@ -21,6 +26,7 @@ Only the engine thread calls `lookup`, `expect` and `save_*`; `stats` and
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 from collections import OrderedDict
@@ -41,9 +47,10 @@ class PromptCacheConfig:
 
     max_entries: int = 16
     max_bytes: int = 1 << 30
+    max_sessions: int = 16  # named sessions kept apart from the LRU, the oldest dropped
 
     def __post_init__(self) -> None:
-        if self.max_entries < 0 or self.max_bytes < 0:
+        if self.max_entries < 0 or self.max_bytes < 0 or self.max_sessions < 0:
             raise ValueError("prompt cache bounds must be at least 0")
 
     @property
@@ -60,6 +67,7 @@ class PromptPlan:
     segments: list[list[int]]
     boundary: int | None  # store the KV cache once this many prompt tokens are in
     scope: str = ""  # whose entries it may read, and whose its own become
+    session: str | None = None  # the session its finished cache is kept for
 
 
 @dataclass
@@ -70,6 +78,7 @@ class PromptCacheStats:
     stores: int = 0
     entries: int = 0
     bytes: int = 0
+    sessions: int = 0
 
 
 def generation_primer(tokenizer) -> list[int]:
@@ -93,13 +102,23 @@ class PromptCache:
         self.key = key  # the model (and, later, its adapter): entries never cross it
         self.primer = generation_primer(tokenizer) if tokenizer is not None else []
         self._lru = LRUPromptCache(max(config.max_entries, 1), config.max_bytes)
-        # generator uid -> (its scope, the boundary still awaited or None)
-        self._owners: OrderedDict[int, tuple[str, int | None]] = OrderedDict()
+        # generator uid -> (its plan, the boundary still awaited or None)
+        self._owners: OrderedDict[int, tuple[PromptPlan, int | None]] = OrderedDict()
+        # (model key, scope, session) -> (tokens, cache, bytes): each session's last turn
+        self._sessions: OrderedDict[tuple, tuple[list[int], list, int]] = OrderedDict()
         self._stats = PromptCacheStats()
         self._lock = threading.Lock()
 
-    def lookup(self, prompt: list[int], scope: str = "", *, share: bool = False) -> PromptPlan:
-        """The plan for `prompt`: the longest prefix `scope` has cached, then the rest.
+    def lookup(
+        self,
+        prompt: list[int],
+        scope: str = "",
+        *,
+        share: bool = False,
+        session: str | None = None,
+    ) -> PromptPlan:
+        """The plan for `prompt`: the longest prefix `scope` (or its `session`) has
+        cached, then the rest.
 
         `share`: other sequences wait for this same prompt, so its cache is stored one
         token short of the end, where each of them can start from it.
@@ -108,14 +127,38 @@ class PromptCache:
         if self.config.enabled:
             with self._lock:
                 cache, cached = self._nearest(prompt, scope)
+                if session is not None:
+                    kept, kept_tokens = self._session_prefix(prompt, scope, session)
+                    if kept_tokens > cached:
+                        cache, cached = kept, kept_tokens
                 self._stats.lookups += 1
                 self._stats.hits += cached > 0
                 self._stats.cached_tokens += cached
         boundary = len(prompt) - 1 if share and self.config.enabled else self._boundary(prompt)
         if boundary is None or boundary <= cached:
-            return PromptPlan(cache, cached, [prompt[cached:]], None, scope)
+            return PromptPlan(cache, cached, [prompt[cached:]], None, scope, session)
         segments = [prompt[cached:boundary], prompt[boundary:]]
-        return PromptPlan(cache, cached, segments, boundary, scope)
+        return PromptPlan(cache, cached, segments, boundary, scope, session)
+
+    def _session_prefix(self, prompt: list[int], scope: str, session: str):
+        """The session's last turn, trimmed to what it shares with `prompt`."""
+        key = (self.key, scope, session)
+        if key not in self._sessions:
+            return None, 0
+        self._sessions.move_to_end(key)
+        tokens, cache, _ = self._sessions[key]
+        shared = 0
+        for kept, token in zip(tokens, prompt, strict=False):
+            if kept != token:
+                break
+            shared += 1
+        usable = min(shared, len(prompt) - 1)  # the last token is computed for its logits
+        if usable <= 0 or (usable < len(tokens) and not can_trim_prompt_cache(cache)):
+            return None, 0
+        kept = copy.deepcopy(cache)
+        if usable < len(tokens):
+            trim_prompt_cache(kept, len(tokens) - usable)
+        return kept, usable
 
     def _nearest(self, prompt: list[int], scope: str) -> tuple[list | None, int]:
         cache, rest = self._lru.fetch_nearest_cache((self.key, scope), prompt)
@@ -136,8 +179,8 @@ class PromptCache:
         return len(prompt) - size if prompt[-size:] == self.primer else None
 
     def expect(self, uid: int, plan: PromptPlan) -> None:
-        """Remember `uid`'s scope, and to store its KV cache at the plan's boundary."""
-        self._owners[uid] = (plan.scope, plan.boundary)
+        """Remember `uid`'s plan, and to store its KV cache at the plan's boundary."""
+        self._owners[uid] = (plan, plan.boundary)
         while len(self._owners) > MAX_AWAITED_BOUNDARIES:
             self._owners.popitem(last=False)
 
@@ -148,7 +191,7 @@ class PromptCache:
             for r in prompt_responses
             if r.end_of_segment
             and not r.end_of_prompt
-            and self._owners.get(r.uid, ("", None))[1] is not None
+            and self._owners.get(r.uid, (None, None))[1] is not None
         ]
         if not uids:
             return
@@ -158,15 +201,21 @@ class PromptCache:
             log.exception("could not extract prompt caches")
             return
         for uid, (cache, tokens) in caches.items():
-            scope, boundary = self._owners[uid]
+            plan, boundary = self._owners[uid]
             if len(tokens) == boundary:  # not the generator's own split of the tail
-                self._owners[uid] = (scope, None)
-                self._store(tokens, cache, scope)
+                self._owners[uid] = (plan, None)
+                self._store(tokens, cache, plan.scope)
 
     def save_finished(self, response) -> None:
-        """Store a finished sequence's whole cache (prompt and reply), keyed by its tokens."""
-        scope, _ = self._owners.pop(response.uid, ("", None))
-        if response.prompt_cache is not None and response.all_tokens:
+        """Store a finished sequence's whole cache (prompt and reply), keyed by its tokens:
+        in the LRU, or as its session's last turn."""
+        plan, _ = self._owners.pop(response.uid, (None, None))
+        if response.prompt_cache is None or not response.all_tokens:
+            return
+        scope, session = (plan.scope, plan.session) if plan is not None else ("", None)
+        if session is not None and self.config.max_sessions > 0:
+            self._keep_session(response.all_tokens, response.prompt_cache, scope, session)
+        else:
             self._store(response.all_tokens, response.prompt_cache, scope)
 
     def forget(self, uid: int) -> None:
@@ -184,12 +233,40 @@ class PromptCache:
         except Exception:  # a cache that can't store must never fail a generation
             log.exception("could not store a prompt cache entry")
 
+    def _keep_session(self, tokens: list[int], cache: list, scope: str, session: str) -> None:
+        if not self.config.enabled:
+            return
+        try:
+            mx.eval([c.state for c in cache])  # detach from the batch's buffers
+            size = sum(c.nbytes for c in cache)
+            with self._lock:
+                key = (self.key, scope, session)
+                self._sessions.pop(key, None)
+                self._sessions[key] = (list(tokens), cache, size)
+                self._stats.stores += 1
+                # Sessions are bounded by count, and together by the cache's byte bound.
+                while len(self._sessions) > self.config.max_sessions or (
+                    len(self._sessions) > 1 and self._session_bytes() > self.config.max_bytes
+                ):
+                    self._sessions.popitem(last=False)
+        except Exception:  # as in _store
+            log.exception("could not keep a prompt cache session")
+
+    def _session_bytes(self) -> int:
+        return sum(size for _, _, size in self._sessions.values())
+
     def stats(self) -> PromptCacheStats:
         with self._lock:
             return PromptCacheStats(
-                **{**vars(self._stats), "entries": len(self._lru), "bytes": self._lru.nbytes}
+                **{
+                    **vars(self._stats),
+                    "entries": len(self._lru) + len(self._sessions),
+                    "bytes": self._lru.nbytes + self._session_bytes(),
+                    "sessions": len(self._sessions),
+                }
             )
 
     def clear(self) -> None:
         with self._lock:
             self._lru.trim_to(n_sequences=0)
+            self._sessions.clear()

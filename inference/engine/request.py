@@ -67,6 +67,7 @@ class GenerationRequest:
     output: object | None = None  # an output_parser.OutputFormat
     adapters: tuple = ()  # adapters.AdapterRef, applied in this order
     cache_scope: str = ""  # whose prompt-cache entries it may reuse (prompt_cache.py)
+    cache_session: str | None = None  # the prompt-cache session it continues (prompt_cache.py)
 
     def __post_init__(self) -> None:
         if not self.prompt_tokens:

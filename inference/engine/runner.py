@@ -178,7 +178,12 @@ class Runner:
             processors = build_logits_processors(request.sampling)
             if request.grammar is not None:  # last, so bias can't revive a masked token
                 processors.append(GrammarProcessor(request.grammar))
-            plan = self.prompt_cache.lookup(request.prompt_tokens, request.cache_scope, share=share)
+            plan = self.prompt_cache.lookup(
+                request.prompt_tokens,
+                request.cache_scope,
+                share=share,
+                session=request.cache_session,
+            )
             (uid,) = self._generator.insert_segments(
                 [plan.segments],
                 caches=[plan.cache],

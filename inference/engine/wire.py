@@ -35,6 +35,7 @@ class ChatInput:
     tool_names: list[str] = field(default_factory=list)
     tool_choice: str = "none"  # auto | none | required | a function's name
     structured: GrammarSpec | None = None
+    reasoning_effort: str | None = None  # for a template with a depth variable of its own
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class GenerateCall:
     adapters: tuple[AdapterRef, ...] = ()
     count_only: bool = False
     cache_scope: str = ""  # the caller, unless the prompt cache is shared (global)
+    cache_session: str | None = None  # a prompt-cache session the client named
 
 
 @dataclass(frozen=True)

@@ -163,7 +163,7 @@ SEED = integer(-(2**63), 2**64 - 1)
 
 
 def sampling_fields() -> dict[str, Schema]:
-    """mlx_lm.server's sampling fields, names and ranges (inference/api/openai_params.py)."""
+    """mlx_lm.server's sampling fields, names and ranges (inference/chat/fields.py)."""
     return {
         "temperature": {
             **number(0),

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ..api.openai_chat import MEDIA_PARTS
+from ..chat.messages import MEDIA_PARTS
 from .common import Schema, nullable, obj, openai_generation_fields
 
 # Any part with a string `text` is text (OpenAI's `text`, the Responses API's
-# `input_text`...); media parts need a model that sees them (api/openai_chat.py).
+# `input_text`...); media parts need a model that sees them (chat/messages.py).
 TEXT_PART = obj(
     {"type": {"type": "string", "not": {"enum": list(MEDIA_PARTS)}}, "text": {"type": "string"}},
     ("text",),

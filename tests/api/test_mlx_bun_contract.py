@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from mlx_lm.utils import load_tokenizer
 
-from inference.api.openai_chat import parse_messages
+from inference.chat.messages import parse_messages
 from inference.engine.grammar import GrammarSpec
 from inference.engine.loader import LoadedModel
 from inference.engine.prompt import PromptBuilder, PromptLimits
@@ -206,9 +206,10 @@ SCHEMA_WORDS = (
 )  # fmt: skip
 def test_with_grammar_off_every_constraint_is_asked_for(model_folder, fields, words):
     """MLXLAB_GRAMMAR=0, on the real tokenizer: nothing compiles, the prompt asks."""
-    from inference.generation import chat_input
+    from inference.api.openai_request import parse_chat_completion
+    from inference.chat.plan import chat_input
 
-    chat = chat_input({"messages": HI, **fields})
+    chat = chat_input(parse_chat_completion({"messages": HI, **fields}))
     builder = PromptBuilder(
         LoadedModel(None, load_tokenizer(model_folder), 8192, 49152, model_folder),
         limits=PromptLimits(grammar_enabled=False),

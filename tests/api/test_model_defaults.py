@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from inference.generation import plan_generation
+from inference.api.openai_request import parse_chat_completion, parse_completion
+from inference.chat.plan import plan_generation
 from inference.model_registry import model_register
 from tests.conftest import DEFAULT_MODEL, THINKING_GENERATION, THINKING_MODEL
 
@@ -35,8 +36,9 @@ def models(transactional_db, settings, model_folder, tmp_path) -> dict[str, str]
     return {"authored": "authored", "plain": "plain"}
 
 
-def plan(body: dict, **options):
-    return asyncio.run(plan_generation(body, **options)).call
+def plan(body: dict, *, text: bool = False):
+    call = (parse_completion if text else parse_chat_completion)(body)
+    return asyncio.run(plan_generation(call)).call
 
 
 def sampling(body: dict, **options) -> dict:

@@ -47,3 +47,37 @@ def test_stats_show_the_path_the_memory_and_the_prompt_cache(client, http, model
     memory = stats["memory"]
     assert memory["dense_weight_bytes"] == sum(m["fast_path"]["dense_weight_bytes"] for m in models)
     assert memory["prompt_cache_bytes"] == sum(m["prompt_cache"]["bytes"] for m in models)
+
+
+def test_a_named_session_keeps_its_last_turn_and_serves_the_next(client, http, model):
+    """prompt_cache_key (OpenAI) and session_id (mlx-bun) name one session each."""
+    before = http.get("/stats").json()["models"][model]["prompt_cache"]["sessions"]
+    session = f"agent-{uuid.uuid4().hex[:8]}"
+    messages = [_system(), {"role": "user", "content": "Name a colour."}]
+    first = client.chat.completions.create(
+        model=model, messages=messages, max_tokens=6, extra_body={"session_id": session}
+    )
+    assert http.get("/stats").json()["models"][model]["prompt_cache"]["sessions"] == before + 1
+    messages += [
+        {"role": "assistant", "content": first.choices[0].message.content},
+        {"role": "user", "content": "And another?"},
+    ]
+    second = client.chat.completions.create(
+        model=model, messages=messages, max_tokens=6, extra_body={"prompt_cache_key": session}
+    )
+    assert second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens
+    # The second turn replaced the first: still one entry for the session.
+    assert http.get("/stats").json()["models"][model]["prompt_cache"]["sessions"] == before + 1
+
+
+def test_a_session_name_must_be_a_short_string(http, model):
+    for name, value in (("session_id", 5), ("prompt_cache_key", ""), ("session_id", "x" * 257)):
+        body = {"model": model, "messages": [{"role": "user", "content": "Hi"}], name: value}
+        response = http.post("/v1/chat/completions", json=body)
+        assert response.status_code == 400
+        assert response.json()["error"] == {
+            "message": f"{name} must be a string of 1 to 256 characters",
+            "type": "invalid_request_error",
+            "param": name,
+            "code": None,
+        }

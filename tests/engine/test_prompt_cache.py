@@ -142,3 +142,38 @@ def test_equal_prompts_submitted_together_prefill_once(engine):
     assert after.cached_tokens - before.cached_tokens == sum(cached)
     assert texts[0] and texts.count(texts[0]) == 3  # greedy: the same answer each time
     assert engine.in_flight == 0
+
+
+def test_a_session_keeps_its_last_turn_whatever_else_comes():
+    cache = PromptCache(PromptCacheConfig(max_entries=1), key="m")
+    cache._keep_session([1, 2, 3], _entry(3), "user:1", "a")
+    for first in (4, 5, 6):  # traffic that fills and churns the LRU
+        cache._store([first, 10, 11], _entry(3), "user:1")
+    assert cache.lookup([1, 2, 3, 4], "user:1", session="a").cached_tokens == 3
+    assert cache.lookup([1, 2, 3, 4], "user:1").cached_tokens == 0  # the session's own
+    assert cache.lookup([1, 2, 3, 4], "user:2", session="a").cached_tokens == 0  # and scope's
+    stats = cache.stats()
+    assert (stats.sessions, stats.entries) == (1, 2)
+
+
+def test_a_session_s_next_turn_replaces_its_last_and_old_sessions_go_first():
+    cache = PromptCache(PromptCacheConfig(max_sessions=2), key="m")
+    cache._keep_session([1, 2, 3], _entry(3), "", "a")
+    cache._keep_session([7, 8, 9, 10], _entry(4), "", "a")
+    assert cache.stats().sessions == 1
+    assert cache.lookup([1, 2, 3, 4], session="a").cached_tokens == 0
+    # A prompt that shares only part of the kept turn gets that part, trimmed.
+    plan = cache.lookup([7, 8, 5, 6], session="a")
+    assert plan.cached_tokens == 2 and plan.cache[0].offset == 2
+    cache._keep_session([1, 2], _entry(2), "", "b")
+    cache._keep_session([3, 4], _entry(2), "", "c")
+    assert cache.stats().sessions == 2
+    assert cache.lookup([7, 8, 9, 10, 11], session="a").cached_tokens == 0  # the oldest
+    assert cache.lookup([3, 4, 5], session="c").cached_tokens == 2
+
+
+def test_a_session_lookup_takes_the_longer_of_its_turn_and_the_lru():
+    cache = PromptCache(PromptCacheConfig(), key="m")
+    cache._store([1, 2, 3, 4, 5], _entry(5))
+    cache._keep_session([1, 2], _entry(2), "", "a")
+    assert cache.lookup([1, 2, 3, 4, 5, 6], session="a").cached_tokens == 5

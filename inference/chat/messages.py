@@ -1,4 +1,8 @@
-"""OpenAI chat completions: messages in, prompt tokens out."""
+"""Chat messages, normalised for the chat template, and the template's own variables.
+
+Every chat surface ends in these messages: OpenAI's as sent, the Responses API's
+items and Anthropic's blocks once translated.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import json
 
 from django.conf import settings
 
-from .errors import ApiError
+from ..errors import ApiError
 
 # A tuple: `in` compares; a set would hash what the client sent, and {} is a 500.
 ROLES = ("system", "user", "assistant", "tool")
@@ -25,6 +29,10 @@ def parse_messages(body: dict) -> list[dict]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ApiError("messages required", param="messages")
+    return normalise_messages(messages)
+
+
+def normalise_messages(messages: list) -> list[dict]:
     return [_normalise(message, index) for index, message in enumerate(messages)]
 
 
@@ -105,13 +113,12 @@ def check_reasoning_effort(body: dict) -> str | None:
     return effort
 
 
-def template_kwargs(body: dict) -> dict:
-    """Extra chat-template variables; an explicit `chat_template_kwargs` wins."""
-    effort = check_reasoning_effort(body)
+def template_kwargs(effort: str | None, extra) -> dict:
+    """Chat-template variables from a checked reasoning effort and the request's own
+    `chat_template_kwargs` (as sent), which win."""
     kwargs = {} if effort is None else {"enable_thinking": effort != "none"}
     if "enable_thinking" not in kwargs and settings.MLXLAB["THINKING"] is not None:
         kwargs["enable_thinking"] = settings.MLXLAB["THINKING"]  # the server's default
-    extra = body.get("chat_template_kwargs")
     if extra is not None:
         if not isinstance(extra, dict):
             raise ApiError("chat_template_kwargs must be an object", param="chat_template_kwargs")

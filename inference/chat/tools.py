@@ -1,4 +1,4 @@
-"""Tools and tool_choice on chat completions."""
+"""Tools and tool_choice: the functions a turn may call, and whether it must."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from .errors import ApiError
-from .openai_structured import check_schema_size
+from ..errors import ApiError
+from .structured import check_schema_size
 
 TOOL_CHOICE_MODES = ("auto", "none", "required")
 
@@ -42,8 +42,16 @@ def _function(tool, index: int) -> dict:
     return function
 
 
+NO_TOOLS = ToolPlan(tools=[], names=frozenset(), choice="none")
+
+
 def parse_tools(body: dict) -> ToolPlan:
-    tools = body.get("tools")
+    """OpenAI's `tools` and `tool_choice`, as every surface that names them alike sends them."""
+    return tool_plan(body.get("tools"), body.get("tool_choice"))
+
+
+def tool_plan(tools, choice=None) -> ToolPlan:
+    """Function tools in OpenAI's shape, and a choice (None: auto with tools, else none)."""
     tools = [] if tools is None else tools  # {} or "" is a 400 below, not "no tools"
     if not isinstance(tools, list):
         raise ApiError("tools must be an array", param="tools")
@@ -51,7 +59,8 @@ def parse_tools(body: dict) -> ToolPlan:
     if len(tools) > limit:
         raise ApiError(f"tools may hold at most {limit} tools", param="tools")
     names = frozenset(_function(tool, i)["name"] for i, tool in enumerate(tools))
-    choice = body.get("tool_choice", "auto" if tools else "none")
+    if choice is None:
+        choice = "auto" if tools else "none"
     if isinstance(choice, dict):
         function = choice.get("function")
         name = function.get("name") if isinstance(function, dict) else None

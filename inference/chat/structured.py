@@ -1,8 +1,11 @@
-"""Structured output fields of OpenAI (and vLLM-style) requests, as one GrammarSpec.
+"""Structured output: the constraint a request asks for, as one GrammarSpec.
 
-When several are sent, one wins, in this order (documented in the README):
-guided_grammar > response_format json_schema > response_format json_object >
-structured_outputs / guided_json > guided_regex > guided_choice.
+OpenAI's `response_format` and vLLM's `guided_*` fields are read here; other surfaces
+translate their own (Anthropic's output_config, the Responses API's text.format, the
+lab's panel) with the same spec builders. When several are sent, one wins, in this
+order (documented in the README): guided_grammar > response_format json_schema >
+response_format json_object > structured_outputs / guided_json > guided_regex >
+guided_choice.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import json
 from django.conf import settings
 
 from ..engine.grammar import GrammarSpec, choice_regex, schema_text
-from .errors import ApiError
+from ..errors import ApiError
 
 
 def _schema_object(value, param: str) -> dict:
@@ -26,8 +29,8 @@ def _schema_object(value, param: str) -> dict:
     return value
 
 
-def _response_format(body: dict) -> GrammarSpec | None:
-    rf = body.get("response_format")
+def response_format_spec(rf) -> GrammarSpec | None:
+    """OpenAI's `response_format` object; type `text` (or None) asks for nothing."""
     if rf is None:
         return None
     if not isinstance(rf, dict) or rf.get("type") not in ("text", "json_object", "json_schema"):
@@ -43,7 +46,7 @@ def _response_format(body: dict) -> GrammarSpec | None:
             raise ApiError("response_format.json_schema must be an object", param="response_format")
         schema = _schema_object(spec.get("schema"), "response_format.json_schema.schema")
         name, description = spec.get("name"), spec.get("description")
-        return _schema_spec(
+        return schema_spec(
             schema,
             name if isinstance(name, str) and name else "response",
             description if isinstance(description, str) else "",
@@ -59,7 +62,7 @@ JSON_OBJECT_INSTRUCTION = (
 )
 
 
-def _schema_spec(schema: dict, name: str = "response", description: str = "") -> GrammarSpec:
+def schema_spec(schema: dict, name: str = "response", description: str = "") -> GrammarSpec:
     instruction = f"You must respond with valid JSON matching the '{name}' schema."
     if description:
         instruction += f" {description}"
@@ -79,9 +82,12 @@ def check_schema_size(text: str, param: str) -> None:
         raise ApiError(f"{param} is larger than the {limit} bytes allowed", param=param)
 
 
-def parse_structured_output(body: dict) -> GrammarSpec | None:
-    """The one constraint this request asks for, or None; 400 when a field is malformed."""
-    candidates = _structured_outputs(body)
+def parse_structured_output(body: dict, *, response_format=None) -> GrammarSpec | None:
+    """The one constraint this request asks for, or None; 400 when a field is malformed.
+
+    `response_format` is a surface's own format field, translated, in place of the body's.
+    """
+    candidates = _structured_outputs(body, response_format)
     if not candidates:
         return None
     name, spec = candidates[0]
@@ -89,23 +95,24 @@ def parse_structured_output(body: dict) -> GrammarSpec | None:
     return spec
 
 
-def _structured_outputs(body: dict) -> list[tuple[str, GrammarSpec]]:
+def _structured_outputs(body: dict, response_format) -> list[tuple[str, GrammarSpec]]:
     candidates = []
     if (grammar := body.get("guided_grammar")) is not None:
         if not isinstance(grammar, str) or not grammar.strip():
             raise ApiError("guided_grammar must be a nonempty string", param="guided_grammar")
         instruction = f"You must respond with text matching this grammar:\n\n{grammar}"
         candidates.append(("guided_grammar", GrammarSpec("ebnf", grammar, instruction)))
-    if (spec := _response_format(body)) is not None:
-        candidates.append(("response_format", spec))
+    if response_format is None:
+        response_format = response_format_spec(body.get("response_format"))
+    if response_format is not None:
+        candidates.append(("response_format", response_format))
     for name in ("structured_outputs", "guided_json"):
         if (schema := body.get(name)) is not None:
-            candidates.append((name, _schema_spec(_schema_object(schema, name))))
+            candidates.append((name, schema_spec(_schema_object(schema, name))))
     if (regex := body.get("guided_regex")) is not None:
         if not isinstance(regex, str) or not regex:
             raise ApiError("guided_regex must be a nonempty string", param="guided_regex")
-        instruction = f"You must respond with text matching this regular expression:\n\n{regex}"
-        candidates.append(("guided_regex", GrammarSpec("regex", regex, instruction)))
+        candidates.append(("guided_regex", regex_spec(regex)))
     if (choices := body.get("guided_choice")) is not None:
         if (
             not isinstance(choices, list)
@@ -115,9 +122,16 @@ def _structured_outputs(body: dict) -> list[tuple[str, GrammarSpec]]:
             raise ApiError(
                 "guided_choice must be a nonempty list of nonempty strings", param="guided_choice"
             )
-        listed = "\n".join(json.dumps(choice, ensure_ascii=False) for choice in choices)
-        instruction = f"You must respond with exactly one of these choices:\n\n{listed}"
-        candidates.append(
-            ("guided_choice", GrammarSpec("choice", choice_regex(choices), instruction))
-        )
+        candidates.append(("guided_choice", choice_spec(choices)))
     return candidates
+
+
+def regex_spec(regex: str) -> GrammarSpec:
+    instruction = f"You must respond with text matching this regular expression:\n\n{regex}"
+    return GrammarSpec("regex", regex, instruction)
+
+
+def choice_spec(choices: list[str]) -> GrammarSpec:
+    listed = "\n".join(json.dumps(choice, ensure_ascii=False) for choice in choices)
+    instruction = f"You must respond with exactly one of these choices:\n\n{listed}"
+    return GrammarSpec("choice", choice_regex(choices), instruction)

@@ -1,45 +1,20 @@
-"""The request fields shared by OpenAI chat and text completions.
+"""The request fields every chat surface names alike: sampling, stop, logprobs, limits.
 
-Names, defaults and messages follow mlx_lm.server's `validate_model_parameters`,
-so clients moving from it see the same 400s; here they arrive as OpenAI-shaped
-errors instead of a dropped connection.
+Each reader takes the body (or any dict with the same field names) and returns the
+checked value. Names, defaults and messages follow mlx_lm.server's
+`validate_model_parameters`, so clients moving from it see the same 400s; here they
+arrive in the surface's own error shape instead of a dropped connection.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from django.conf import settings
 
-from .. import json_body
+from .. import adapter_registry
 from ..engine.request import MAX_TOP_LOGPROBS
-from .errors import ApiError
+from ..errors import ApiError
 
 NUMBER = (float, int)
-
-
-@dataclass(frozen=True)
-class CommonParams:
-    model: str | None
-    stream: bool
-    include_usage: bool
-    max_tokens: int | None
-    sampling: dict  # the checked fields; sampling_defaults.resolve fills in the rest
-    stop: tuple[str, ...]
-    logprobs: bool
-    top_logprobs: int
-    n: int = 1
-
-
-def parse_json_body(raw: bytes) -> dict:
-    """The body as a JSON object, or a 400 saying what is wrong with it."""
-    try:
-        body = json_body.loads(raw)
-    except json_body.JsonRejected as exc:
-        raise ApiError(f"Invalid JSON in request body: {exc}") from None
-    if not isinstance(body, dict):
-        raise ApiError("Request body must be a JSON object")
-    return body
 
 
 def _type_names(expected) -> str:
@@ -100,25 +75,25 @@ def check_stop(stop, param: str) -> tuple[str, ...]:
     return tuple(stop)
 
 
-def _stop(body: dict) -> tuple[str, ...]:
+def stop(body: dict) -> tuple[str, ...]:
     stop = body.get("stop")
     if stop is None:
         return ()
     return check_stop([stop] if isinstance(stop, str) else stop, "stop")
 
 
-def check_n(body: dict) -> int:
+def n(body: dict) -> int:
     """How many choices to generate from the one prompt (OpenAI's `n`)."""
     return field(body, "n", int, 1, low=1, high=limit("MAX_N"))
 
 
-def _max_tokens(body: dict) -> int | None:
+def max_tokens(body: dict) -> int | None:
     # max_completion_tokens is the newer name and wins when both are sent.
     newer = field(body, "max_completion_tokens", int, low=1)
     return newer if newer is not None else field(body, "max_tokens", int, low=1)
 
 
-def _include_usage(body: dict) -> bool:
+def include_usage(body: dict) -> bool:
     options = body.get("stream_options")
     if options is None:
         return False
@@ -131,7 +106,7 @@ def _include_usage(body: dict) -> bool:
 SEED_RANGE = (-(2**63), 2**64 - 1)
 
 
-def _sampling(body: dict) -> dict:
+def sampling(body: dict) -> dict:
     """Every sampling field, checked; those with a per-model default (sampling_defaults.
     FIELDS) only when the request sets them, the others with mlx_lm.server's default."""
     window = limit("MAX_PENALTY_CONTEXT")
@@ -166,17 +141,34 @@ def check_logprobs(body: dict) -> tuple[bool, int]:
     return logprobs, top_logprobs if logprobs else 0
 
 
-def parse_common(body: dict) -> CommonParams:
-    """Validate every shared field; the first problem found is the 400."""
-    logprobs, top_logprobs = check_logprobs(body)
-    return CommonParams(
-        model=field(body, "model", str),
-        stream=field(body, "stream", bool, False),
-        include_usage=_include_usage(body),
-        max_tokens=_max_tokens(body),
-        sampling=_sampling(body),
-        stop=_stop(body),
-        logprobs=logprobs,
-        top_logprobs=top_logprobs,
-        n=check_n(body),
-    )
+def model_name(body: dict) -> str | None:
+    return field(body, "model", str)
+
+
+def stream(body: dict) -> bool:
+    return field(body, "stream", bool, False)
+
+
+def adapter(body: dict) -> str | None:
+    """The adapter set as sent: checked against the registry when the call is planned."""
+    value = body.get("adapter")
+    if value is not None and not isinstance(value, str):
+        raise ApiError(adapter_registry.USAGE, param="adapter")
+    return value
+
+
+def cache_session(body: dict) -> str | None:
+    """mlx-bun's `session_id`, or OpenAI's `prompt_cache_key`: a prompt-cache session."""
+    for name in ("session_id", "prompt_cache_key"):
+        value = body.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, str) or not 0 < len(value) <= MAX_SESSION_CHARS:
+            raise ApiError(
+                f"{name} must be a string of 1 to {MAX_SESSION_CHARS} characters", param=name
+            )
+        return value
+    return None
+
+
+MAX_SESSION_CHARS = 256

@@ -1,0 +1,92 @@
+"""From a parsed chat call to one call for a model worker.
+
+Everything that needs no tokenizer is checked by the surfaces' parsers and here, in
+the web process; what needs one (template, tokens, grammar, context) is the
+worker's (engine/prompt.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from ..adapter_registry import resolve_adapters
+from ..engine import SamplingParams
+from ..engine.wire import ChatInput, GenerateCall
+from ..engines import model_record
+from ..errors import ApiError
+from ..models import LanguageModel
+from ..sampling_defaults import resolve, sampling_defaults
+from .call import ChatCall
+
+
+@dataclass(frozen=True)
+class PlannedGeneration:
+    """A call ready for its model's worker, and the chat call it came from."""
+
+    model: LanguageModel
+    request: ChatCall
+    call: GenerateCall
+
+    @property
+    def model_name(self) -> str:
+        return self.model.name
+
+
+def chat_input(request: ChatCall) -> ChatInput:
+    return ChatInput(
+        messages=request.messages,
+        template_kwargs=request.template_kwargs,
+        tools=request.tools.tools,
+        tool_names=sorted(request.tools.names),
+        tool_choice=request.tools.choice,
+        structured=request.structured,
+        reasoning_effort=request.reasoning_effort,
+    )
+
+
+def _check_max_tokens(request: ChatCall) -> None:
+    # A server-wide cap (MLXLAB_MAX_TOKENS_LIMIT), published as the schema's maximum.
+    limit = settings.MLXLAB.get("MAX_TOKENS_LIMIT") or 0
+    if limit and request.max_tokens is not None and request.max_tokens > limit:
+        raise ApiError(f"max_tokens must be at most {limit} on this server", param="max_tokens")
+
+
+def cache_scope(caller: str) -> str:
+    """The prompt-cache scope of `caller` (MLXLAB_PROMPT_CACHE_SCOPE: user, or global)."""
+    return "" if settings.MLXLAB["PROMPT_CACHE_SCOPE"] == "global" else caller
+
+
+async def plan_generation(
+    request: ChatCall, *, count_only: bool = False, caller: str = ""
+) -> PlannedGeneration:
+    """The worker's call for a parsed chat call: its model, adapters and the sampling
+    defaults the request left to the model.
+
+    `caller` names who asks (api/access.py caller_id), so that the prompt cache
+    reuses only that caller's own prompts.
+    """
+    _check_max_tokens(request)
+    record = await model_record(request.model)
+    adapters = await resolve_adapters(request.adapter, record.name)
+    defaults = sampling_defaults(record.path)
+    thinking = request.template_kwargs.get("enable_thinking")
+    sampling = resolve(defaults, request.sampling, thinking=thinking)
+    default = defaults.chat_max_tokens if request.is_chat else defaults.completion_max_tokens
+    limit = settings.MLXLAB.get("MAX_TOKENS_LIMIT") or 0
+    call = GenerateCall(
+        chat=chat_input(request) if request.is_chat else None,
+        text=request.prompt,
+        sampling=SamplingParams(**sampling),
+        max_tokens=request.max_tokens,
+        default_max_tokens=min(default, limit) if limit else default,
+        stop=request.stop,
+        logprobs=request.logprobs,
+        top_logprobs=request.top_logprobs,
+        adapters=adapters,
+        count_only=count_only,
+        cache_scope=cache_scope(caller),
+        cache_session=request.cache_session,
+    )
+    return PlannedGeneration(record, request, call)
