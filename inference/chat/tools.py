@@ -11,6 +11,7 @@ from ..errors import ApiError
 from .structured import check_schema_size
 
 TOOL_CHOICE_MODES = ("auto", "none", "required")
+CHOICE_USAGE = "tool_choice must be 'auto', 'none', 'required' or a function object"
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ NO_TOOLS = ToolPlan(tools=[], names=frozenset(), choice="none")
 
 def parse_tools(body: dict) -> ToolPlan:
     """OpenAI's `tools` and `tool_choice`, as every surface that names them alike sends them."""
+    if "tool_choice" in body and body["tool_choice"] is None:  # null is no choice OpenAI knows
+        raise ApiError(CHOICE_USAGE, param="tool_choice")
     return tool_plan(body.get("tools"), body.get("tool_choice"))
 
 
@@ -74,10 +77,7 @@ def tool_plan(tools, choice=None) -> ToolPlan:
         if name not in names:
             raise ApiError(f"tool_choice names an unknown function '{name}'", param="tool_choice")
     elif choice not in TOOL_CHOICE_MODES:
-        raise ApiError(
-            "tool_choice must be 'auto', 'none', 'required' or a function object",
-            param="tool_choice",
-        )
+        raise ApiError(CHOICE_USAGE, param="tool_choice")
     if choice == "required" and not tools:
         raise ApiError("tool_choice 'required' needs at least one tool", param="tool_choice")
     return ToolPlan(tools=tools, names=names, choice=choice)

@@ -194,6 +194,19 @@ def sampling_fields() -> dict[str, Schema]:
     }
 
 
+def session_field(mlx_bun_name: bool = False) -> Schema:
+    name = "mlx-bun's name for prompt_cache_key" if mlx_bun_name else "OpenAI's field"
+    return {
+        "type": ["string", "null"],
+        "minLength": 1,
+        "maxLength": 256,
+        "description": (
+            f"A prompt-cache session ({name}): its last turn is kept apart from the "
+            "cache's LRU for the next turn of the same session."
+        ),
+    }
+
+
 def openai_generation_fields(limit: int) -> dict[str, Schema]:
     """The fields every OpenAI generation body shares (chat and text completions)."""
     return {
@@ -221,6 +234,8 @@ def openai_generation_fields(limit: int) -> dict[str, Schema]:
                 "to stack them, or 'none'. Switching adapters never reloads the model."
             ),
         },
+        "prompt_cache_key": session_field(),
+        "session_id": session_field(mlx_bun_name=True),
     }
 
 

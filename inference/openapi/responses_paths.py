@@ -14,6 +14,7 @@ from .common import (
     number,
     obj,
     ref,
+    session_field,
     stop_field,
 )
 from .openai_requests import ANY_DESCRIPTION, STRUCTURED_FIELDS
@@ -67,6 +68,7 @@ def responses_request(limit: int) -> Schema:
             "store": {"type": "boolean", "default": True},
             "stream": {"type": ["boolean", "null"]},
             "max_output_tokens": max_tokens_field(limit),
+            "prompt_cache_key": session_field(),
             "temperature": number(0),
             "top_p": number(0, 1),
             "top_k": integer(0),
