@@ -10,7 +10,8 @@ from __future__ import annotations
 from django.http import HttpRequest
 from django.middleware.csrf import CsrfViewMiddleware
 
-from ..api_keys import acheck_key, akeys_exist, presented_key
+from access.api_keys import acheck_key, akeys_exist, presented_key
+
 from .errors import ApiError
 
 

@@ -13,8 +13,8 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
+from access.api_keys import api_key_create
 from inference import urls as inference_urls
-from inference.api_keys import api_key_create
 from inference.rest import urls as rest_urls
 from jobs import api_urls as jobs_api_urls
 from lab import api_urls as lab_api_urls
