@@ -298,10 +298,10 @@ CORS_ALLOW_HEADERS = (
 REST_FRAMEWORK = {
     # An API key of the user first, so an unauthenticated answer is a 401 with WWW-Authenticate.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "inference.rest.authentication.ApiKeyAuthentication",
+        "access.authentication.ApiKeyAuthentication",
         "rest_framework.authentication.SessionAuthentication",  # enforces CSRF
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["inference.rest.permissions.LoggedIn"],
+    "DEFAULT_PERMISSION_CLASSES": ["access.permissions.LoggedIn"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["inference.json_body.BoundedJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

@@ -11,8 +11,8 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from access.api_keys import keys_exist
+from access.authentication import BEARER, X_API_KEY
 
-from ..rest.authentication import BEARER, X_API_KEY
 from . import anthropic_paths, openai_paths, responses_paths, status_paths, streams
 from .common import ANTHROPIC_ERROR, ENGINE_UNAVAILABLE_ERROR, OPENAI_ERROR, Schema
 
