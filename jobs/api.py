@@ -13,9 +13,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from access.error_responses import errors
+from access.permissions import StaffOnly
 from inference.models import Adapter
-from inference.rest.error_responses import errors
-from inference.rest.permissions import StaffOnly
 
 from .context import JobParamsError
 from .events import job_dict

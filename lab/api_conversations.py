@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from inference.rest.error_responses import errors
+from access.error_responses import errors
 
 from .conversations import branch, conversation_summary, message_dict, title_from
 from .models import Conversation, Message, Preset

@@ -10,11 +10,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from access.error_responses import errors
+from access.permissions import StaffOnly
 from inference.engines import load_model_worker, unload_model_worker
 from inference.model_registry import model_named
 from inference.models import LanguageModel
-from inference.rest.error_responses import errors
-from inference.rest.permissions import StaffOnly
 
 from .model_imports import ImportRefused, import_status, start_import
 from .model_info import model_details, model_summary

@@ -73,6 +73,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",  # the API docs page's JS and CSS, served locally (no CDN)
     "corsheaders",
     "channels",
+    "access",  # API keys and the shared /api plumbing; the apps below build on it
     "inference",
     "lab",
     "jobs",
@@ -239,7 +240,7 @@ MLXLAB = {
     # user: a caller reuses only its own cached prompts (cached_tokens tells it nothing of
     # others'); global: every caller shares them.
     "PROMPT_CACHE_SCOPE": os.environ.get("MLXLAB_PROMPT_CACHE_SCOPE", "user"),
-    # Access control (inference/api_keys.py, inference/api/access.py).
+    # Access control (access/api_keys.py, inference/api/access.py).
     "STATIC_API_KEY_DIGESTS": _static_key_digests(),
     # The non-staff user static keys act for, created on first use.
     "STATIC_KEY_USER": os.environ.get("MLXLAB_STATIC_KEY_USER", "api-service"),
@@ -297,10 +298,10 @@ CORS_ALLOW_HEADERS = (
 REST_FRAMEWORK = {
     # An API key of the user first, so an unauthenticated answer is a 401 with WWW-Authenticate.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "inference.rest.authentication.ApiKeyAuthentication",
+        "access.authentication.ApiKeyAuthentication",
         "rest_framework.authentication.SessionAuthentication",  # enforces CSRF
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["inference.rest.permissions.LoggedIn"],
+    "DEFAULT_PERMISSION_CLASSES": ["access.permissions.LoggedIn"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["inference.json_body.BoundedJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

@@ -6,7 +6,7 @@ urlpatterns = [
     path("api/", include("lab.api_urls")),
     path("api/", include("jobs.api_urls")),
     path("api/", include("publishing.urls")),
-    path("api/", include("inference.rest.urls")),  # ends with the JSON 404 for /api/*
+    path("api/", include("access.urls")),  # ends with the JSON 404 for /api/*
     path("", include("inference.urls")),
     path("", include("lab.urls")),
     path("", include("jobs.urls")),

@@ -6,8 +6,8 @@ that hangs up), so drf-spectacular cannot see them; this describes them by hand.
 
 from __future__ import annotations
 
+from access.authentication import BEARER, X_API_KEY
 from inference.openapi.common import Schema, json_body, json_content, obj, ref
-from inference.rest.authentication import BEARER, X_API_KEY
 
 FAILURE = obj(
     {"ok": {"const": False}, "error": {"type": "string"}, "job": {"type": "object"}},

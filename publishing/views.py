@@ -15,9 +15,9 @@ from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from access.api_keys import acheck_key, key_user, presented_key
+from access.csrf import csrf_passes
 from inference import json_body
-from inference.api.access import csrf_passes
-from inference.api_keys import acheck_key, key_user, presented_key
 from jobs.context import JobParamsError
 from jobs.events import job_dict
 from jobs.models import Job

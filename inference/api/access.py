@@ -8,9 +8,10 @@ cached, so a revoked key stops working on its next request.
 from __future__ import annotations
 
 from django.http import HttpRequest
-from django.middleware.csrf import CsrfViewMiddleware
 
-from ..api_keys import acheck_key, akeys_exist, presented_key
+from access.api_keys import acheck_key, akeys_exist, presented_key
+from access.csrf import csrf_passes
+
 from ..errors import ApiError
 
 
@@ -22,13 +23,6 @@ def unauthorized(message: str) -> ApiError:
 MISSING_KEY = (
     "You didn't provide an API key. Send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'."
 )
-
-
-def csrf_passes(request: HttpRequest) -> bool:
-    """Whether a session request passes Django's CSRF check (for csrf-exempt views)."""
-    # The /v1 views are csrf-exempt for programs; a browser session must still pass CSRF.
-    rejection = CsrfViewMiddleware(lambda _request: None).process_view(request, None, (), {})
-    return rejection is None
 
 
 async def caller_id(request: HttpRequest) -> str:

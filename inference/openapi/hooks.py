@@ -10,8 +10,9 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import DatabaseError
 
-from ..api_keys import keys_exist
-from ..rest.authentication import BEARER, X_API_KEY
+from access.api_keys import keys_exist
+from access.authentication import BEARER, X_API_KEY
+
 from . import anthropic_paths, openai_paths, responses_paths, status_paths, streams
 from .common import ANTHROPIC_ERROR, ENGINE_UNAVAILABLE_ERROR, OPENAI_ERROR, Schema
 

@@ -18,7 +18,7 @@ STATIC_KEY = "mlx-static-test-key-0123456789abcdefghijklmnopqrstuv"
 MAKE_USERS = """
 import json
 from django.contrib.auth.models import User
-from inference.api_keys import api_key_create, api_key_revoke
+from access.api_keys import api_key_create, api_key_revoke
 fuzz = User.objects.create_superuser("fuzz", "fuzz@example.com", "fuzz-password")
 staff = User.objects.create_user("staffer", is_staff=True)
 member = User.objects.create_user("member")

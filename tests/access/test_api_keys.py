@@ -10,8 +10,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 
-from inference.api_keys import api_key_create, check_key, keys_exist
-from inference.models import ApiKey
+from access.api_keys import api_key_create, check_key, keys_exist
+from access.models import ApiKey
 
 KEY_PATTERN = re.compile(r"mlx-[A-Za-z0-9_-]{43}")
 
@@ -72,24 +72,24 @@ def test_command_refuses_an_unknown_user_unless_asked(db):
 
 def test_admin_creates_a_key_and_shows_it_once(admin_client, member):
     response = admin_client.post(
-        "/admin/inference/apikey/add/", {"user": member.pk, "label": "from admin"}, follow=True
+        "/admin/access/apikey/add/", {"user": member.pk, "label": "from admin"}, follow=True
     )
     assert response.status_code == 200
     shown = KEY_PATTERN.findall(response.content.decode())
     assert len(shown) == 1 and check_key(shown[0]).key.label == "from admin"
-    listing = admin_client.get("/admin/inference/apikey/").content.decode()
+    listing = admin_client.get("/admin/access/apikey/").content.decode()
     assert shown[0][:12] in listing and shown[0] not in listing
     key = ApiKey.objects.get(label="from admin")
     assert (
         key.digest
-        not in admin_client.get(f"/admin/inference/apikey/{key.pk}/change/").content.decode()
+        not in admin_client.get(f"/admin/access/apikey/{key.pk}/change/").content.decode()
     )
 
 
 def test_admin_revoke_action(admin_client, member):
     key, raw = api_key_create(user=member)
     response = admin_client.post(
-        "/admin/inference/apikey/",
+        "/admin/access/apikey/",
         {"action": "revoke", "_selected_action": [key.pk]},
         follow=True,
     )
@@ -102,5 +102,5 @@ def test_admin_needs_staff(client, member):
     member.set_password("pw-member-123")
     member.save()
     client.force_login(member)
-    response = client.get("/admin/inference/apikey/")
+    response = client.get("/admin/access/apikey/")
     assert response.status_code == 302 and "/admin/login/" in response["Location"]

@@ -13,9 +13,9 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
+from access import urls as access_urls
+from access.api_keys import api_key_create
 from inference import urls as inference_urls
-from inference.api_keys import api_key_create
-from inference.rest import urls as rest_urls
 from jobs import api_urls as jobs_api_urls
 from lab import api_urls as lab_api_urls
 from publishing import urls as publishing_urls
@@ -35,7 +35,7 @@ def routes() -> set[str]:
     found = set()
     for prefix, patterns in (
         ("/", inference_urls.urlpatterns),
-        ("/api/", rest_urls.urlpatterns),
+        ("/api/", access_urls.urlpatterns),
         ("/api/", lab_api_urls.urlpatterns),
         ("/api/", jobs_api_urls.urlpatterns),
         ("/api/", publishing_urls.urlpatterns),

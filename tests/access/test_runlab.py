@@ -10,7 +10,7 @@ import sys
 import pytest
 from django.core.management import CommandError
 
-from inference.api_keys import api_key_create
+from access.api_keys import api_key_create
 from mlxlab.management.commands.runlab import check_open_bind, is_loopback
 from tests.conftest import ROOT
 

@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from django.middleware.csrf import _get_new_csrf_string
 from django.test import Client
 
-from inference.api_keys import api_key_create, api_key_revoke
+from access.api_keys import api_key_create, api_key_revoke
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from inference.api_keys import keys_exist
+from access.api_keys import keys_exist
 from lab.first_admin import credentials_path, ensure_first_admin
 
 

@@ -11,10 +11,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ..api_keys import api_key_create, api_key_revoke, keys_exist, static_key_digests
-from ..models import ApiKey
+from .api_keys import api_key_create, api_key_revoke, keys_exist, static_key_digests
 from .authentication import request_key
 from .error_responses import errors
+from .models import ApiKey
 from .permissions import KeyManagement, StaffOnly
 from .serializers import (
     AccessSettingsSerializer,

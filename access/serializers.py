@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from ..models import ApiKey
+from .models import ApiKey
 
 
 class ApiKeySerializer(serializers.ModelSerializer):

@@ -7,7 +7,7 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
-from ..api_keys import KeyCheck, check_key, key_user, presented_key
+from .api_keys import KeyCheck, check_key, key_user, presented_key
 
 BEARER = "bearerAuth"
 X_API_KEY = "apiKeyAuth"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError
 
-from inference.api_keys import api_key_create
+from access.api_keys import api_key_create
 
 
 class Command(BaseCommand):

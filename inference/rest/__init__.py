@@ -1,1 +1,0 @@
-"""The lab's own REST API (/api): DRF views, their authentication and permissions."""
