@@ -180,6 +180,9 @@ LOGGING = {
     "loggers": {"django.request": {"level": "ERROR"}},
 }
 
+# A dataset upload's bytes (jobs/uploads.py), and so the default body limit of its endpoint.
+_UPLOAD_BYTES = int(os.environ.get("MLXLAB_MAX_UPLOAD_BYTES", str(64 * 1024 * 1024)))
+
 # The engine's one namespaced setting; defaults live here, the environment overrides.
 MLXLAB = {
     "MODELS_DIR": Path(os.environ.get("MLXLAB_MODELS_DIR", VAR_DIR / "models")),
@@ -228,6 +231,7 @@ MLXLAB = {
         os.environ.get("MLXLAB_RESPONSES_MAX_BYTES", str(256 * 1024 * 1024))
     ),
     "MAX_REQUEST_BYTES": int(os.environ.get("MLXLAB_MAX_REQUEST_BYTES", str(8 * 1024 * 1024))),
+    "MAX_UPLOAD_BYTES": _UPLOAD_BYTES,
     # The CPU fast path: OpenBLAS under MLX and dense float32 weights (docs/BENCHMARKS.md).
     # The BLAS itself loads before Django reads settings, so MLXLAB_CPU_FAST_PATH=0,
     # MLXLAB_BLAS_PATH and MLXLAB_BLAS_THREADS (default 1) act through the environment.
@@ -250,7 +254,7 @@ MLXLAB = {
     # Per-path body limits, longest prefix first; MAX_REQUEST_BYTES elsewhere.
     "MAX_REQUEST_BYTES_BY_PATH": {
         "/api/": 1024 * 1024,
-        "/api/datasets/uploads": 64 * 1024 * 1024,  # training data files
+        "/api/datasets/uploads": _UPLOAD_BYTES,  # training data files
         **_path_limits("MLXLAB_MAX_REQUEST_BYTES_BY_PATH"),
     },
     # Bounds on what a request may ask of a worker (README: "Limits").
