@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.conf import settings
+from labsettings import lab_settings
 
 from .adapter_registry import resolve_adapters
 from .api.errors import ApiError
@@ -54,14 +54,14 @@ def chat_input(body: dict, messages: list[dict] | None = None) -> ChatInput:
 
 def _check_max_tokens(params: CommonParams) -> None:
     # A server-wide cap (MLXLAB_MAX_TOKENS_LIMIT), published as the schema's maximum.
-    limit = settings.MLXLAB.get("MAX_TOKENS_LIMIT") or 0
+    limit = lab_settings.max_tokens_limit
     if limit and params.max_tokens is not None and params.max_tokens > limit:
         raise ApiError(f"max_tokens must be at most {limit} on this server", param="max_tokens")
 
 
 def cache_scope(caller: str) -> str:
     """The prompt-cache scope of `caller` (MLXLAB_PROMPT_CACHE_SCOPE: user, or global)."""
-    return "" if settings.MLXLAB["PROMPT_CACHE_SCOPE"] == "global" else caller
+    return "" if lab_settings.prompt_cache_scope == "global" else caller
 
 
 async def plan_generation(
@@ -86,7 +86,7 @@ async def plan_generation(
     thinking = chat.template_kwargs.get("enable_thinking") if chat is not None else None
     sampling = resolve(defaults, params.sampling, thinking=thinking)
     default = defaults.completion_max_tokens if text else defaults.chat_max_tokens
-    limit = settings.MLXLAB.get("MAX_TOKENS_LIMIT") or 0
+    limit = lab_settings.max_tokens_limit
     call = GenerateCall(
         chat=chat,
         text=prompt,

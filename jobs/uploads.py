@@ -15,6 +15,8 @@ from pathlib import Path
 
 from django.conf import settings
 
+from labsettings import lab_settings
+
 from .context import JobParamsError
 
 EXTENSIONS = (".jsonl", ".json", ".csv")
@@ -27,7 +29,7 @@ def uploads_dir() -> Path:
 
 
 def max_upload_bytes() -> int:
-    return settings.MLXLAB["MAX_UPLOAD_BYTES"]
+    return lab_settings.max_upload_bytes
 
 
 def save_upload(fileobj, filename: str, owner_id: int) -> str:

@@ -1,5 +1,6 @@
 """The settings table (labsettings/): every variable parses into its typed attribute, a
-bad value names its variable, and the defaults are the documented ones."""
+bad value names its variable, the defaults are the documented ones, and `lab_settings`
+follows an override."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
 
 import labsettings
-from labsettings import BASE_DIR, TABLE, LabSettings
+from labsettings import BASE_DIR, TABLE, LabSettings, lab_settings
 
 ROWS = {row.name: row for row in TABLE}
 TYPES = {field.name: field.type for field in dataclasses.fields(LabSettings)}
@@ -217,6 +219,31 @@ def test_frozen_and_replace():
     assert (changed.max_n, DEFAULTS.max_n) == (3, 8)
     with pytest.raises(TypeError):
         DEFAULTS.replace(no_such_setting=1)
+
+
+def test_django_settings_hold_the_object(settings):
+    assert isinstance(settings.MLXLAB, LabSettings)
+    assert settings.MLXLAB.var_dir == settings.VAR_DIR
+    limits = [
+        settings.MLXLAB.max_request_bytes,
+        *settings.MLXLAB.max_request_bytes_by_path.values(),
+    ]
+    assert max(limits) == settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    assert settings.MLXLAB.job_time_limit_seconds == settings.CELERY_TASK_SOFT_TIME_LIMIT
+
+
+def test_the_proxy_follows_overrides(settings):
+    before = lab_settings.max_n
+    with override_settings(MLXLAB=settings.MLXLAB.replace(max_n=before + 5)):
+        assert lab_settings.max_n == before + 5
+    assert lab_settings.max_n == before
+    settings.MLXLAB = settings.MLXLAB.replace(max_tokens_limit=11)  # pytest-django's way
+    assert lab_settings.max_tokens_limit == 11
+    assert "max_tokens_limit=11" in repr(lab_settings)
+    with pytest.raises(AttributeError, match="read-only"):
+        lab_settings.max_n = 1  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        lab_settings.no_such_setting  # noqa: B018
 
 
 def test_labsettings_imports_no_app():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from django.conf import settings
+from labsettings import lab_settings
 
 from .errors import ApiError
 
@@ -109,8 +109,8 @@ def template_kwargs(body: dict) -> dict:
     """Extra chat-template variables; an explicit `chat_template_kwargs` wins."""
     effort = check_reasoning_effort(body)
     kwargs = {} if effort is None else {"enable_thinking": effort != "none"}
-    if "enable_thinking" not in kwargs and settings.MLXLAB["THINKING"] is not None:
-        kwargs["enable_thinking"] = settings.MLXLAB["THINKING"]  # the server's default
+    if "enable_thinking" not in kwargs and lab_settings.thinking is not None:
+        kwargs["enable_thinking"] = lab_settings.thinking  # the server's default
     extra = body.get("chat_template_kwargs")
     if extra is not None:
         if not isinstance(extra, dict):

@@ -10,6 +10,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import DatabaseError
 
+from labsettings import lab_settings
+
 from ..api_keys import keys_exist
 from ..rest.authentication import BEARER, X_API_KEY
 from . import anthropic_paths, openai_paths, responses_paths, status_paths, streams
@@ -55,8 +57,8 @@ def _security(open_api: bool) -> list[dict]:
 
 def add_inference_api(result: dict, generator, request, public) -> dict:
     paths, components = inference_paths(
-        limit=settings.MLXLAB.get("MAX_TOKENS_LIMIT") or 0,
-        default_model=settings.MLXLAB["DEFAULT_MODEL"],
+        limit=lab_settings.max_tokens_limit,
+        default_model=lab_settings.default_model,
     )
     try:
         open_api = not keys_exist()
