@@ -373,6 +373,11 @@ class LabSettings:
         "HF_ENDPOINT", str, "https://huggingface.co",
         "Where pushes go: the Hugging Face Hub, or a stand-in speaking its protocol.",
     )  # fmt: skip
+    hf_token_key: str = setting(
+        "MLXLAB_HF_TOKEN_KEY", str, "",
+        "The Fernet key of the stored Hub token; empty: a key file in var_dir.",
+        secret=True,
+    )  # fmt: skip
     publish_wait_seconds: int = setting(
         "MLXLAB_PUBLISH_WAIT_SECONDS", parse_int, 600,
         "How long a push request waits for its upload before answering with the job.",

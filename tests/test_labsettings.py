@@ -166,6 +166,7 @@ def test_the_documented_defaults():
         "job_stale_seconds": 45,
         "job_watchdog_in_web": True,
         "hf_endpoint": "https://huggingface.co",
+        "hf_token_key": "",
         "publish_wait_seconds": 600,
     }
     assert dataclasses.asdict(DEFAULTS) == documented
@@ -210,6 +211,14 @@ def test_the_table():
         assert row.meaning.strip() and "\n" not in row.meaning, row.name
     # The BLAS loads before Django: those stay environment reads (cpu_fast_path.py).
     assert not {"MLXLAB_BLAS_PATH", "MLXLAB_BLAS_THREADS"} & set(envs)
+
+
+def test_secrets_stay_out_of_the_repr():
+    secret = "a-fernet-key-nobody-may-see"
+    built = LabSettings.from_environ({"MLXLAB_HF_TOKEN_KEY": secret, "MLXLAB_API_KEYS": "k1"})
+    assert built.hf_token_key == secret
+    assert secret not in repr(built) and "k1" not in repr(built)
+    assert "max_n=8" in repr(built)
 
 
 def test_frozen_and_replace():
