@@ -213,6 +213,11 @@ def test_the_table():
     assert not {"MLXLAB_BLAS_PATH", "MLXLAB_BLAS_THREADS"} & set(envs)
 
 
+def test_the_readme_names_every_variable():
+    readme = (BASE_DIR / "README.md").read_text()
+    assert [row.env for row in TABLE if f"`{row.env}" not in readme] == []
+
+
 def test_secrets_stay_out_of_the_repr():
     secret = "a-fernet-key-nobody-may-see"
     built = LabSettings.from_environ({"MLXLAB_HF_TOKEN_KEY": secret, "MLXLAB_API_KEYS": "k1"})
