@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import User
 from django.http import HttpRequest
 from django.utils import timezone
+
+from labsettings import lab_settings
 
 from .models import ApiKey
 
@@ -62,7 +63,7 @@ def api_key_revoke(*, key: ApiKey) -> ApiKey:
 
 def static_key_digests() -> tuple[str, ...]:
     """Digests of `MLXLAB_API_KEYS`, hashed when settings load."""
-    return tuple(settings.MLXLAB.get("STATIC_API_KEY_DIGESTS", ()))
+    return lab_settings.static_api_key_digests
 
 
 def keys_exist() -> bool:
@@ -103,7 +104,7 @@ def service_user() -> User:
     (MLXLAB_STATIC_KEY_USER). A static key is a shared secret in the environment, so it
     gets no more than a member's rights: no jobs, no publishing, no keys."""
     user, _ = User.objects.get_or_create(
-        username=settings.MLXLAB["STATIC_KEY_USER"],
+        username=lab_settings.static_key_user,
         defaults={"is_staff": False, "password": make_password(None)},
     )
     return user

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import extend_schema
@@ -10,6 +9,8 @@ from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
+
+from labsettings import lab_settings
 
 from .api_keys import api_key_create, api_key_revoke, keys_exist, static_key_digests
 from .authentication import request_key
@@ -83,18 +84,17 @@ class AccessSettingsApi(APIView):
 
     @extend_schema(responses={200: AccessSettingsSerializer, **errors(403)})
     def get(self, request: Request) -> Response:
-        options = settings.MLXLAB
         return Response(
             {
                 "api_key_required": keys_exist(),
                 "static_api_keys": len(static_key_digests()),
                 "active_api_keys": ApiKey.objects.filter(revoked_at__isnull=True).count(),
                 "revoked_api_keys": ApiKey.objects.filter(revoked_at__isnull=False).count(),
-                "allow_open_network_api": options["ALLOW_OPEN_NETWORK_API"],
-                "cors_allowed_origins": list(options["CORS_ALLOWED_ORIGINS"]),
-                "max_request_bytes": options["MAX_REQUEST_BYTES"],
-                "max_request_bytes_by_path": dict(options["MAX_REQUEST_BYTES_BY_PATH"]),
-                "max_tokens_limit": options["MAX_TOKENS_LIMIT"] or None,
+                "allow_open_network_api": lab_settings.allow_open_network_api,
+                "cors_allowed_origins": list(lab_settings.cors_allowed_origins),
+                "max_request_bytes": lab_settings.max_request_bytes,
+                "max_request_bytes_by_path": dict(lab_settings.max_request_bytes_by_path),
+                "max_tokens_limit": lab_settings.max_tokens_limit or None,
             }
         )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from django.conf import settings
+from labsettings import lab_settings
 
 from .engine.adapters import AdapterRef
 from .errors import ApiError
@@ -26,7 +26,7 @@ async def resolve_adapters(value, model: str) -> tuple[AdapterRef, ...]:
 
 
 async def _server_default(model: str) -> tuple[AdapterRef, ...]:
-    value = settings.MLXLAB["DEFAULT_ADAPTER"]
+    value = lab_settings.default_adapter
     if not value:
         return ()
     try:

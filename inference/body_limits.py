@@ -16,21 +16,21 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import Resolver404, resolve
 from django.utils.deprecation import MiddlewareMixin
+
+from labsettings import lab_settings
 
 from .errors import ApiError
 
 
 def body_limit(path: str) -> int:
-    """The limit for a path: the longest matching prefix in MAX_REQUEST_BYTES_BY_PATH, or
-    MAX_REQUEST_BYTES."""
-    options = settings.MLXLAB
-    by_path: dict[str, int] = options.get("MAX_REQUEST_BYTES_BY_PATH", {})
+    """The limit for a path: the longest matching prefix in max_request_bytes_by_path, or
+    max_request_bytes."""
+    by_path = lab_settings.max_request_bytes_by_path
     matches = [prefix for prefix in by_path if path.startswith(prefix)]
-    return by_path[max(matches, key=len)] if matches else options["MAX_REQUEST_BYTES"]
+    return by_path[max(matches, key=len)] if matches else lab_settings.max_request_bytes
 
 
 def body_size(request: HttpRequest) -> int:

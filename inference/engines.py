@@ -8,6 +8,8 @@ import threading
 
 from django.conf import settings
 
+from labsettings import lab_settings
+
 from .errors import model_not_found
 from .model_registry import amodel_named, model_named
 from .models import LanguageModel
@@ -20,7 +22,7 @@ _lock = threading.Lock()
 
 
 def default_model_name() -> str:
-    return settings.MLXLAB["DEFAULT_MODEL"]
+    return lab_settings.default_model
 
 
 def _worker_command(model: str, path: str, address: str) -> list[str]:
@@ -36,16 +38,15 @@ def supervisor() -> Supervisor:
     global _supervisor
     with _lock:
         if _supervisor is None:
-            options = settings.MLXLAB
             _supervisor = Supervisor(
                 SupervisorConfig(
                     command=_worker_command,
-                    socket_dir=options["WORKER_SOCKET_DIR"],
-                    max_loaded=options["MAX_LOADED_MODELS"],
-                    memory_limit_bytes=options["MODEL_MEMORY_MB"] << 20,
-                    idle_seconds=options["MODEL_IDLE_SECONDS"],
-                    wait_seconds=options["ENGINE_WAIT_SECONDS"],
-                    load_seconds=options["MODEL_LOAD_SECONDS"],
+                    socket_dir=lab_settings.worker_socket_dir,
+                    max_loaded=lab_settings.max_loaded_models,
+                    memory_limit_bytes=lab_settings.model_memory_mb << 20,
+                    idle_seconds=lab_settings.model_idle_seconds,
+                    wait_seconds=lab_settings.engine_wait_seconds,
+                    load_seconds=lab_settings.model_load_seconds,
                     pinned=frozenset({default_model_name()}),
                 )
             )

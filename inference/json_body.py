@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import math
 
-from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
+
+from labsettings import lab_settings
 
 
 class JsonRejected(ValueError):
@@ -37,7 +38,7 @@ def _finite(text: str) -> float:
 
 
 def max_depth() -> int:
-    return settings.MLXLAB["MAX_JSON_DEPTH"]
+    return lab_settings.max_json_depth
 
 
 def depth_of(value) -> int:

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from django.conf import settings
+from labsettings import lab_settings
 
 from .models import LanguageModel
 
@@ -74,7 +74,7 @@ def model_import_gguf(
     from .gguf.convert import import_gguf
 
     name = name or model_name_from(gguf_path)
-    models_dir = Path(settings.MLXLAB["MODELS_DIR"])
+    models_dir = lab_settings.models_dir
     models_dir.mkdir(parents=True, exist_ok=True)
     imported = import_gguf(gguf_path, models_dir / name, progress)
     return model_register(name=name, path=imported.path)

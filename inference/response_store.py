@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Sum
 from django.utils import timezone
+
+from labsettings import lab_settings
 
 from .models import StoredResponse
 
@@ -94,7 +95,7 @@ def response_store(
         status=body.get("status", "completed"),
         usage=body.get("usage") or {},
         size_bytes=size,
-        expires_at=timezone.now() + timedelta(seconds=settings.MLXLAB["RESPONSES_TTL_SECONDS"]),
+        expires_at=timezone.now() + timedelta(seconds=lab_settings.responses_ttl_seconds),
     )
     _evict(keep=stored.id, owner=owner)
     return stored
@@ -107,7 +108,7 @@ def response_delete(*, response_id: str, owner: str) -> bool:
 
 def _evict(*, keep: str, owner: str) -> None:
     StoredResponse.objects.filter(expires_at__lte=timezone.now()).delete()
-    budget = settings.MLXLAB["RESPONSES_MAX_BYTES"]
+    budget = lab_settings.responses_max_bytes
     own = StoredResponse.objects.filter(owner=owner)
     total = own.aggregate(total=Sum("size_bytes"))["total"] or 0
     for response_id, size in (
@@ -125,6 +126,6 @@ def response_store_stats() -> dict:
     return {
         "entries": totals["entries"] or 0,
         "bytes": totals["total"] or 0,
-        "max_bytes": settings.MLXLAB["RESPONSES_MAX_BYTES"],
-        "ttl_ms": settings.MLXLAB["RESPONSES_TTL_SECONDS"] * 1000,
+        "max_bytes": lab_settings.responses_max_bytes,
+        "ttl_ms": lab_settings.responses_ttl_seconds * 1000,
     }

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from django.conf import settings
+from labsettings import lab_settings
 
 # The fields a request, the operator and generation_config.json may each set.
 FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
@@ -71,8 +71,7 @@ def _read(path: str, mtime: int) -> tuple:
 
 
 def sampling_defaults(folder: Path | str) -> SamplingDefaults:
-    options = settings.MLXLAB
-    server = {name: options[f"DEFAULT_{name.upper()}"] for name in FIELDS}
+    server = {name: getattr(lab_settings, f"default_{name}") for name in FIELDS}
     model = model_generation_config(Path(folder))
     values, sources = {}, {}
     for name in FIELDS:
@@ -80,10 +79,10 @@ def sampling_defaults(folder: Path | str) -> SamplingDefaults:
             if found.get(name) is not None or source == "fallback":
                 values[name], sources[name] = found[name], source
                 break
-    cap = options["DEFAULT_MAX_TOKENS"]
+    cap = lab_settings.default_max_tokens
     return SamplingDefaults(
         **values,
-        no_think_temperature=options["NO_THINK_TEMPERATURE"],
+        no_think_temperature=lab_settings.no_think_temperature,
         chat_max_tokens=min(CHAT_MAX_TOKENS, cap) if cap else CHAT_MAX_TOKENS,
         completion_max_tokens=min(COMPLETION_MAX_TOKENS, cap) if cap else COMPLETION_MAX_TOKENS,
         sources=sources,
@@ -92,7 +91,7 @@ def sampling_defaults(folder: Path | str) -> SamplingDefaults:
 
 def thinking_default() -> bool | None:
     """MLXLAB_THINKING: the server's enable_thinking for requests that do not say."""
-    return settings.MLXLAB["THINKING"]
+    return lab_settings.thinking
 
 
 def resolve(defaults: SamplingDefaults, explicit: dict, *, thinking: bool | None) -> dict:

@@ -13,9 +13,8 @@ import math
 import random
 from pathlib import Path
 
-from django.conf import settings
-
 from inference.model_registry import model_exists, model_named
+from labsettings import lab_settings
 
 from . import dataset_sources as sources
 from .context import JobContext, JobParamsError, JobResult
@@ -75,7 +74,7 @@ def _split(raw) -> dict[str, float]:
 
 
 def _model(name) -> str:
-    name = name or settings.MLXLAB["DEFAULT_MODEL"]
+    name = name or lab_settings.default_model
     if not isinstance(name, str) or not model_exists(name):
         raise JobParamsError(f"model '{name}' is not registered")
     return name

@@ -23,7 +23,6 @@ from pathlib import Path
 import mlx.core as mx
 import mlx.optimizers as optim
 import numpy as np
-from django.conf import settings
 from mlx.utils import tree_flatten, tree_map, tree_unflatten
 from mlx_lm import load
 from mlx_lm.tuner.datasets import CacheDataset, create_dataset
@@ -33,6 +32,7 @@ from mlx_lm.utils import dequantize_model, get_total_parameters, save, save_conf
 
 from inference.engine.cpu_fast_path import blas_state
 from inference.engine.dense_weights import dense_bytes, quantized_layers
+from labsettings import lab_settings
 
 from .context import JobContext, JobResult
 from .finetune_data import SPLITS, read_jsonl
@@ -140,8 +140,8 @@ def _training_weights(ctx: JobContext, model) -> str:
     if not layers:
         return "as stored"
     needed = sum(dense_bytes(module) for _, module in layers)
-    budget = settings.MLXLAB["DENSE_WEIGHT_BUDGET_MB"] << 20
-    if not settings.MLXLAB["CPU_FAST_PATH"]:
+    budget = lab_settings.dense_weight_budget_mb << 20
+    if not lab_settings.cpu_fast_path:
         why = "the CPU fast path is turned off (MLXLAB_CPU_FAST_PATH=0)"
     elif mx.default_device() != mx.cpu:
         why = f"the device is {mx.default_device()}, not the CPU"

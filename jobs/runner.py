@@ -18,11 +18,11 @@ from datetime import timedelta
 from pathlib import Path
 
 from celery.exceptions import SoftTimeLimitExceeded
-from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
 from inference.models import Adapter
+from labsettings import lab_settings
 
 from .context import JobCancelled, JobLost, JobResult
 from .events import publish
@@ -36,7 +36,7 @@ SAVE_EVERY = 0.5  # seconds between progress writes: the page needs no more
 
 
 def artifacts_dir() -> Path:
-    return Path(settings.MLXLAB["ARTIFACTS_DIR"])
+    return lab_settings.artifacts_dir
 
 
 def partial_dir(job_id) -> Path:
@@ -127,7 +127,7 @@ class Heartbeat:
 
     def _beat(self) -> None:
         try:
-            while not self._stop.wait(settings.JOB_HEARTBEAT_SECONDS):
+            while not self._stop.wait(lab_settings.job_heartbeat_seconds):
                 Job.objects.filter(id=self.job_id, status="running").update(
                     heartbeat_at=timezone.now()
                 )

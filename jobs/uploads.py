@@ -15,10 +15,11 @@ from pathlib import Path
 
 from django.conf import settings
 
+from labsettings import lab_settings
+
 from .context import JobParamsError
 
 EXTENSIONS = (".jsonl", ".json", ".csv")
-DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 _UPLOAD_ID = re.compile(r"[0-9a-f]{32}")
 _CHUNK = 1024 * 1024
 
@@ -28,7 +29,7 @@ def uploads_dir() -> Path:
 
 
 def max_upload_bytes() -> int:
-    return int(settings.MLXLAB.get("MAX_UPLOAD_BYTES", DEFAULT_MAX_BYTES))
+    return lab_settings.max_upload_bytes
 
 
 def save_upload(fileobj, filename: str, owner_id: int) -> str:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 import threading
 
-from django.conf import settings
 from django.db import connection
+
+from labsettings import lab_settings
 
 from .runner import fail_stale
 
@@ -28,9 +29,9 @@ def start_watchdog(where: str) -> threading.Thread:
 
 def _watch(where: str) -> None:
     stop = threading.Event()
-    while not stop.wait(settings.JOB_HEARTBEAT_SECONDS):
+    while not stop.wait(lab_settings.job_heartbeat_seconds):
         try:
-            count = fail_stale(stale_seconds=settings.JOB_STALE_SECONDS)
+            count = fail_stale(stale_seconds=lab_settings.job_stale_seconds)
             if count:
                 log.warning("%s: failed %d job(s) whose process stopped", where, count)
         except Exception:  # the database may be briefly locked: try again next beat

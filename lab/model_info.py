@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from django.conf import settings
-
 from inference.engines import default_model_name, resident_models
 from inference.models import LanguageModel
 from inference.sampling_defaults import FIELDS
 from inference.sampling_defaults import sampling_defaults as model_sampling_defaults
+from labsettings import lab_settings
 
 
 def _json_file(path: Path) -> dict:
@@ -42,7 +41,7 @@ def sampling_defaults(folder: Path) -> dict:
     defaults = model_sampling_defaults(folder)
     values = {name: getattr(defaults, name) for name in FIELDS}
     # No max_tokens: a chat runs to the end of the context, unless the operator caps it.
-    cap = settings.MLXLAB["DEFAULT_MAX_TOKENS"]
+    cap = lab_settings.default_max_tokens
     return {**values, "max_tokens": defaults.chat_max_tokens if cap else None}
 
 

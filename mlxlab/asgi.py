@@ -11,7 +11,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mlxlab.settings")
 
 django_application = get_asgi_application()
 
-from django.conf import settings  # noqa: E402  (after Django is set up)
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from inference.body_limits import BodyLimitGuard  # noqa: E402
@@ -19,6 +18,7 @@ from inference.engines import preload_default_in_background  # noqa: E402
 from jobs.routing import websocket_urlpatterns as job_sockets  # noqa: E402
 from jobs.watchdog import start_watchdog  # noqa: E402
 from lab.routing import websocket_urlpatterns as chat_sockets  # noqa: E402
+from labsettings import lab_settings  # noqa: E402
 from mlxlab.origin import SameOriginValidator  # noqa: E402
 
 # Daphne serves no files: the lab's static assets (and the API docs page's, from
@@ -36,8 +36,8 @@ application = ProtocolTypeRouter(
     }
 )
 
-if settings.MLXLAB["PRELOAD_DEFAULT_MODEL"]:
+if lab_settings.preload_default_model:
     preload_default_in_background()
-if settings.JOB_WATCHDOG_IN_WEB:
+if lab_settings.job_watchdog_in_web:
     # A job whose whole Celery worker died is failed even while no worker runs.
     start_watchdog("web")

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from django.conf import settings
 from huggingface_hub import HfApi
 from huggingface_hub.errors import HfHubHTTPError
+
+from labsettings import lab_settings
 
 
 class HubError(RuntimeError):
@@ -16,12 +17,12 @@ class HubError(RuntimeError):
 
 
 def hub_api(token: str) -> HfApi:
-    return HfApi(endpoint=settings.MLXLAB["HF_ENDPOINT"], token=token)
+    return HfApi(endpoint=lab_settings.hf_endpoint, token=token)
 
 
 def repo_url(repo_id: str, repo_type: str) -> str:
     prefix = "datasets/" if repo_type == "dataset" else ""
-    return f"{settings.MLXLAB['HF_ENDPOINT'].rstrip('/')}/{prefix}{repo_id}"
+    return f"{lab_settings.hf_endpoint.rstrip('/')}/{prefix}{repo_id}"
 
 
 def hub_error(error: Exception) -> HubError:

@@ -13,10 +13,9 @@ import shutil
 import threading
 from pathlib import Path
 
-from django.conf import settings
-
 from jobs.context import JobCancelled, JobContext, JobParamsError, JobResult
 from jobs.models import Job
+from labsettings import lab_settings
 
 from .cards import dataset_card, finetuned_model_card, quantized_model_card
 from .hub import HubError, hub_api, hub_error, repo_url
@@ -27,7 +26,7 @@ POLL_SECONDS = 0.5
 
 
 def artifacts_root() -> Path:
-    return Path(settings.MLXLAB["ARTIFACTS_DIR"]).resolve()
+    return lab_settings.artifacts_dir.resolve()
 
 
 def inside_artifacts(text: str, kind: str) -> Path:

@@ -13,6 +13,8 @@ from pathlib import Path
 from cryptography.fernet import Fernet, InvalidToken
 from django.conf import settings
 
+from labsettings import lab_settings
+
 from .models import HubToken
 
 
@@ -25,7 +27,7 @@ def _key_file() -> Path:
 
 
 def _fernet() -> Fernet:
-    if key := os.environ.get("MLXLAB_HF_TOKEN_KEY"):
+    if key := lab_settings.hf_token_key:
         return Fernet(key.encode())
     path = _key_file()
     if not path.exists():

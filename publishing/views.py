@@ -11,7 +11,6 @@ import asyncio
 import logging
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -22,6 +21,7 @@ from jobs.context import JobParamsError
 from jobs.events import job_dict
 from jobs.models import Job
 from jobs.submission import BrokerUnavailable, cancel_job, queue_job
+from labsettings import lab_settings
 
 from .hub import HubError, repo_url, whoami
 from .push import validate as validate_push
@@ -165,7 +165,7 @@ async def _state(job_id) -> dict:
 async def _wait(job_id) -> dict:
     """The job's state once it ends, or when waiting longer is not worth holding the request."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + settings.MLXLAB["PUBLISH_WAIT_SECONDS"]
+    deadline = loop.time() + lab_settings.publish_wait_seconds
     while True:
         state = await _state(job_id)
         if state["status"] in Job.FINISHED or loop.time() > deadline:

@@ -173,10 +173,10 @@ def test_sampling():
     from django.conf import settings
 
     values = {
-        "DEFAULT_TEMPERATURE": float(TEST_SAMPLING["MLXLAB_DEFAULT_TEMPERATURE"]),
-        "DEFAULT_MAX_TOKENS": int(TEST_SAMPLING["MLXLAB_DEFAULT_MAX_TOKENS"]),
+        "default_temperature": float(TEST_SAMPLING["MLXLAB_DEFAULT_TEMPERATURE"]),
+        "default_max_tokens": int(TEST_SAMPLING["MLXLAB_DEFAULT_MAX_TOKENS"]),
     }
-    override = override_settings(MLXLAB={**settings.MLXLAB, **values})
+    override = override_settings(MLXLAB=settings.MLXLAB.replace(**values))
     override.enable()
     yield
     override.disable()

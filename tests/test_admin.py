@@ -66,7 +66,7 @@ def test_admin_refuses_anonymous(client):
 
 
 def test_byte_budget_evicts_oldest_first(db, settings):
-    settings.MLXLAB = {**settings.MLXLAB, "RESPONSES_MAX_BYTES": 900}
+    settings.MLXLAB = settings.MLXLAB.replace(responses_max_bytes=900)
     for index in range(4):
         response_store(
             body=body(f"resp_{index}", "x" * 200),
@@ -81,7 +81,7 @@ def test_byte_budget_evicts_oldest_first(db, settings):
 
 
 def test_the_byte_budget_is_each_owners_own(db, settings):
-    settings.MLXLAB = {**settings.MLXLAB, "RESPONSES_MAX_BYTES": 900}
+    settings.MLXLAB = settings.MLXLAB.replace(responses_max_bytes=900)
     store = dict(input_items=[], instructions="", previous_id=None)
     response_store(body=body("resp_mine", "x" * 200), owner="user:1", **store)
     for index in range(6):  # another user fills their own budget many times over

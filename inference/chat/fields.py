@@ -8,7 +8,7 @@ arrive in the surface's own error shape instead of a dropped connection.
 
 from __future__ import annotations
 
-from django.conf import settings
+from labsettings import lab_settings
 
 from .. import adapter_registry
 from ..engine.request import MAX_TOP_LOGPROBS
@@ -37,20 +37,15 @@ def field(body: dict, name: str, expected, default=None, *, low=None, high=None)
     return value
 
 
-def limit(name: str) -> int:
-    """One of the server's request bounds (settings.MLXLAB, README "Limits")."""
-    return settings.MLXLAB[name]
-
-
 def _logit_bias(body: dict) -> dict[int, float] | None:
     bias = body.get("logit_bias")
     if bias is None:
         return None
     if not isinstance(bias, dict):
         raise ApiError("logit_bias must be a dict of int to float", param="logit_bias")
-    if len(bias) > limit("MAX_LOGIT_BIAS"):
+    if len(bias) > lab_settings.max_logit_bias:
         raise ApiError(
-            f"logit_bias may hold at most {limit('MAX_LOGIT_BIAS')} entries", param="logit_bias"
+            f"logit_bias may hold at most {lab_settings.max_logit_bias} entries", param="logit_bias"
         )
     try:
         parsed = {int(key): float(value) for key, value in bias.items()}
@@ -67,7 +62,7 @@ def check_stop(stop, param: str) -> tuple[str, ...]:
     if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
         raise ApiError(f"{param} must be a string or a list of strings", param=param)
     stop = [s for s in stop if s]
-    count, chars = limit("MAX_STOP_SEQUENCES"), limit("MAX_STOP_CHARS")
+    count, chars = lab_settings.max_stop_sequences, lab_settings.max_stop_chars
     if len(stop) > count:
         raise ApiError(f"{param} may hold at most {count} sequences", param=param)
     if any(len(s) > chars for s in stop):
@@ -84,7 +79,7 @@ def stop(body: dict) -> tuple[str, ...]:
 
 def n(body: dict) -> int:
     """How many choices to generate from the one prompt (OpenAI's `n`)."""
-    return field(body, "n", int, 1, low=1, high=limit("MAX_N"))
+    return field(body, "n", int, 1, low=1, high=lab_settings.max_n)
 
 
 def max_tokens(body: dict) -> int | None:
@@ -109,7 +104,7 @@ SEED_RANGE = (-(2**63), 2**64 - 1)
 def sampling(body: dict) -> dict:
     """Every sampling field, checked; those with a per-model default (sampling_defaults.
     FIELDS) only when the request sets them, the others with mlx_lm.server's default."""
-    window = limit("MAX_PENALTY_CONTEXT")
+    window = lab_settings.max_penalty_context
     fields = dict(
         temperature=field(body, "temperature", NUMBER, low=0),
         top_p=field(body, "top_p", NUMBER, low=0, high=1),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from django.conf import settings
+from labsettings import lab_settings
 
 from ..errors import ApiError
 
@@ -117,8 +117,8 @@ def template_kwargs(effort: str | None, extra) -> dict:
     """Chat-template variables from a checked reasoning effort and the request's own
     `chat_template_kwargs` (as sent), which win."""
     kwargs = {} if effort is None else {"enable_thinking": effort != "none"}
-    if "enable_thinking" not in kwargs and settings.MLXLAB["THINKING"] is not None:
-        kwargs["enable_thinking"] = settings.MLXLAB["THINKING"]  # the server's default
+    if "enable_thinking" not in kwargs and lab_settings.thinking is not None:
+        kwargs["enable_thinking"] = lab_settings.thinking  # the server's default
     if extra is not None:
         if not isinstance(extra, dict):
             raise ApiError("chat_template_kwargs must be an object", param="chat_template_kwargs")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.conf import settings
+from labsettings import lab_settings
 
 from ..adapter_registry import resolve_adapters
 from ..engine import SamplingParams
@@ -48,14 +48,14 @@ def chat_input(request: ChatCall) -> ChatInput:
 
 def _check_max_tokens(request: ChatCall) -> None:
     # A server-wide cap (MLXLAB_MAX_TOKENS_LIMIT), published as the schema's maximum.
-    limit = settings.MLXLAB.get("MAX_TOKENS_LIMIT") or 0
+    limit = lab_settings.max_tokens_limit
     if limit and request.max_tokens is not None and request.max_tokens > limit:
         raise ApiError(f"max_tokens must be at most {limit} on this server", param="max_tokens")
 
 
 def cache_scope(caller: str) -> str:
     """The prompt-cache scope of `caller` (MLXLAB_PROMPT_CACHE_SCOPE: user, or global)."""
-    return "" if settings.MLXLAB["PROMPT_CACHE_SCOPE"] == "global" else caller
+    return "" if lab_settings.prompt_cache_scope == "global" else caller
 
 
 async def plan_generation(
@@ -74,7 +74,7 @@ async def plan_generation(
     thinking = request.template_kwargs.get("enable_thinking")
     sampling = resolve(defaults, request.sampling, thinking=thinking)
     default = defaults.chat_max_tokens if request.is_chat else defaults.completion_max_tokens
-    limit = settings.MLXLAB.get("MAX_TOKENS_LIMIT") or 0
+    limit = lab_settings.max_tokens_limit
     call = GenerateCall(
         chat=chat_input(request) if request.is_chat else None,
         text=request.prompt,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from django.conf import settings
+from labsettings import lab_settings
 
 from ..engine.grammar import GrammarSpec, choice_regex, schema_text
 from ..errors import ApiError
@@ -77,7 +77,7 @@ def schema_spec(schema: dict, name: str = "response", description: str = "") -> 
 def check_schema_size(text: str, param: str) -> None:
     """A schema, regex or grammar within MLXLAB_MAX_SCHEMA_BYTES: compile time and memory
     grow with it (a 137 KB enum takes a second and 32 MB to compile)."""
-    limit = settings.MLXLAB["MAX_SCHEMA_BYTES"]
+    limit = lab_settings.max_schema_bytes
     if len(text.encode()) > limit:
         raise ApiError(f"{param} is larger than the {limit} bytes allowed", param=param)
 

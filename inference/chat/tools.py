@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from django.conf import settings
+from labsettings import lab_settings
 
 from ..errors import ApiError
 from .structured import check_schema_size
@@ -58,7 +58,7 @@ def tool_plan(tools, choice=None) -> ToolPlan:
     tools = [] if tools is None else tools  # {} or "" is a 400 below, not "no tools"
     if not isinstance(tools, list):
         raise ApiError("tools must be an array", param="tools")
-    limit = settings.MLXLAB["MAX_TOOLS"]
+    limit = lab_settings.max_tools
     if len(tools) > limit:
         raise ApiError(f"tools may hold at most {limit} tools", param="tools")
     names = frozenset(_function(tool, i)["name"] for i, tool in enumerate(tools))

@@ -21,7 +21,7 @@ QUANTIZED_KINDS = (nn.QuantizedLinear, nn.QuantizedEmbedding)
 
 @dataclass(frozen=True)
 class FastPathOptions:
-    """Settings of the fast path (MLXLAB CPU_FAST_PATH, DENSE_WEIGHT_BUDGET_MB)."""
+    """Settings of the fast path (MLXLAB_CPU_FAST_PATH, MLXLAB_DENSE_WEIGHT_BUDGET_MB)."""
 
     enabled: bool = True
     dense_weight_budget_bytes: int = 4 << 30

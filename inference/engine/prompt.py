@@ -23,7 +23,7 @@ from .request import GenerationRequest
 
 @dataclass(frozen=True)
 class PromptLimits:
-    """What one prompt may cost the worker (MLXLAB TEMPLATE_RENDER_SECONDS, GRAMMAR_*)."""
+    """What one prompt may cost the worker (MLXLAB_TEMPLATE_RENDER_SECONDS, MLXLAB_GRAMMAR_*)."""
 
     render_seconds: float = 10.0
     grammar_seconds: float = 10.0

@@ -43,7 +43,7 @@ MAX_AWAITED_BOUNDARIES = 1024
 
 @dataclass(frozen=True)
 class PromptCacheConfig:
-    """Bounds of one model's prompt cache (MLXLAB PROMPT_CACHE_ENTRIES / _MB); 0 entries: off."""
+    """Bounds of one model's prompt cache (MLXLAB_PROMPT_CACHE_ENTRIES / _MB); 0 entries: off."""
 
     max_entries: int = 16
     max_bytes: int = 1 << 30

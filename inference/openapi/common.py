@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
+from labsettings import lab_settings
 
 Schema = dict[str, Any]
 
@@ -143,19 +143,14 @@ def max_tokens_field(limit: int) -> Schema:
     return schema
 
 
-def bound(name: str) -> int:
-    """A request bound of this server (settings.MLXLAB), published in the schema."""
-    return settings.MLXLAB[name]
-
-
 def stop_list(min_length: int = 1) -> Schema:
-    text = {"type": "string", "minLength": min_length, "maxLength": bound("MAX_STOP_CHARS")}
-    return {"type": "array", "items": text, "maxItems": bound("MAX_STOP_SEQUENCES")}
+    text = {"type": "string", "minLength": min_length, "maxLength": lab_settings.max_stop_chars}
+    return {"type": "array", "items": text, "maxItems": lab_settings.max_stop_sequences}
 
 
 def stop_field() -> Schema:
     """OpenAI's `stop`: empty strings are accepted and dropped, as mlx-bun drops them."""
-    text = {"type": "string", "maxLength": bound("MAX_STOP_CHARS")}
+    text = {"type": "string", "maxLength": lab_settings.max_stop_chars}
     return nullable({"anyOf": [text, stop_list(min_length=0)]})
 
 
@@ -181,15 +176,15 @@ def sampling_fields() -> dict[str, Schema]:
                 "description": "Token id (as a string) to a bias added to its logit.",
                 "propertyNames": {"pattern": r"^\s*[-+]?[0-9]+\s*$"},
                 "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100},
-                "maxProperties": bound("MAX_LOGIT_BIAS"),
+                "maxProperties": lab_settings.max_logit_bias,
             }
         ),
         "repetition_penalty": number(0),
-        "repetition_context_size": integer(0, bound("MAX_PENALTY_CONTEXT")),
+        "repetition_context_size": integer(0, lab_settings.max_penalty_context),
         "presence_penalty": number(),
-        "presence_context_size": integer(0, bound("MAX_PENALTY_CONTEXT")),
+        "presence_context_size": integer(0, lab_settings.max_penalty_context),
         "frequency_penalty": number(),
-        "frequency_context_size": integer(0, bound("MAX_PENALTY_CONTEXT")),
+        "frequency_context_size": integer(0, lab_settings.max_penalty_context),
         "stop": stop_field(),
     }
 
@@ -224,7 +219,7 @@ def openai_generation_fields(limit: int) -> dict[str, Schema]:
             "description": "Alternatives per token, with logprobs; -1 means unset.",
         },
         "n": {
-            **integer(1, bound("MAX_N")),
+            **integer(1, lab_settings.max_n),
             "description": "Choices to generate from the one prompt, generated side by side.",
         },
         "adapter": {

@@ -12,6 +12,7 @@ from django.db import DatabaseError
 
 from access.api_keys import keys_exist
 from access.authentication import BEARER, X_API_KEY
+from labsettings import lab_settings
 
 from . import anthropic_paths, openai_paths, responses_paths, status_paths, streams
 from .common import ANTHROPIC_ERROR, ENGINE_UNAVAILABLE_ERROR, OPENAI_ERROR, Schema
@@ -56,8 +57,8 @@ def _security(open_api: bool) -> list[dict]:
 
 def add_inference_api(result: dict, generator, request, public) -> dict:
     paths, components = inference_paths(
-        limit=settings.MLXLAB.get("MAX_TOKENS_LIMIT") or 0,
-        default_model=settings.MLXLAB["DEFAULT_MODEL"],
+        limit=lab_settings.max_tokens_limit,
+        default_model=lab_settings.default_model,
     )
     try:
         open_api = not keys_exist()

@@ -8,12 +8,12 @@ from django.test import override_settings
 
 from inference.body_limits import body_limit
 
-SMALL = {"MAX_REQUEST_BYTES": 1000, "MAX_REQUEST_BYTES_BY_PATH": {"/api/": 100, "/v1/m": 500}}
+SMALL = {"max_request_bytes": 1000, "max_request_bytes_by_path": {"/api/": 100, "/v1/m": 500}}
 
 
 @pytest.fixture
 def small_limits(settings):
-    settings.MLXLAB = {**settings.MLXLAB, **SMALL}
+    settings.MLXLAB = settings.MLXLAB.replace(**SMALL)
 
 
 def test_longest_prefix_wins(small_limits):

@@ -66,7 +66,7 @@ def test_schema_follows_the_server(client, db, settings):
     open_security = schema(client)["paths"]["/v1/models"]["get"]["security"]
     assert {} in open_security  # no key yet: the API is open
     api_key_create(user=User.objects.create_user("owner"))
-    settings.MLXLAB = {**settings.MLXLAB, "MAX_TOKENS_LIMIT": 7}
+    settings.MLXLAB = settings.MLXLAB.replace(max_tokens_limit=7)
     document = schema(client)
     assert {} not in document["paths"]["/v1/models"]["get"]["security"]
     assert document["paths"]["/health"]["get"]["security"] == [{}]

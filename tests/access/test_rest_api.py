@@ -167,10 +167,9 @@ def test_invalid_label_is_400(client, people):
 
 def test_static_key_acts_for_a_service_user_who_is_not_staff(client, people, settings):
     static = "mlx-a-static-key-for-the-service-user-0123456789"
-    settings.MLXLAB = {
-        **settings.MLXLAB,
-        "STATIC_API_KEY_DIGESTS": (hashlib.sha256(static.encode()).hexdigest(),),
-    }
+    settings.MLXLAB = settings.MLXLAB.replace(
+        static_api_key_digests=(hashlib.sha256(static.encode()).hexdigest(),)
+    )
     auth = {"Authorization": f"Bearer {static}"}
     me = client.get("/api/me", headers=auth).json()
     assert me["username"] == "api-service" and me["api_key"] == "static key"

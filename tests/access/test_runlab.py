@@ -48,8 +48,8 @@ def test_allowed_with_a_key_or_the_setting(db, settings, django_user_model):
     with pytest.raises(CommandError):
         check_open_bind("0.0.0.0")
     check_open_bind("127.0.0.1")
-    settings.MLXLAB = {**settings.MLXLAB, "ALLOW_OPEN_NETWORK_API": True}
+    settings.MLXLAB = settings.MLXLAB.replace(allow_open_network_api=True)
     check_open_bind("0.0.0.0")
-    settings.MLXLAB = {**settings.MLXLAB, "ALLOW_OPEN_NETWORK_API": False}
+    settings.MLXLAB = settings.MLXLAB.replace(allow_open_network_api=False)
     api_key_create(user=django_user_model.objects.create_user("owner"))
     check_open_bind("0.0.0.0")

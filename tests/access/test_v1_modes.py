@@ -37,7 +37,7 @@ def test_closed_once_a_key_exists_and_after_revoking_it(client, member):
 def test_static_keys_close_the_api(client, db, settings):
     static = "mlx-static-0123456789abcdefghijklmnopqrstuvwxyz"
     digest = hashlib.sha256(static.encode()).hexdigest()
-    settings.MLXLAB = {**settings.MLXLAB, "STATIC_API_KEY_DIGESTS": (digest,)}
+    settings.MLXLAB = settings.MLXLAB.replace(static_api_key_digests=(digest,))
     assert client.get("/v1/models").status_code == 401
     ok = client.get("/v1/models", headers={"Authorization": f"Bearer {static}"})
     assert ok.status_code == 200

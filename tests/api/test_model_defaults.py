@@ -17,14 +17,14 @@ from tests.conftest import DEFAULT_MODEL, THINKING_GENERATION, THINKING_MODEL
 HI = [{"role": "user", "content": "Hi"}]
 AUTHOR = {"temperature": 0.9, "top_p": 0.95, "top_k": 20, "min_p": 0.05,
           "repetition_penalty": 1.1}  # fmt: skip
-UNSET = {f"DEFAULT_{name}": None for name in
-         ("TEMPERATURE", "TOP_P", "TOP_K", "MIN_P", "REPETITION_PENALTY", "MAX_TOKENS")}  # fmt: skip
+UNSET = {f"default_{name}": None for name in
+         ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens")}  # fmt: skip
 
 
 @pytest.fixture
 def models(transactional_db, settings, model_folder, tmp_path) -> dict[str, str]:
     """Two registered models: one whose author published defaults, one with none."""
-    settings.MLXLAB = {**settings.MLXLAB, **UNSET, "THINKING": None}
+    settings.MLXLAB = settings.MLXLAB.replace(**UNSET, thinking=None)
     authored = tmp_path / "authored"
     authored.mkdir()
     for item in model_folder.iterdir():
@@ -57,7 +57,7 @@ def test_a_model_without_defaults_gets_mlx_buns_fallback(models):
 
 
 def test_the_request_wins_then_the_operator(models, settings):
-    settings.MLXLAB = {**settings.MLXLAB, "DEFAULT_TOP_P": 0.5, "DEFAULT_TEMPERATURE": 0.3}
+    settings.MLXLAB = settings.MLXLAB.replace(default_top_p=0.5, default_temperature=0.3)
     got = sampling({"model": "authored", "messages": HI, "temperature": 0.2})
     assert got == {**AUTHOR, "temperature": 0.2, "top_p": 0.5}
 
@@ -76,7 +76,7 @@ def test_a_thinking_off_turn_runs_no_hotter_than_the_no_think_cap(models, fields
 
 
 def test_the_servers_thinking_default_applies_when_the_request_says_nothing(models, settings):
-    settings.MLXLAB = {**settings.MLXLAB, "THINKING": False}
+    settings.MLXLAB = settings.MLXLAB.replace(thinking=False)
     call = plan({"model": "authored", "messages": HI})
     assert call.chat.template_kwargs == {"enable_thinking": False}
     assert call.sampling.temperature == 0.7
@@ -87,7 +87,7 @@ def test_the_servers_thinking_default_applies_when_the_request_says_nothing(mode
 
 
 def test_an_operators_temperature_is_not_capped(models, settings):
-    settings.MLXLAB = {**settings.MLXLAB, "DEFAULT_TEMPERATURE": 1.0}
+    settings.MLXLAB = settings.MLXLAB.replace(default_temperature=1.0)
     body = {"model": "authored", "messages": HI, "reasoning_effort": "none"}
     assert sampling(body)["temperature"] == 1.0
 
@@ -97,7 +97,7 @@ def test_length_without_max_tokens(models, settings):
     text = plan({"model": "plain", "prompt": "Once"}, text=True)
     assert (chat.max_tokens, chat.default_max_tokens) == (None, 65_536)  # the context decides
     assert text.default_max_tokens == 512
-    settings.MLXLAB = {**settings.MLXLAB, "DEFAULT_MAX_TOKENS": 100}
+    settings.MLXLAB = settings.MLXLAB.replace(default_max_tokens=100)
     assert plan({"model": "plain", "messages": HI}).default_max_tokens == 100
     assert plan({"model": "plain", "prompt": "Once"}, text=True).default_max_tokens == 100
 
@@ -128,7 +128,7 @@ def test_the_servers_default_adapter_applies_to_its_own_model(models, settings, 
     from inference.models import Adapter
 
     Adapter.objects.create(name="house", base_model="plain", path=str(tmp_path / "house"))
-    settings.MLXLAB = {**settings.MLXLAB, "DEFAULT_ADAPTER": "house"}
+    settings.MLXLAB = settings.MLXLAB.replace(default_adapter="house")
     assert [a.name for a in plan({"model": "plain", "messages": HI}).adapters] == ["house"]
     opted_out = plan({"model": "plain", "messages": HI, "adapter": "none"})
     assert opted_out.adapters == ()

@@ -53,7 +53,7 @@ def example_line(fmt: str, i: int) -> dict:
 def lab(db, settings, tmp_path, model_folder):
     """Uploads under tmp_path and the default model registered for token counting."""
     settings.VAR_DIR = tmp_path / "var"
-    model_register(name=settings.MLXLAB["DEFAULT_MODEL"], path=model_folder)
+    model_register(name=settings.MLXLAB.default_model, path=model_folder)
     return tmp_path
 
 
@@ -245,7 +245,7 @@ def test_refused_and_unknown_uploads(lab, settings):
     for upload_id in ["0" * 32, "../../etc/passwd", 42]:
         message = error_of({"format": "text", "source": {"upload": upload_id}})
         assert message == f"upload '{upload_id}' not found"
-    settings.MLXLAB = {**settings.MLXLAB, "MAX_UPLOAD_BYTES": 100}
+    settings.MLXLAB = settings.MLXLAB.replace(max_upload_bytes=100)
     with pytest.raises(JobParamsError, match="larger than the limit of 100 bytes"):
         upload([{"text": "x" * 200}])
     assert not list((lab / "var" / "uploads").glob("*.jsonl"))

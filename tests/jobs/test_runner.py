@@ -26,7 +26,7 @@ def test_a_cancelled_job_is_never_claimed(queued):
 
 
 def test_orphans_of_a_lost_worker_fail_and_lose_their_partial_output(queued, settings, tmp_path):
-    settings.MLXLAB = {**settings.MLXLAB, "ARTIFACTS_DIR": tmp_path}
+    settings.MLXLAB = settings.MLXLAB.replace(artifacts_dir=tmp_path)
     claim(queued.id, "w1@host")
     partial_dir(queued.id).mkdir(parents=True)
     other = Job.objects.create(kind="dataset", params={})
@@ -47,7 +47,7 @@ def test_a_job_failed_by_a_watchdog_while_it_ran_keeps_its_reason_and_registers_
     from inference.models import LanguageModel
     from jobs.context import JobResult
 
-    settings.MLXLAB = {**settings.MLXLAB, "ARTIFACTS_DIR": tmp_path}
+    settings.MLXLAB = settings.MLXLAB.replace(artifacts_dir=tmp_path)
 
     class Stalled:
         def run(self, ctx):

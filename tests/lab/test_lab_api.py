@@ -162,7 +162,7 @@ def test_import_refusals(staff_client, registered_models, body, detail):
 
 @pytest.mark.django_db(transaction=True)  # the import thread writes through its own connection
 def test_import_a_gguf_with_progress(staff_client, settings, tmp_path):
-    settings.MLXLAB = {**settings.MLXLAB, "MODELS_DIR": tmp_path}
+    settings.MLXLAB = settings.MLXLAB.replace(models_dir=tmp_path)
     started = staff_client.post(
         "/api/models/import",
         {"path": str(embedded_gguf()), "name": "smol-copy"},

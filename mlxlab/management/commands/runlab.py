@@ -23,6 +23,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from access.api_keys import keys_exist
 from lab.first_admin import credentials_path, ensure_first_admin
+from labsettings import lab_settings
 
 
 def _listening(host: str, port: int) -> bool:
@@ -45,7 +46,7 @@ def is_loopback(host: str) -> bool:
 
 def check_open_bind(host: str) -> None:
     """Refuse to serve an API without keys beyond this machine, unless explicitly allowed."""
-    if is_loopback(host) or keys_exist() or settings.MLXLAB["ALLOW_OPEN_NETWORK_API"]:
+    if is_loopback(host) or keys_exist() or lab_settings.allow_open_network_api:
         return
     raise CommandError(
         f"refusing to listen on {host}: no API key exists, so anyone who can reach it could "

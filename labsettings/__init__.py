@@ -1,0 +1,439 @@
+"""The lab's settings: one table, one typed object, read through `lab_settings`.
+
+`LabSettings` is the table. Each field is one setting: its name and type, the
+environment variable that sets it, the parser of that variable, its default and what
+it means. `mlxlab/settings.py` builds it once, `MLXLAB = LabSettings.from_environ(
+os.environ)`, and app code reads it typed, `from labsettings import lab_settings;
+lab_settings.max_n`.
+
+`lab_settings` reads `django.conf.settings.MLXLAB` on every access, so an override
+(pytest-django's `settings` fixture, `override_settings`) takes effect at once, with no
+cache to reload on `setting_changed` as DRF's `api_settings` must. An override replaces
+the whole object: `settings.MLXLAB = settings.MLXLAB.replace(max_n=2)`.
+
+This package sits below every app and imports none of them. The OpenBLAS variables
+(MLXLAB_BLAS_PATH, MLXLAB_BLAS_THREADS) are not here: the BLAS loads before Django
+reads settings (inference/engine/cpu_fast_path.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+# The checkout: var/ lives in it unless MLXLAB_VAR_DIR says otherwise.
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+MIB = 1024 * 1024
+TRUE = frozenset({"1", "true", "yes", "on"})
+# An empty value is off, as it always was: `MLXLAB_PRELOAD=` does not preload.
+FALSE = frozenset({"", "0", "false", "no", "off"})
+
+
+# Parsers: the text of one variable into a value; a ValueError says what is wrong with it.
+
+
+def parse_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError("not an integer") from None
+
+
+def parse_float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError("not a number") from None
+
+
+def parse_bool(text: str) -> bool:
+    word = text.strip().lower()
+    if word in TRUE:
+        return True
+    if word in FALSE:
+        return False
+    raise ValueError("not a boolean (1, true, yes, on / 0, false, no, off)")
+
+
+def optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """`parse`, with a blank value meaning unset (None) rather than an error."""
+
+    def parse_optional(text: str) -> Any:
+        return parse(text) if text.strip() else None
+
+    return parse_optional
+
+
+def one_of(*choices: str) -> Callable[[str], str]:
+    def parse_choice(text: str) -> str:
+        if text not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}")
+        return text
+
+    return parse_choice
+
+
+def parse_list(text: str) -> tuple[str, ...]:
+    """Comma-separated; blanks dropped."""
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def parse_key_digests(text: str) -> tuple[str, ...]:
+    """API keys, hashed at once: the raw keys never sit in settings or logs."""
+    return tuple(hashlib.sha256(key.encode()).hexdigest() for key in parse_list(text))
+
+
+def parse_path_limits(text: str) -> dict[str, int]:
+    """`/v1/messages=1048576,/api/=65536` -> {path prefix: bytes}."""
+    limits = {}
+    for item in parse_list(text):
+        prefix, equals, limit = item.rpartition("=")
+        if not equals or not prefix:
+            raise ValueError(f"{item!r} is not PREFIX=BYTES")
+        limits[prefix] = parse_int(limit)
+    return limits
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A default computed from settings above it in the table (a folder under var_dir)."""
+
+    compute: Callable[[Mapping[str, Any]], Any]
+    text: str  # how the table reads, for people: "var_dir/models"
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _under_var(name: str) -> Derived:
+    return Derived(lambda values: values["var_dir"] / name, f"var_dir/{name}")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One row of the table."""
+
+    name: str  # LabSettings' attribute
+    env: str  # the environment variable
+    parse: Callable[[str], Any]
+    default: Any  # a value, or Derived
+    meaning: str
+    # The parsed value adds to the default (a dict) rather than replacing it.
+    merge: bool = False
+    # Never shown: not in the object's repr (Django's debug page), nor in a parse error.
+    secret: bool = False
+
+    def default_for(self, values: Mapping[str, Any]) -> Any:
+        return self.default.compute(values) if isinstance(self.default, Derived) else self.default
+
+
+def setting(
+    env: str,
+    parse: Callable[[str], Any],
+    default: Any,
+    meaning: str,
+    *,
+    merge: bool = False,
+    secret: bool = False,
+) -> Any:
+    """A LabSettings field: the row's data rides in the field's metadata. No dataclass
+    default: only from_environ (and replace) build the object, so every value is set."""
+    row = {"env": env, "parse": parse, "default": default, "meaning": meaning}
+    return field(repr=not secret, metadata={**row, "merge": merge, "secret": secret})
+
+
+@dataclass(frozen=True)
+class LabSettings:
+    """Every lab setting, typed. Order matters: a Derived default reads rows above it."""
+
+    # Where things live.
+    var_dir: Path = setting(
+        "MLXLAB_VAR_DIR", Path, BASE_DIR / "var",
+        "The lab's state: database, secret key, uploads, token key, Redis files.",
+    )  # fmt: skip
+    db_path: Path = setting(
+        "MLXLAB_DB_PATH", Path, _under_var("db.sqlite3"), "The SQLite database."
+    )
+    models_dir: Path = setting(
+        "MLXLAB_MODELS_DIR", Path, _under_var("models"), "Imported models, one folder each."
+    )
+    artifacts_dir: Path = setting(
+        "MLXLAB_ARTIFACTS_DIR", Path, _under_var("artifacts"),
+        "What jobs make (quantized models, adapters, datasets), one folder per job.",
+    )  # fmt: skip
+    worker_socket_dir: Path = setting(
+        "MLXLAB_WORKER_SOCKET_DIR", Path, _under_var("run"),
+        "Model workers' sockets (ipc://, Unix sockets).",
+    )  # fmt: skip
+    log_level: str = setting("MLXLAB_LOG_LEVEL", str, "INFO", "The root logger's level.")
+
+    # Models and their workers (inference/workers).
+    default_model: str = setting(
+        "MLXLAB_DEFAULT_MODEL", str, "smollm2-135m-instruct",
+        "The model of requests that name none; its worker is never evicted.",
+    )  # fmt: skip
+    preload_default_model: bool = setting(
+        "MLXLAB_PRELOAD", parse_bool, True, "Load the default model when the web process starts."
+    )
+    max_loaded_models: int = setting(
+        "MLXLAB_MAX_LOADED_MODELS", parse_int, 2, "Model workers resident at once."
+    )
+    model_memory_mb: int = setting(
+        "MLXLAB_MODEL_MEMORY_MB", parse_int, 0,
+        "Memory of the resident workers, as they report it; 0: no bound.",
+    )  # fmt: skip
+    model_idle_seconds: float = setting(
+        "MLXLAB_MODEL_IDLE_SECONDS", parse_float, 1800.0,
+        "A model idle this long unloads; 0: never.",
+    )  # fmt: skip
+    engine_wait_seconds: float = setting(
+        "MLXLAB_ENGINE_WAIT_SECONDS", parse_float, 30.0,
+        "How long a request waits for a restarting worker before its 502.",
+    )  # fmt: skip
+    model_load_seconds: float = setting(
+        "MLXLAB_MODEL_LOAD_SECONDS", parse_float, 600.0,
+        "How long a worker may take to load its model before it counts as failed.",
+    )  # fmt: skip
+    template_render_seconds: float = setting(
+        "MLXLAB_TEMPLATE_RENDER_SECONDS", parse_float, 10.0,
+        "A chat template render that takes longer is a 400.",
+    )  # fmt: skip
+    max_batch_size: int = setting(
+        "MLXLAB_MAX_BATCH_SIZE", parse_int, 8, "Sequences one worker decodes together."
+    )
+    prefill_step_size: int = setting(
+        "MLXLAB_PREFILL_STEP_SIZE", parse_int, 512, "Prompt tokens per prefill step."
+    )
+
+    # Sampling defaults for fields a request leaves out (inference/sampling_defaults.py):
+    # unset, each comes from the model's generation_config.json, then the fallback.
+    default_temperature: float | None = setting(
+        "MLXLAB_DEFAULT_TEMPERATURE", optional(parse_float), None, "The server's temperature."
+    )
+    default_top_p: float | None = setting(
+        "MLXLAB_DEFAULT_TOP_P", optional(parse_float), None, "The server's top_p."
+    )
+    default_top_k: int | None = setting(
+        "MLXLAB_DEFAULT_TOP_K", optional(parse_int), None, "The server's top_k."
+    )
+    default_min_p: float | None = setting(
+        "MLXLAB_DEFAULT_MIN_P", optional(parse_float), None, "The server's min_p."
+    )
+    default_repetition_penalty: float | None = setting(
+        "MLXLAB_DEFAULT_REPETITION_PENALTY", optional(parse_float), None,
+        "The server's repetition_penalty.",
+    )  # fmt: skip
+    no_think_temperature: float = setting(
+        "MLXLAB_NO_THINK_TEMPERATURE", parse_float, 0.7,
+        "The most a thinking-off turn's default temperature may be (mlx-bun's 0.7).",
+    )  # fmt: skip
+    thinking: bool | None = setting(
+        "MLXLAB_THINKING", optional(parse_bool), None,
+        "enable_thinking for requests that do not say; unset: the template's own.",
+    )  # fmt: skip
+    # Unset: a chat runs to the end of its context (at most 65,536), a completion to 512.
+    default_max_tokens: int | None = setting(
+        "MLXLAB_DEFAULT_MAX_TOKENS", optional(parse_int), None,
+        "A cap on the tokens of a request that sets no max_tokens.",
+    )  # fmt: skip
+    # A request's "adapter": "none" opts out.
+    default_adapter: str = setting(
+        "MLXLAB_DEFAULT_ADAPTER", str.strip, "",
+        'An adapter (or "a+b") for requests that name none, on the model it was trained on.',
+    )  # fmt: skip
+
+    # The CPU fast path: OpenBLAS under MLX and dense float32 weights (docs/BENCHMARKS.md).
+    # The BLAS itself loads before Django reads settings, so MLXLAB_CPU_FAST_PATH=0,
+    # MLXLAB_BLAS_PATH and MLXLAB_BLAS_THREADS (default 1) act through the environment.
+    cpu_fast_path: bool = setting(
+        "MLXLAB_CPU_FAST_PATH", parse_bool, True, "OpenBLAS and dense float32 weights on CPU."
+    )
+    dense_weight_budget_mb: int = setting(
+        "MLXLAB_DENSE_WEIGHT_BUDGET_MB", parse_int, 4096,
+        "Dense float32 weights above this stay quantized.",
+    )  # fmt: skip
+    prompt_cache_entries: int = setting(
+        "MLXLAB_PROMPT_CACHE_ENTRIES", parse_int, 16,
+        "Reused KV caches of prompt prefixes, per model; 0 turns the cache off.",
+    )  # fmt: skip
+    prompt_cache_mb: int = setting(
+        "MLXLAB_PROMPT_CACHE_MB", parse_int, 1024, "Bytes of cached KV state per model."
+    )
+    prompt_cache_sessions: int = setting(
+        "MLXLAB_PROMPT_CACHE_SESSIONS", parse_int, 16,
+        "Named sessions (session_id, prompt_cache_key) whose last turn is kept, per model.",
+    )  # fmt: skip
+    # user: cached_tokens tells a caller nothing of others' prompts.
+    prompt_cache_scope: str = setting(
+        "MLXLAB_PROMPT_CACHE_SCOPE", one_of("user", "global"), "user",
+        "user: a caller reuses only its own cached prompts; global: every caller shares them.",
+    )  # fmt: skip
+
+    # Stored /v1/responses.
+    responses_ttl_seconds: int = setting(
+        "MLXLAB_RESPONSES_TTL_SECONDS", parse_int, 30 * 86400, "How long a response is kept."
+    )
+    responses_max_bytes: int = setting(
+        "MLXLAB_RESPONSES_MAX_BYTES", parse_int, 256 * MIB,
+        "The most stored responses may take; the oldest go first.",
+    )  # fmt: skip
+
+    # Access control (inference/api_keys.py, inference/api/access.py).
+    static_api_key_digests: tuple[str, ...] = setting(
+        "MLXLAB_API_KEYS", parse_key_digests, (),
+        "Static API keys (comma-separated), kept as SHA-256 digests.",
+    )  # fmt: skip
+    static_key_user: str = setting(
+        "MLXLAB_STATIC_KEY_USER", str, "api-service",
+        "The non-staff user static keys act for, created on first use.",
+    )  # fmt: skip
+    allow_open_network_api: bool = setting(
+        "MLXLAB_ALLOW_OPEN_NETWORK_API", parse_bool, False,
+        "With no API key at all, runlab serves a non-loopback address only if this is set.",
+    )  # fmt: skip
+    cors_allowed_origins: tuple[str, ...] = setting(
+        "MLXLAB_CORS_ALLOWED_ORIGINS", parse_list, (),
+        "Browser origins allowed to call the API (comma-separated).",
+    )  # fmt: skip
+
+    # Bounds on what a request may ask (README: "Limits").
+    max_request_bytes: int = setting(
+        "MLXLAB_MAX_REQUEST_BYTES", parse_int, 8 * MIB,
+        "A request body's bytes, where no path prefix has its own limit.",
+    )  # fmt: skip
+    max_upload_bytes: int = setting(
+        "MLXLAB_MAX_UPLOAD_BYTES", parse_int, 64 * MIB,
+        "A dataset upload's bytes; also the default body limit of its endpoint.",
+    )  # fmt: skip
+    # Longest prefix first (inference/body_limits.py); the variable's pairs add to these.
+    max_request_bytes_by_path: dict[str, int] = setting(
+        "MLXLAB_MAX_REQUEST_BYTES_BY_PATH", parse_path_limits,
+        Derived(
+            lambda values: {"/api/": MIB, "/api/datasets/uploads": values["max_upload_bytes"]},
+            "/api/=1048576, /api/datasets/uploads=max_upload_bytes",
+        ),
+        "Body limits per path prefix: /v1/messages=1048576,/api/=65536.",
+        merge=True,
+    )  # fmt: skip
+    max_json_depth: int = setting("MLXLAB_MAX_JSON_DEPTH", parse_int, 64, "Nesting of a JSON body.")
+    max_stop_sequences: int = setting(
+        "MLXLAB_MAX_STOP_SEQUENCES", parse_int, 16, "Stop strings per request."
+    )
+    max_stop_chars: int = setting(
+        "MLXLAB_MAX_STOP_CHARS", parse_int, 256, "Characters per stop string."
+    )
+    max_logit_bias: int = setting("MLXLAB_MAX_LOGIT_BIAS", parse_int, 300, "Entries of logit_bias.")
+    max_penalty_context: int = setting(
+        "MLXLAB_MAX_PENALTY_CONTEXT", parse_int, 4096, "A penalty's context window, in tokens."
+    )
+    max_tools: int = setting("MLXLAB_MAX_TOOLS", parse_int, 128, "Tools per request.")
+    max_schema_bytes: int = setting(
+        "MLXLAB_MAX_SCHEMA_BYTES", parse_int, 64 * 1024,
+        "A JSON schema, regex, grammar or choice list, in bytes.",
+    )  # fmt: skip
+    max_n: int = setting("MLXLAB_MAX_N", parse_int, 8, "Choices per prompt (n).")
+    max_tokens_limit: int = setting(
+        "MLXLAB_MAX_TOKENS_LIMIT", parse_int, 0,
+        "The most tokens one request may ask for; 0: only the context length limits it.",
+    )  # fmt: skip
+    grammar: bool = setting(
+        "MLXLAB_GRAMMAR", parse_bool, True,
+        "Compile grammars; off, constraints are asked for in a system message.",
+    )  # fmt: skip
+    grammar_compile_seconds: float = setting(
+        "MLXLAB_GRAMMAR_COMPILE_SECONDS", parse_float, 10.0, "Time to compile one grammar."
+    )
+    grammar_cache_mb: int = setting(
+        "MLXLAB_GRAMMAR_CACHE_MB", parse_int, 256, "Compiled grammars kept, per worker."
+    )
+
+    # Jobs (jobs/). The soft limit tells a job to stop and clean up; Celery's hard limit
+    # and Redis's visibility timeout are derived from it (mlxlab/settings.py).
+    job_time_limit_seconds: int = setting(
+        "MLXLAB_JOB_TIME_LIMIT_SECONDS", parse_int, 6 * 3600, "A job's soft time limit."
+    )
+    job_heartbeat_seconds: float = setting(
+        "MLXLAB_JOB_HEARTBEAT_SECONDS", parse_float, 10.0,
+        "How often a running job's process writes its heartbeat.",
+    )  # fmt: skip
+    job_stale_seconds: float = setting(
+        "MLXLAB_JOB_STALE_SECONDS", parse_float, 45.0,
+        "The watchdogs fail a job whose heartbeat is older (its process died).",
+    )  # fmt: skip
+    # So a job outlives no dead worker, restarted or not.
+    job_watchdog_in_web: bool = setting(
+        "MLXLAB_JOB_WATCHDOG_IN_WEB", parse_bool, True, "The web process watches jobs too."
+    )
+
+    # Publishing (publishing/).
+    hf_endpoint: str = setting(
+        "HF_ENDPOINT", str, "https://huggingface.co",
+        "Where pushes go: the Hugging Face Hub, or a stand-in speaking its protocol.",
+    )  # fmt: skip
+    hf_token_key: str = setting(
+        "MLXLAB_HF_TOKEN_KEY", str, "",
+        "The Fernet key of the stored Hub token; empty: a key file in var_dir.",
+        secret=True,
+    )  # fmt: skip
+    publish_wait_seconds: int = setting(
+        "MLXLAB_PUBLISH_WAIT_SECONDS", parse_int, 600,
+        "How long a push request waits for its upload before answering with the job.",
+    )  # fmt: skip
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> LabSettings:
+        """Every setting from `environ`, else its default. ImproperlyConfigured names the
+        variable whose value does not parse."""
+        values: dict[str, Any] = {}
+        for row in TABLE:
+            default = row.default_for(values)
+            text = environ.get(row.env)
+            if text is None:
+                values[row.name] = default
+                continue
+            try:
+                value = row.parse(text)
+            except ValueError as error:
+                shown = "" if row.secret else f" (got {text!r})"
+                raise ImproperlyConfigured(f"{row.env}: {error}{shown}") from None
+            values[row.name] = {**default, **value} if row.merge else value
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> LabSettings:
+        """A copy with `changes` (attribute names), for tests' overrides."""
+        return dataclasses.replace(self, **changes)
+
+
+TABLE: tuple[Setting, ...] = tuple(
+    Setting(name=item.name, **item.metadata) for item in dataclasses.fields(LabSettings)
+)
+
+
+class _LabSettingsProxy:
+    """`settings.MLXLAB`, looked up on every attribute access (see the module's note)."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        from django.conf import settings
+
+        return getattr(settings.MLXLAB, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("lab settings are read-only: override settings.MLXLAB instead")
+
+    def __repr__(self) -> str:
+        from django.conf import settings
+
+        return repr(settings.MLXLAB)
+
+
+# Typed as what it stands for, so that `lab_settings.max_n` is an int to a type checker.
+lab_settings: LabSettings = _LabSettingsProxy()  # type: ignore[assignment]

@@ -1,0 +1,278 @@
+"""The settings table (labsettings/): every variable parses into its typed attribute, a
+bad value names its variable, the defaults are the documented ones, and `lab_settings`
+follows an override."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import hashlib
+import types
+import typing
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+import labsettings
+from labsettings import BASE_DIR, TABLE, LabSettings, lab_settings
+
+ROWS = {row.name: row for row in TABLE}
+TYPES = {field.name: field.type for field in dataclasses.fields(LabSettings)}
+MIB = 1024 * 1024
+DEFAULTS = LabSettings.from_environ({})
+
+
+def sample(name: str) -> tuple[str, object]:
+    """A value for the row's variable other than its default, and what it parses to."""
+    kind = TYPES[name]
+    special = {
+        "prompt_cache_scope": ("global", "global"),
+        "default_adapter": ("  house+style ", "house+style"),
+        "static_api_key_digests": (
+            "key-one, key-two",
+            tuple(hashlib.sha256(key).hexdigest() for key in (b"key-one", b"key-two")),
+        ),
+        "max_request_bytes_by_path": (
+            "/v1/messages=1000,/api/=2000",
+            {"/api/": 2000, "/api/datasets/uploads": 64 * MIB, "/v1/messages": 1000},
+        ),
+    }
+    if name in special:
+        return special[name]
+    if kind in ("int", "int | None"):
+        return "7", 7
+    if kind in ("float", "float | None"):
+        return "2.5", 2.5
+    if kind == "bool":
+        return ("0", False) if getattr(DEFAULTS, name) else ("yes", True)
+    if kind == "bool | None":
+        return "off", False
+    if kind == "Path":
+        return "/srv/lab/elsewhere", Path("/srv/lab/elsewhere")
+    if kind == "str":
+        return "some-value", "some-value"
+    if kind == "tuple[str, ...]":
+        return "https://a.example, ,https://b.example", ("https://a.example", "https://b.example")
+    pytest.fail(f"no sample for {name}: {kind}")
+
+
+@pytest.mark.parametrize("name", ROWS)
+def test_every_variable_sets_its_attribute(name):
+    row = ROWS[name]
+    text, expected = sample(name)
+    assert getattr(DEFAULTS, name) != expected  # so the assertion below can fail
+    assert getattr(LabSettings.from_environ({row.env: text}), name) == expected
+
+
+NUMBERS = [name for name, kind in TYPES.items() if kind.split(" |")[0] in ("int", "float")]
+
+
+@pytest.mark.parametrize("name", NUMBERS)
+def test_a_bad_number_names_its_variable(name):
+    env = ROWS[name].env
+    with pytest.raises(
+        ImproperlyConfigured, match=rf"^{env}: not an? (integer|number) \(got '12x'\)$"
+    ):
+        LabSettings.from_environ({env: "12x"})
+
+
+@pytest.mark.parametrize(
+    ("env", "text", "why"),
+    [
+        ("MLXLAB_PRELOAD", "maybe", "not a boolean"),
+        ("MLXLAB_THINKING", "sometimes", "not a boolean"),
+        ("MLXLAB_PROMPT_CACHE_SCOPE", "everyone", "must be one of user, global"),
+        (
+            "MLXLAB_MAX_REQUEST_BYTES_BY_PATH",
+            "/v1/=1000,nonsense",
+            "'nonsense' is not PREFIX=BYTES",
+        ),
+        ("MLXLAB_MAX_REQUEST_BYTES_BY_PATH", "/v1/=lots", "not an integer"),
+    ],
+)
+def test_other_bad_values_name_their_variable(env, text, why):
+    with pytest.raises(ImproperlyConfigured) as raised:
+        LabSettings.from_environ({env: text})
+    assert str(raised.value).startswith(f"{env}: {why}")
+
+
+def test_blank_values():
+    """Unset optional settings are blank; a blank switch is off, as it always was."""
+    blank = LabSettings.from_environ(
+        {"MLXLAB_DEFAULT_TEMPERATURE": " ", "MLXLAB_THINKING": "", "MLXLAB_PRELOAD": ""}
+    )
+    assert blank.default_temperature is None and blank.thinking is None
+    assert blank.preload_default_model is False
+
+
+def test_the_documented_defaults():
+    var = BASE_DIR / "var"
+    documented = {
+        "var_dir": var,
+        "db_path": var / "db.sqlite3",
+        "models_dir": var / "models",
+        "artifacts_dir": var / "artifacts",
+        "worker_socket_dir": var / "run",
+        "log_level": "INFO",
+        "default_model": "smollm2-135m-instruct",
+        "preload_default_model": True,
+        "max_loaded_models": 2,
+        "model_memory_mb": 0,
+        "model_idle_seconds": 1800,
+        "engine_wait_seconds": 30,
+        "model_load_seconds": 600,
+        "template_render_seconds": 10,
+        "max_batch_size": 8,
+        "prefill_step_size": 512,
+        "default_temperature": None,
+        "default_top_p": None,
+        "default_top_k": None,
+        "default_min_p": None,
+        "default_repetition_penalty": None,
+        "no_think_temperature": 0.7,
+        "thinking": None,
+        "default_max_tokens": None,
+        "default_adapter": "",
+        "cpu_fast_path": True,
+        "dense_weight_budget_mb": 4096,
+        "prompt_cache_entries": 16,
+        "prompt_cache_mb": 1024,
+        "prompt_cache_sessions": 16,
+        "prompt_cache_scope": "user",
+        "responses_ttl_seconds": 30 * 86400,
+        "responses_max_bytes": 256 * MIB,
+        "static_api_key_digests": (),
+        "static_key_user": "api-service",
+        "allow_open_network_api": False,
+        "cors_allowed_origins": (),
+        "max_request_bytes": 8 * MIB,
+        "max_upload_bytes": 64 * MIB,
+        "max_request_bytes_by_path": {"/api/": MIB, "/api/datasets/uploads": 64 * MIB},
+        "max_json_depth": 64,
+        "max_stop_sequences": 16,
+        "max_stop_chars": 256,
+        "max_logit_bias": 300,
+        "max_penalty_context": 4096,
+        "max_tools": 128,
+        "max_schema_bytes": 64 * 1024,
+        "max_n": 8,
+        "max_tokens_limit": 0,
+        "grammar": True,
+        "grammar_compile_seconds": 10,
+        "grammar_cache_mb": 256,
+        "job_time_limit_seconds": 6 * 3600,
+        "job_heartbeat_seconds": 10,
+        "job_stale_seconds": 45,
+        "job_watchdog_in_web": True,
+        "hf_endpoint": "https://huggingface.co",
+        "hf_token_key": "",
+        "publish_wait_seconds": 600,
+    }
+    assert dataclasses.asdict(DEFAULTS) == documented
+
+
+def test_the_defaults_are_the_tables_and_of_their_types():
+    hints = typing.get_type_hints(LabSettings)
+    resolved: dict = {}
+    for row in TABLE:
+        resolved[row.name] = row.default_for(resolved)
+        value = getattr(DEFAULTS, row.name)
+        assert value == resolved[row.name], row.name
+        kind = hints[row.name]
+        kinds = typing.get_args(kind) if isinstance(kind, types.UnionType) else (kind,)
+        assert isinstance(value, tuple(typing.get_origin(k) or k for k in kinds)), row.name
+        assert not isinstance(value, bool) or bool in kinds, row.name
+
+
+def test_derived_defaults_follow_what_they_derive_from():
+    moved = LabSettings.from_environ({"MLXLAB_VAR_DIR": "/srv/lab", "MLXLAB_DB_PATH": "/db"})
+    assert moved.models_dir == Path("/srv/lab/models")
+    assert moved.artifacts_dir == Path("/srv/lab/artifacts")
+    assert moved.worker_socket_dir == Path("/srv/lab/run")
+    assert moved.db_path == Path("/db")  # set, so not derived
+    bigger = LabSettings.from_environ({"MLXLAB_MAX_UPLOAD_BYTES": str(100 * MIB)})
+    assert bigger.max_request_bytes_by_path["/api/datasets/uploads"] == 100 * MIB
+    both = LabSettings.from_environ(
+        {"MLXLAB_MAX_UPLOAD_BYTES": "5", "MLXLAB_MAX_REQUEST_BYTES_BY_PATH": "/api/datasets/=9"}
+    )
+    assert both.max_request_bytes_by_path == {
+        "/api/": MIB,
+        "/api/datasets/uploads": 5,
+        "/api/datasets/": 9,
+    }
+
+
+def test_the_table():
+    envs = [row.env for row in TABLE]
+    assert len(set(envs)) == len(envs)
+    assert all(env.startswith("MLXLAB_") for env in envs if env != "HF_ENDPOINT")
+    for row in TABLE:
+        assert row.meaning.strip() and "\n" not in row.meaning, row.name
+    # The BLAS loads before Django: those stay environment reads (cpu_fast_path.py).
+    assert not {"MLXLAB_BLAS_PATH", "MLXLAB_BLAS_THREADS"} & set(envs)
+
+
+def test_the_readme_names_every_variable():
+    readme = (BASE_DIR / "README.md").read_text()
+    assert [row.env for row in TABLE if f"`{row.env}" not in readme] == []
+
+
+def test_secrets_stay_out_of_the_repr():
+    secret = "a-fernet-key-nobody-may-see"
+    built = LabSettings.from_environ({"MLXLAB_HF_TOKEN_KEY": secret, "MLXLAB_API_KEYS": "k1"})
+    assert built.hf_token_key == secret
+    assert secret not in repr(built) and "k1" not in repr(built)
+    assert "max_n=8" in repr(built)
+
+
+def test_frozen_and_replace():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        DEFAULTS.max_n = 3  # type: ignore[misc]
+    changed = DEFAULTS.replace(max_n=3)
+    assert (changed.max_n, DEFAULTS.max_n) == (3, 8)
+    with pytest.raises(TypeError):
+        DEFAULTS.replace(no_such_setting=1)
+
+
+def test_django_settings_hold_the_object(settings):
+    assert isinstance(settings.MLXLAB, LabSettings)
+    assert settings.MLXLAB.var_dir == settings.VAR_DIR
+    limits = [
+        settings.MLXLAB.max_request_bytes,
+        *settings.MLXLAB.max_request_bytes_by_path.values(),
+    ]
+    assert max(limits) == settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    assert settings.MLXLAB.job_time_limit_seconds == settings.CELERY_TASK_SOFT_TIME_LIMIT
+
+
+def test_the_proxy_follows_overrides(settings):
+    before = lab_settings.max_n
+    with override_settings(MLXLAB=settings.MLXLAB.replace(max_n=before + 5)):
+        assert lab_settings.max_n == before + 5
+    assert lab_settings.max_n == before
+    settings.MLXLAB = settings.MLXLAB.replace(max_tokens_limit=11)  # pytest-django's way
+    assert lab_settings.max_tokens_limit == 11
+    assert "max_tokens_limit=11" in repr(lab_settings)
+    with pytest.raises(AttributeError, match="read-only"):
+        lab_settings.max_n = 1  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        lab_settings.no_such_setting  # noqa: B018
+
+
+def test_labsettings_imports_no_app():
+    """It sits below every app, so that any of them may import it."""
+    tree = ast.parse(Path(labsettings.__file__).read_text())
+    imported = {
+        name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for name in (
+            [alias.name for alias in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+        )
+    }
+    apps = {"inference", "jobs", "lab", "publishing", "mlxlab"}
+    assert imported and not imported & apps
