@@ -212,8 +212,9 @@ class Supervisor:
         if worker.socket_path:
             Path(worker.socket_path).unlink(missing_ok=True)
         argv = self.config.command(worker.model, worker.path, worker.address)
-        # A session of its own: a terminal's Ctrl-C reaches the lab, which stops its workers.
-        worker.process = subprocess.Popen(argv, start_new_session=True)
+        # A process group of its own, in the lab's session: a terminal's Ctrl-C reaches the
+        # lab, which stops its workers; a worker whose parent dies exits by itself.
+        worker.process = subprocess.Popen(argv, process_group=0)
         worker.pid = worker.process.pid
         worker.status = None
         socket = self.context.socket(zmq.DEALER)

@@ -1,12 +1,21 @@
 """Run the whole lab in the foreground: Redis if none answers, a Celery worker, Daphne.
 
-A child that dies is started again (a crash loop stops the lab). SIGINT or SIGTERM
-stops every child this command started, newest first.
+A child that dies is started again (a crash loop stops the lab). SIGINT, SIGTERM or
+SIGHUP stops every child this command started, newest first, each with a grace period
+and then SIGKILL to its whole process group; a second signal (a second or more after
+the first) ends the grace at once.
+The handlers only count signals, so however many arrive, and whichever process of
+the group gets them first, the stop runs to its end. Each child has a process group
+of its own in runlab's session (a terminal's Ctrl-C reaches runlab alone, which stops
+them in order) and is sent SIGTERM by the kernel if runlab dies without stopping it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import ipaddress
+import os
 import shutil
 import signal
 import socket
@@ -71,14 +80,21 @@ class Child:
         return len(self.restarts) < RESTARTS_PER_MINUTE
 
 
-class Terminated(Exception):
-    """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt."""
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+GRACE_SECONDS = 10.0  # for each child to stop on SIGTERM before its group is killed
+SAME_STOP_SECONDS = 1.0  # signals this close together count as one
+PR_SET_PDEATHSIG = 1
 
 
-def _terminated(signum, frame) -> None:
-    # Only raise here: stopping the children from inside the handler could wait on a
-    # Popen lock that the interrupted code holds (a SIGTERM during child.poll()).
-    raise Terminated()
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM from the kernel when runlab dies, even by SIGKILL."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone
+        os.killpg(pgid, signum)
 
 
 class Command(BaseCommand):
@@ -93,43 +109,47 @@ class Command(BaseCommand):
         check_open_bind(host)  # before anything starts
         self._first_admin()
         self.children: list[Child] = []
-        signal.signal(signal.SIGTERM, _terminated)
+        self.signals = 0  # stop signals received; counted, never raised
+        self._last_signal = float("-inf")
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, self._on_stop_signal)
         try:
-            if not no_worker:
-                self._ensure_redis()
-                self._spawn(
-                    "celery worker",
-                    [
-                        sys.executable,
-                        "-m",
-                        "celery",
-                        "-A",
-                        "mlxlab",
-                        "worker",
-                        "--loglevel=INFO",
-                        "--concurrency=1",
-                        "--without-gossip",
-                    ],
-                )
-            self._spawn(
-                "daphne",
-                [
-                    sys.executable,
-                    "-m",
-                    "daphne",
-                    "-b",
-                    host,
-                    "-p",
-                    str(port),
-                    "mlxlab.asgi:application",
-                ],
-            )
-            self.stdout.write(f"MLX Lab on http://{host}:{port}/ (Ctrl-C stops it)")
-            while True:
-                time.sleep(0.5)
+            self._start_children(host, port, no_worker)
+            while not self.signals:
+                time.sleep(0.2)
                 self._restart_the_dead()
-        except (KeyboardInterrupt, Terminated):
-            self._stop_and_exit(0)
+        except Exception:  # a child that would not start: stop the others first
+            self._stop_children()
+            raise
+        self._stop_and_exit(0)
+
+    def _on_stop_signal(self, signum, frame) -> None:
+        # Only count: stopping the children from inside the handler could wait on a
+        # Popen lock that the interrupted code holds (a SIGTERM during child.poll()).
+        # A repeat within a second is the same stop: a SIGTERM to `make run`'s group
+        # reaches runlab twice, once directly and once forwarded by make.
+        now = time.monotonic()
+        if now - self._last_signal >= SAME_STOP_SECONDS:
+            self.signals += 1
+        self._last_signal = now
+
+    def _start_children(self, host: str, port: int, no_worker: bool) -> None:
+        if not no_worker:
+            self._ensure_redis()
+            if self.signals:
+                return
+            self._spawn(
+                "celery worker",
+                [sys.executable, "-m", "celery", "-A", "mlxlab", "worker", "--loglevel=INFO",
+                 "--concurrency=1", "--without-gossip"],
+            )  # fmt: skip
+        if self.signals:
+            return
+        self._spawn(
+            "daphne",
+            [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "mlxlab.asgi:application"],
+        )  # fmt: skip
+        self.stdout.write(f"MLX Lab on http://{host}:{port}/ (Ctrl-C stops it)")
 
     def _first_admin(self) -> None:
         created = ensure_first_admin(settings.VAR_DIR)
@@ -176,7 +196,7 @@ class Command(BaseCommand):
             ],
         )
         for _ in range(50):
-            if _listening(host, port):
+            if _listening(host, port) or self.signals:
                 return
             time.sleep(0.1)
         raise CommandError(f"redis-server did not start on {host}:{port}")
@@ -189,7 +209,7 @@ class Command(BaseCommand):
 
     @staticmethod
     def _start(command: list[str]) -> subprocess.Popen:
-        return subprocess.Popen(command, start_new_session=True)
+        return subprocess.Popen(command, process_group=0, preexec_fn=_die_with_parent)
 
     def _restart_the_dead(self) -> None:
         """A killed worker, Redis or Daphne comes back: nothing queued or stored is lost
@@ -210,14 +230,27 @@ class Command(BaseCommand):
             child.process = self._start(child.command)
 
     def _stop_and_exit(self, code: int) -> None:
-        processes = [child.process for child in reversed(self.children)]
-        for process in processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for process in processes:
-            try:
-                process.wait(max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                process.kill()
+        self._stop_children()
         sys.exit(code)
+
+    def _stop_children(self) -> None:
+        """Newest first (Daphne, the worker, then the Redis they use), each group in turn."""
+        self._signals_at_stop = self.signals
+        for child in reversed(self.children):
+            self._stop_child(child.process)
+
+    def _stop_child(self, process: subprocess.Popen) -> None:
+        # The child leads its own group: the group holds what it started (a Celery pool
+        # child), which must not outlive it either.
+        pgid = process.pid
+        _signal_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + GRACE_SECONDS
+        while process.poll() is None and time.monotonic() < deadline:
+            if self.signals > self._signals_at_stop:  # another signal: no more grace
+                break
+            time.sleep(0.05)
+        _signal_group(pgid, signal.SIGKILL)
+        try:
+            process.wait(5)
+        except subprocess.TimeoutExpired:
+            self.stderr.write(f"process {process.pid} did not die on SIGKILL")
