@@ -3,6 +3,7 @@
 import os
 from pathlib import Path
 
+import dj_database_url
 from corsheaders.defaults import default_headers
 
 from labsettings import LabSettings
@@ -92,13 +93,20 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {
-    "default": {
-        "ENGINE": "django.db.backends.sqlite3",
-        "NAME": MLXLAB.db_path,
-        "OPTIONS": {"timeout": 20},
+# A team's database: DATABASE_URL (postgresql://user:password@host:5432/name, parsed by
+# dj-database-url), served through psycopg 3. Unset, the embedded SQLite file under var/.
+# CONN_MAX_AGE stays 0: under ASGI each request's connection is closed with the request.
+DATABASE_URL = os.environ.get("DATABASE_URL", "").strip()
+if DATABASE_URL:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_health_checks=True)}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": MLXLAB.db_path,
+            "OPTIONS": {"timeout": 20},
+        }
     }
-}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
