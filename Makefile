@@ -7,7 +7,7 @@ PORT ?= 8000
 STAMP := $(VENV)/.deps-installed
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: setup run test bench soak screenshots format clean
+.PHONY: setup run test test-postgres bench soak screenshots format clean
 
 setup: $(STAMP)
 	@$(PY) manage.py migrate --noinput -v 0
@@ -33,6 +33,14 @@ test: setup $(CHROMIUM)
 	@$(VENV)/bin/ruff check .
 	@$(VENV)/bin/ruff format --check .
 	@$(VENV)/bin/pytest
+
+# The whole suite on PostgreSQL: each lab a test starts gets a database of its own there
+# (tests/databases.py). TEST_DATABASE_URL names the server and a base database name.
+TEST_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/mlxlab_suite
+test-postgres: setup $(CHROMIUM)
+	@$(PY) -c "import psycopg, sys; psycopg.connect('$(TEST_DATABASE_URL)'.rsplit('/', 1)[0] + '/postgres', connect_timeout=3)" \
+		|| (echo "test-postgres: no PostgreSQL answers at $(TEST_DATABASE_URL)" >&2; exit 1)
+	@DATABASE_URL=$(TEST_DATABASE_URL) $(VENV)/bin/pytest
 
 # The browser tests drive Debian's Chromium (tests/ui).
 $(CHROMIUM):

@@ -18,6 +18,8 @@ import pytest
 import redis
 from django.test.utils import override_settings
 
+from tests.databases import database_env, drop_created
+
 ROOT = Path(__file__).resolve().parent.parent
 # The suite asserts exact greedy text and bounded lengths: every server it starts (they
 # inherit this environment) samples greedily and stops at 512 tokens unless a request
@@ -183,6 +185,13 @@ def test_sampling():
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _lab_databases():
+    """The PostgreSQL databases the session's labs made (none on SQLite), dropped at the end."""
+    yield
+    drop_created()
+
+
+@pytest.fixture(scope="session", autouse=True)
 def redis_url():
     """A real Redis for Celery and the channel layer: the one on loopback, or our own."""
     url, process = TEST_REDIS_URL, None
@@ -218,7 +227,7 @@ def server_home(home: Path, model_folder: Path, **settings: str) -> dict:
     registered), models folder and worker sockets, plus MLXLAB_* `settings`."""
     env = {
         **os.environ,
-        "MLXLAB_DB_PATH": str(home / "db.sqlite3"),
+        **database_env(home),
         # Imports from the models page land here, not in the checkout's var/models.
         "MLXLAB_MODELS_DIR": str(home / "models"),
         "MLXLAB_WORKER_SOCKET_DIR": str(home / "run"),

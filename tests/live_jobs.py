@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.conftest import LAB_PASSWORD, LAB_USER, ROOT, LiveServer, start_daphne
+from tests.databases import database_env
 
 WORKER_NAME = "jobs-test@localhost"  # fixed, so a restarted worker recognises its jobs
 
@@ -120,7 +121,7 @@ def start_jobs_lab(
         **os.environ,
         **(extra_env or {}),
         "MLXLAB_VAR_DIR": str(home),
-        "MLXLAB_DB_PATH": str(home / "db.sqlite3"),
+        **database_env(home),
         "MLXLAB_MODELS_DIR": str(home / "models"),
         "MLXLAB_DEFAULT_MODEL": default_model,
         "MLXLAB_PRELOAD": "0",

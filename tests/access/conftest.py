@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from tests.conftest import DEFAULT_MODEL, ROOT, LiveServer, _manage, start_daphne
+from tests.databases import database_env
 
 STATIC_KEY = "mlx-static-test-key-0123456789abcdefghijklmnopqrstuv"
 
@@ -53,7 +54,7 @@ def secured_server(tmp_path_factory, model_folder) -> SecuredServer:
     home = tmp_path_factory.mktemp("secured")
     env = {
         **os.environ,
-        "MLXLAB_DB_PATH": str(home / "db.sqlite3"),
+        **database_env(home),
         "MLXLAB_MODELS_DIR": str(model_folder.parent),
         "MLXLAB_DEFAULT_MODEL": DEFAULT_MODEL,
         "MLXLAB_PRELOAD": "1",

@@ -13,6 +13,7 @@ from django.core.management import CommandError
 from access.api_keys import api_key_create
 from mlxlab.management.commands.runlab import check_open_bind, is_loopback
 from tests.conftest import ROOT
+from tests.databases import database_env
 
 
 def test_loopback_addresses():
@@ -21,7 +22,7 @@ def test_loopback_addresses():
 
 
 def test_refuses_without_keys_and_starts_nothing(tmp_path):
-    env = {**os.environ, "MLXLAB_DB_PATH": str(tmp_path / "db.sqlite3"), "MLXLAB_PRELOAD": "0"}
+    env = {**os.environ, **database_env(tmp_path), "MLXLAB_PRELOAD": "0"}
     env.pop("MLXLAB_API_KEYS", None)
     env.pop("MLXLAB_ALLOW_OPEN_NETWORK_API", None)
     manage = [sys.executable, "manage.py"]

@@ -13,6 +13,7 @@ from django.contrib.auth import authenticate
 
 from lab.first_admin import credentials_path, ensure_first_admin
 from tests.conftest import ROOT
+from tests.databases import database_env
 
 
 def test_made_once_with_an_owner_only_file(db, tmp_path):
@@ -30,7 +31,7 @@ def test_runlab_prints_the_account_once(tmp_path):
     env = {
         **os.environ,
         "MLXLAB_VAR_DIR": str(tmp_path),
-        "MLXLAB_DB_PATH": str(tmp_path / "db.sqlite3"),
+        **database_env(tmp_path),
         "MLXLAB_PRELOAD": "0",
     }
     subprocess.run(

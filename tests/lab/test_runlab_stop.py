@@ -19,6 +19,7 @@ import pytest
 import redis
 
 from tests.conftest import ROOT, default_model_folder
+from tests.databases import database_env
 
 
 def _free_port() -> int:
@@ -92,7 +93,7 @@ def lab_env(tmp_path) -> dict:
     env = {
         **os.environ,
         "MLXLAB_VAR_DIR": str(tmp_path),
-        "MLXLAB_DB_PATH": str(tmp_path / "db.sqlite3"),
+        **database_env(tmp_path),
         "MLXLAB_MODELS_DIR": str(default_model_folder().parent),
         "MLXLAB_PRELOAD": "0",
         # No Redis answers here: runlab starts its own, which must go with it.

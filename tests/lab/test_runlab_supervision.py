@@ -13,6 +13,7 @@ import time
 import httpx
 
 from tests.conftest import ROOT
+from tests.databases import database_env
 
 
 def _free_port() -> int:
@@ -42,7 +43,7 @@ def test_a_killed_child_is_started_again(tmp_path):
     env = {
         **os.environ,
         "MLXLAB_VAR_DIR": str(tmp_path),
-        "MLXLAB_DB_PATH": str(tmp_path / "db.sqlite3"),
+        **database_env(tmp_path),
         "MLXLAB_PRELOAD": "0",
     }
     subprocess.run(

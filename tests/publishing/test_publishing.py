@@ -9,6 +9,7 @@ import time
 import pytest
 
 from tests.conftest import DEFAULT_MODEL
+from tests.databases import query_one
 
 TOKEN = "hf_standin_token"  # the stand-in knows it, as user "tester"
 seen_bodies: list[str] = []  # every answer, to check the token never comes back
@@ -66,10 +67,7 @@ def test_token_settings(api, hub):
 
 
 def test_the_token_is_encrypted_at_rest(jobs_lab):
-    import sqlite3
-
-    with sqlite3.connect(jobs_lab.home / "db.sqlite3") as db:
-        (ciphertext,) = db.execute("select ciphertext from publishing_hubtoken").fetchone()
+    (ciphertext,) = query_one(jobs_lab.env, "select ciphertext from publishing_hubtoken")
     assert TOKEN.encode() not in bytes(ciphertext)
     key_file = jobs_lab.home / "hf_token.key"
     assert oct(key_file.stat().st_mode & 0o777) == "0o600"
