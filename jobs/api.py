@@ -48,7 +48,7 @@ class JobListApi(APIView):
     @extend_schema(
         request=OpenApiTypes.OBJECT,
         responses={202: OpenApiTypes.OBJECT, **errors(400, 403, 415, 503)},
-        summary="Queue a job: quantize, finetune or dataset",
+        summary="Queue a job: quantize, finetune, dataset or evaluate",
     )
     def post(self, request: Request) -> Response:
         if not isinstance(request.data, dict):

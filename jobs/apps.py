@@ -2,7 +2,7 @@ from django.apps import AppConfig
 
 
 class JobsConfig(AppConfig):
-    """Long work on Celery workers: quantize, finetune, build datasets."""
+    """Long work on Celery workers: quantize, finetune, build datasets, evaluate."""
 
     name = "jobs"
     default_auto_field = "django.db.models.BigAutoField"

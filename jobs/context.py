@@ -1,6 +1,6 @@
 """What a job's service sees of the machinery running it.
 
-Services (quantize, finetune, dataset) are plain functions `run(ctx) -> JobResult`.
+Services (quantize, finetune, dataset, evaluate) are plain functions `run(ctx) -> JobResult`.
 They write only inside `ctx.workdir`, report through `ctx.progress`, and call
 `ctx.check_cancelled()` between steps; the runner moves the work folder into place
 and registers what it made only when `run` returns.

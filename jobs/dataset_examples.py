@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .context import JobParamsError
@@ -90,13 +90,19 @@ def _check_tools(tools) -> list:
 
 def read_upload(path: Path, fmt: str) -> list[dict]:
     """Every example of an uploaded file, checked; JobParamsError naming the bad lines."""
+    return read_checked(path, fmt, lambda raw: check_example(raw, fmt))
+
+
+def read_checked(path: Path, fmt: str, check: Callable[[object], dict]) -> list[dict]:
+    """Every record of a file passed through `check`, whose ValueError marks a bad line;
+    JobParamsError naming the bad lines (the first MAX_REPORTED_ERRORS of them)."""
     examples, errors, bad = [], [], 0
     try:
         for where, raw in _records(path, fmt):
             try:
                 if isinstance(raw, ValueError):
                     raise raw
-                examples.append(check_example(raw, fmt))
+                examples.append(check(raw))
             except ValueError as error:
                 bad += 1
                 if len(errors) < MAX_REPORTED_ERRORS:

@@ -10,7 +10,6 @@ in the web process does not load the training stack.
 from __future__ import annotations
 
 import math
-import uuid
 from pathlib import Path
 
 from .context import JobContext, JobParamsError, JobResult
@@ -20,6 +19,7 @@ from .params import (
     check_int,
     check_known,
     claimed_by_a_job,
+    dataset_job_folder,
     registered_model,
     required_string,
 )
@@ -262,31 +262,10 @@ def _dataset(dataset) -> tuple[dict, Path]:
     if not isinstance(dataset, dict) or len(dataset) != 1 or not set(dataset) <= {"job", "path"}:
         raise JobParamsError('dataset must be {"job": "<dataset job id>"} or {"path": "/folder"}')
     if "job" in dataset:
-        return {"job": str(dataset["job"])}, _dataset_job_folder(dataset["job"])
+        return {"job": str(dataset["job"])}, dataset_job_folder(dataset["job"])
     path = dataset["path"]
     if not isinstance(path, str) or not Path(path).is_absolute():
         raise JobParamsError("dataset.path must be an absolute folder path")
     if not Path(path).is_dir():
         raise JobParamsError(f"dataset.path {path} is not a folder")
     return {"path": path}, Path(path)
-
-
-def _dataset_job_folder(job_id) -> Path:
-    from .models import Job
-
-    try:
-        key = uuid.UUID(job_id) if isinstance(job_id, str) else None
-    except ValueError:
-        key = None
-    if key is None:
-        raise JobParamsError("dataset.job must be a job id (a UUID string)")
-    job = Job.objects.filter(id=key).first()
-    if job is None:
-        raise JobParamsError(f"dataset.job {job_id} does not exist")
-    if job.kind != "dataset":
-        raise JobParamsError(f"dataset.job {job_id} is a {job.kind} job, not a dataset job")
-    if job.status != "succeeded":
-        raise JobParamsError(f"dataset.job {job_id} has not succeeded (it is {job.status})")
-    if not job.artifact_path or not Path(job.artifact_path).is_dir():
-        raise JobParamsError(f"dataset.job {job_id} has no dataset folder")
-    return Path(job.artifact_path)

@@ -11,13 +11,16 @@ from types import ModuleType
 
 from .context import JobParamsError
 
-KINDS = ("quantize", "finetune", "dataset")  # what POST /api/jobs takes
+KINDS = ("quantize", "finetune", "dataset", "evaluate")  # what POST /api/jobs takes
 _MODULES = {
     "quantize": "jobs.quantize",
     "finetune": "jobs.finetune",
     "dataset": "jobs.datasets",
+    "evaluate": "jobs.evaluate",
     "publish": "publishing.push",  # submitted by the push endpoints only
 }
+# Kinds that read the submitter's own things (conversations, uploads): they get the owner.
+OWNED_SOURCES = ("dataset", "evaluate")
 
 
 def service(kind: str) -> ModuleType:
@@ -34,6 +37,6 @@ def validate(kind: str, params, owner=None) -> dict:
     module = service(kind)
     if not isinstance(params, dict):
         raise JobParamsError("params must be an object")
-    if kind == "dataset":  # its sources are the owner's conversations
+    if kind in OWNED_SOURCES:
         return module.validate(params, owner=owner)
     return module.validate(params)

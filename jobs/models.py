@@ -11,6 +11,7 @@ class Job(models.Model):
         ("quantize", "quantize"),
         ("finetune", "finetune"),
         ("dataset", "dataset"),
+        ("evaluate", "evaluate"),
         ("publish", "publish"),  # a push to the Hugging Face Hub of another job's result
     ]
     STATUSES = [

@@ -1,9 +1,10 @@
-"""Parameter checks every job kind shares: known keys, strings, registry models."""
+"""Parameter checks job kinds share: known keys, strings, registry models, dataset jobs."""
 
 from __future__ import annotations
 
 import json
 import re
+import uuid
 from pathlib import Path
 
 from .context import JobParamsError
@@ -67,3 +68,25 @@ def claimed_by_a_job(name: str) -> bool:
         for params in unfinished
         if isinstance(params, dict)
     )
+
+
+def dataset_job_folder(job_id) -> Path:
+    """The folder of a succeeded dataset job, named by its id in `dataset.job`."""
+    from .models import Job
+
+    try:
+        key = uuid.UUID(job_id) if isinstance(job_id, str) else None
+    except ValueError:
+        key = None
+    if key is None:
+        raise JobParamsError("dataset.job must be a job id (a UUID string)")
+    job = Job.objects.filter(id=key).first()
+    if job is None:
+        raise JobParamsError(f"dataset.job {job_id} does not exist")
+    if job.kind != "dataset":
+        raise JobParamsError(f"dataset.job {job_id} is a {job.kind} job, not a dataset job")
+    if job.status != "succeeded":
+        raise JobParamsError(f"dataset.job {job_id} has not succeeded (it is {job.status})")
+    if not job.artifact_path or not Path(job.artifact_path).is_dir():
+        raise JobParamsError(f"dataset.job {job_id} has no dataset folder")
+    return Path(job.artifact_path)

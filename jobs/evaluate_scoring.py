@@ -1,0 +1,268 @@
+# ruff: noqa: I001  (inference.engine must be imported before mlx.core: it loads the BLAS)
+"""The evaluate job's worker side: tokens made once, then each variant scored on them.
+
+Examples of mlx-lm's formats become tokens through its own dataset classes with
+`mask_prompt`, so the scored tokens are those a prompt-masked finetune learns from (the
+last reply and the end of turn after it). An answer-carrying example is its prompt
+through the chat template, up to the assistant's turn, then the answer's own tokens,
+which are the ones scored. Losses are mlx-lm's `default_loss` computed per row, with
+its padding slip fixed (see `sequence_nll`).
+"""
+
+from __future__ import annotations
+
+# inference.engine puts the optimized BLAS under MLX; it must be imported before mlx.core.
+import inference.engine  # noqa: F401
+
+import gc
+import time
+import types
+from dataclasses import dataclass, field
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+from mlx_lm.generate import generate
+from mlx_lm.tuner.datasets import create_dataset
+
+from inference.engine import load_model
+from inference.engine.adapters import AdapterRef, activate, load_adapter
+from inference.engine.dense_weights import FastPathOptions
+from labsettings import lab_settings
+
+from .context import JobContext
+from .eval_examples import (
+    EXACT_ANSWER,
+    MULTIPLE_CHOICE,
+    PERPLEXITY_ONLY,
+    example_kind,
+    is_exact_match,
+    prompt_messages,
+)
+
+# mlx-lm's default max_seq_length: longer examples of its formats are cut there, as its
+# trainer cuts them. Answer-carrying examples are never cut: that could cut the answer.
+MAX_SEQ_TOKENS = 2048
+# Room for what may follow a right answer: a full stop, the end of the turn.
+ANSWER_SLACK_TOKENS = 4
+
+
+@dataclass(frozen=True)
+class Item:
+    """One example as tokens: a sequence per choice (one for other examples), each
+    with the offset where its scored tokens start."""
+
+    kind: str
+    sequences: tuple[tuple[int, ...], ...]
+    offsets: tuple[int, ...]
+    reference: int = 0  # the sequence perplexity counts: the right choice, or the only one
+    answer: str | None = None  # an exact-answer example's answer
+    prompt: tuple[int, ...] = ()  # and its generation prompt
+    max_tokens: int = 0
+
+
+@dataclass
+class Score:
+    """What one variant made of one example."""
+
+    kind: str
+    nll: float  # summed over the reference sequence's scored tokens
+    tokens: int  # how many tokens that is
+    passed_tokens: int  # tokens run through the model to score it (padding excluded)
+    seconds: float  # spent scoring them (a generation is not scoring)
+    correct: bool | None = None  # None: the example carries no answer
+    output: str | None = None  # an exact-answer example's generation
+
+
+def tokenize(example: dict, tokenizer) -> Item:
+    """The example's tokens: mlx-lm's dataset classes read its formats; an answer-carrying
+    example is its templated prompt, then each choice's (or the answer's) tokens."""
+    kind = example_kind(example)
+    if kind == PERPLEXITY_ONLY:
+        # Prompt masking where mlx-lm has it: text examples are scored whole.
+        config = types.SimpleNamespace(mask_prompt="text" not in example)
+        tokens, offset = create_dataset([example], tokenizer, config).process(example)
+        return Item(kind, (_cut(tokens),), (offset,))
+    # An answer is scored as the reply's own tokens right after the prompt, without the
+    # end of turn the template would add: a one-word reply ending the turn at once is
+    # unlikely under any choice, and that would drown the choices' differences.
+    prompt = tuple(
+        tokenizer.apply_chat_template(
+            prompt_messages(example["prompt"]), add_generation_prompt=True, return_dict=False
+        )
+    )
+    completions = example["choices"] if kind == MULTIPLE_CHOICE else [example["answer"]]
+    sequences = tuple((*prompt, *_encode(tokenizer, text)) for text in completions)
+    offsets = (len(prompt),) * len(sequences)
+    if kind == MULTIPLE_CHOICE:
+        return Item(kind, sequences, offsets, reference=example["answer"])
+    answer_tokens = len(_encode(tokenizer, example["answer"]))
+    return Item(
+        kind, sequences, offsets, answer=example["answer"], prompt=prompt,
+        max_tokens=answer_tokens + ANSWER_SLACK_TOKENS,
+    )  # fmt: skip
+
+
+def _encode(tokenizer, text: str) -> list[int]:
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def _cut(tokens: list[int]) -> tuple[int, ...]:
+    return tuple(tokens[:MAX_SEQ_TOKENS])
+
+
+def sequence_nll(model, sequences, offsets) -> list[tuple[float, int]]:
+    """For each sequence, the summed negative log-likelihood of its tokens from its offset
+    on, and their count; all in one right-padded batch.
+
+    This is mlx-lm's `default_loss` (tuner/trainer.py) reduced per row instead of over
+    the batch, in float32 as its perplexity script does, with one change: its mask
+    `steps <= length` also scores the first padding position of every shorter row
+    (mlx-lm pull request 1697); `steps < length` scores exactly the row's own tokens,
+    so a sequence's score does not depend on what it is batched with.
+    """
+    lengths = [len(sequence) for sequence in sequences]
+    batch = np.zeros((len(sequences), max(lengths)), np.int32)
+    for row, sequence in enumerate(sequences):
+        batch[row, : len(sequence)] = sequence
+    batch = mx.array(batch)
+    inputs, targets = batch[:, :-1], batch[:, 1:]
+    logits = model(inputs).astype(mx.float32)
+    steps = mx.arange(1, targets.shape[1] + 1)
+    bounds = mx.array([[offset, length] for offset, length in zip(offsets, lengths, strict=True)])
+    mask = mx.logical_and(steps >= bounds[:, 0:1], steps < bounds[:, 1:])
+    losses = (nn.losses.cross_entropy(logits, targets) * mask).sum(axis=1)
+    counts = mask.sum(axis=1)
+    mx.eval(losses, counts)
+    return list(zip(losses.tolist(), counts.tolist(), strict=True))
+
+
+def best_choice(scores: list[tuple[float, int]]) -> int:
+    """The choice with the highest log-likelihood (the lowest summed NLL); the first on a tie."""
+    return min(range(len(scores)), key=lambda index: scores[index][0])
+
+
+def score(model, tokenizer, item: Item) -> Score:
+    """One example under the loaded variant."""
+    started = time.perf_counter()
+    results = sequence_nll(model, item.sequences, item.offsets)
+    seconds = time.perf_counter() - started
+    nll, tokens = results[item.reference]
+    passed = sum(len(sequence) - 1 for sequence in item.sequences)
+    figures = Score(item.kind, nll, tokens, passed, seconds)
+    if item.kind == MULTIPLE_CHOICE:
+        figures.correct = best_choice(results) == item.reference
+    elif item.kind == EXACT_ANSWER:
+        figures.output = greedy_answer(model, tokenizer, item)
+        figures.correct = is_exact_match(figures.output, item.answer)
+    return figures
+
+
+def greedy_answer(model, tokenizer, item: Item) -> str:
+    # mlx-lm samples greedily without a sampler; it stops at the end-of-turn token.
+    return generate(model, tokenizer, list(item.prompt), max_tokens=item.max_tokens)
+
+
+@dataclass
+class VariantRun:
+    """One variant's scores, and the peak memory while it was scored."""
+
+    variant: dict
+    scores: list[Score] = field(default_factory=list)
+    peak_memory_bytes: int = 0
+
+
+@dataclass
+class _Loaded:
+    path: str
+    model: object
+    tokenizer: object
+    adapters: set[str] = field(default_factory=set)
+
+
+class _Loader:
+    """Loads each variant's model, keeping it while the next variant has the same one:
+    adapters are switched on it as the server switches them, without a reload."""
+
+    def __init__(self) -> None:
+        self.loaded: _Loaded | None = None
+
+    def load(self, variant: dict) -> _Loaded:
+        if self.loaded is None or self.loaded.path != variant["model_path"]:
+            self.release()
+            # Loaded as the model workers load it: on the CPU, quantized weights run
+            # dequantized (the fast path), with the same figures 40x faster.
+            options = FastPathOptions(
+                enabled=lab_settings.cpu_fast_path,
+                dense_weight_budget_bytes=lab_settings.dense_weight_budget_mb << 20,
+            )
+            model = load_model(variant["model_path"], fast_path=options)
+            self.loaded = _Loaded(variant["model_path"], model.model, model.tokenizer)
+        for adapter in variant["adapters"]:
+            if adapter["name"] not in self.loaded.adapters:
+                load_adapter(self.loaded.model, AdapterRef(adapter["name"], adapter["path"]))
+                self.loaded.adapters.add(adapter["name"])
+        activate(self.loaded.model, tuple(adapter["name"] for adapter in variant["adapters"]))
+        return self.loaded
+
+    def release(self) -> None:
+        self.loaded = None
+        gc.collect()
+        mx.clear_cache()
+
+
+class _Clock:
+    """Progress and ETA over every (variant, example) pair."""
+
+    def __init__(self, ctx: JobContext, total: int) -> None:
+        self.ctx, self.total, self.done = ctx, max(total, 1), 0
+        self.started = time.monotonic()
+
+    def report(self, message: str) -> None:
+        elapsed = time.monotonic() - self.started
+        # Time per example so far, model loads included: each variant has one.
+        eta = elapsed / self.done * (self.total - self.done) if self.done else None
+        self.ctx.progress(self.done / self.total, message, eta_seconds=eta)
+
+
+def variant_label(variant: dict) -> str:
+    return f"{variant['model']} + {variant['adapter']}" if variant["adapter"] else variant["model"]
+
+
+def evaluate_variants(ctx: JobContext, variants: list[dict], examples: list[dict]) -> list:
+    """Every variant scored on every example, on the same tokens; a VariantRun each."""
+    clock, loader = _Clock(ctx, len(variants) * len(examples)), _Loader()
+    items: list[Item] | None = None
+    runs = []
+    try:
+        for variant in variants:
+            clock.report(f"loading {variant_label(variant)}")
+            loaded = loader.load(variant)
+            items = _same_tokens(items, examples, loaded.tokenizer, variant)
+            runs.append(_run_variant(ctx, clock, loaded, variant, items))
+    finally:
+        loader.release()
+    return runs
+
+
+def _same_tokens(items, examples: list[dict], tokenizer, variant: dict) -> list[Item]:
+    """The examples' tokens under this variant's tokenizer, checked to be the first's."""
+    mine = [tokenize(example, tokenizer) for example in examples]
+    if items is not None and mine != items:
+        raise ValueError(
+            f"{variant_label(variant)} tokenizes the examples differently from the first"
+            " variant: their figures would not compare (evaluate variants of one model)"
+        )
+    return mine
+
+
+def _run_variant(ctx: JobContext, clock: _Clock, loaded: _Loaded, variant, items) -> VariantRun:
+    label, run = variant_label(variant), VariantRun(variant)
+    mx.reset_peak_memory()  # the variant's own peak: its weights and its scoring
+    for position, item in enumerate(items):
+        ctx.check_cancelled()
+        run.scores.append(score(loaded.model, loaded.tokenizer, item))
+        clock.done += 1
+        clock.report(f"{label}: example {position + 1} of {len(items)}")
+    run.peak_memory_bytes = mx.get_peak_memory()
+    return run
