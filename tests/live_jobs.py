@@ -119,15 +119,15 @@ def start_jobs_lab(
 ) -> JobsLab:
     env = {
         **os.environ,
-        **(extra_env or {}),
         "MLXLAB_VAR_DIR": str(home),
-        **database_env(home),
+        **({} if "DATABASE_URL" in (extra_env or {}) else database_env(home)),
         "MLXLAB_MODELS_DIR": str(home / "models"),
         "MLXLAB_DEFAULT_MODEL": default_model,
         "MLXLAB_PRELOAD": "0",
         # A killed job process is noticed in seconds, not the default 45.
         "MLXLAB_JOB_HEARTBEAT_SECONDS": "1",
         "MLXLAB_JOB_STALE_SECONDS": "15",
+        **(extra_env or {}),  # last: a lab on a database or Redis of the test's choosing
     }
     manage(env, "migrate", "--noinput", "-v", "0")
     manage(env, "add_model", str(model_folder), "--name", default_model)

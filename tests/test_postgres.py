@@ -12,9 +12,11 @@ import os
 import subprocess
 import sys
 import uuid
+from urllib.parse import urlparse
 
 import httpx
 import pytest
+import redis
 
 from tests.conftest import DEFAULT_MODEL, ROOT
 from tests.live_jobs import start_jobs_lab
@@ -44,11 +46,14 @@ def database_url() -> str:
 
 @pytest.fixture(scope="module")
 def pg_lab(database_url, tmp_path_factory, model_folder):
+    # A Redis database of its own too: the session's job workers must not take its jobs.
+    broker = urlparse(os.environ["REDIS_URL"])._replace(path="/14").geturl()
+    redis.Redis.from_url(broker).flushdb()
     lab = start_jobs_lab(
         tmp_path_factory.mktemp("pg-lab"),
         model_folder,
         DEFAULT_MODEL,
-        extra_env={"DATABASE_URL": database_url},
+        extra_env={"DATABASE_URL": database_url, "REDIS_URL": broker},
     )
     try:
         yield lab

@@ -137,6 +137,7 @@ def _all_gone(lab: subprocess.Popen, ports: tuple[int, ...], log: Path, run: set
     """Wait for the whole run to end: its session, every process it had started (`run`,
     wherever they moved) and its ports; whatever is left is killed, and named."""
     sid = lab.pid
+    run = run | _descendants(lab.pid)  # a test that failed early took no snapshot
 
     def left() -> dict[int, str]:
         found = _session_processes(sid)
