@@ -34,9 +34,10 @@ def parse_prompt(body: dict) -> str:
     return prompt
 
 
-def _generation_fields(body: dict) -> dict:
-    """The fields chat and text completions share, in mlx_lm.server's order."""
-    logprobs, top_logprobs = fields.check_logprobs(body)
+def _generation_fields(body: dict, logprobs: tuple[bool, int]) -> dict:
+    """The fields chat and text completions share, in mlx_lm.server's order; `logprobs`
+    is checked first, apart, for mlx-bun's order of checks."""
+    logprobs, top_logprobs = logprobs
     return dict(
         model=fields.model_name(body),
         stream=fields.stream(body),
@@ -56,9 +57,9 @@ def parse_chat_completion(body: dict) -> ChatCall:
     the same 400 from both: the messages, then logprobs, then reasoning_effort, then
     everything else."""
     messages = parse_messages(body)
-    fields.check_logprobs(body)
+    logprobs = fields.check_logprobs(body)
     effort = check_reasoning_effort(body)
-    shared = _generation_fields(body)
+    shared = _generation_fields(body, logprobs)
     return ChatCall(
         messages=messages,
         tools=parse_tools(body),
@@ -72,6 +73,5 @@ def parse_chat_completion(body: dict) -> ChatCall:
 
 def parse_completion(body: dict) -> ChatCall:
     """A /v1/completions body: a raw prompt, no template."""
-    fields.check_logprobs(body)
-    shared = _generation_fields(body)
+    shared = _generation_fields(body, fields.check_logprobs(body))
     return ChatCall(prompt=parse_prompt(body), cache_session=fields.cache_session(body), **shared)

@@ -1,0 +1,76 @@
+"""Parsers of the settings table: the text of one environment variable into a value.
+
+A ValueError says what is wrong with the text; the table names the variable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+TRUE = frozenset({"1", "true", "yes", "on"})
+# An empty value is off, as it always was: `MLXLAB_PRELOAD=` does not preload.
+FALSE = frozenset({"", "0", "false", "no", "off"})
+
+
+def parse_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError("not an integer") from None
+
+
+def parse_float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError("not a number") from None
+
+
+def parse_bool(text: str) -> bool:
+    word = text.strip().lower()
+    if word in TRUE:
+        return True
+    if word in FALSE:
+        return False
+    raise ValueError("not a boolean (1, true, yes, on / 0, false, no, off)")
+
+
+def optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """`parse`, with a blank value meaning unset (None) rather than an error."""
+
+    def parse_optional(text: str) -> Any:
+        return parse(text) if text.strip() else None
+
+    return parse_optional
+
+
+def one_of(*choices: str) -> Callable[[str], str]:
+    def parse_choice(text: str) -> str:
+        if text not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}")
+        return text
+
+    return parse_choice
+
+
+def parse_list(text: str) -> tuple[str, ...]:
+    """Comma-separated; blanks dropped."""
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def parse_key_digests(text: str) -> tuple[str, ...]:
+    """API keys, hashed at once: the raw keys never sit in settings or logs."""
+    return tuple(hashlib.sha256(key.encode()).hexdigest() for key in parse_list(text))
+
+
+def parse_path_limits(text: str) -> dict[str, int]:
+    """`/v1/messages=1048576,/api/=65536` -> {path prefix: bytes}."""
+    limits = {}
+    for item in parse_list(text):
+        prefix, equals, limit = item.rpartition("=")
+        if not equals or not prefix:
+            raise ValueError(f"{item!r} is not PREFIX=BYTES")
+        limits[prefix] = parse_int(limit)
+    return limits
