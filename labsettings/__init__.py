@@ -153,6 +153,14 @@ class LabSettings:
     prefill_step_size: int = setting(
         "MLXLAB_PREFILL_STEP_SIZE", parse_int, 512, "Prompt tokens per prefill step."
     )
+    warm_up: str = setting(
+        "MLXLAB_WARM_UP", one_of("auto", "on", "off"), "auto",
+        "Compile a worker's serving shapes before it is ready; auto: on a GPU only.",
+    )  # fmt: skip
+    kernel_cache_dir: Path = setting(
+        "MLXLAB_KERNEL_CACHE_DIR", Path, _under_var("kernels"),
+        "GPU kernels MLX compiled, kept across restarts (MLX_PTX_CACHE_DIR wins).",
+    )  # fmt: skip
 
     # Sampling defaults for fields a request leaves out (inference/sampling_defaults.py):
     # unset, each comes from the model's generation_config.json, then the fallback.

@@ -29,6 +29,7 @@ def sample(name: str) -> tuple[str, object]:
     kind = TYPES[name]
     special = {
         "prompt_cache_scope": ("global", "global"),
+        "warm_up": ("on", "on"),
         "default_adapter": ("  house+style ", "house+style"),
         "static_api_key_digests": (
             "key-one, key-two",
@@ -126,6 +127,8 @@ def test_the_documented_defaults():
         "template_render_seconds": 10,
         "max_batch_size": 8,
         "prefill_step_size": 512,
+        "warm_up": "auto",
+        "kernel_cache_dir": var / "kernels",
         "default_temperature": None,
         "default_top_p": None,
         "default_top_k": None,

@@ -7,16 +7,20 @@ queue from any thread; events leave through each request's `emit`, on the engine
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 
 import mlx.core as mx
 
+from .accelerator import WarmUpShapes, on_gpu, warm_up
 from .loader import LoadedModel
 from .prompt_cache import PromptCache
 from .request import Event, GenerationRequest
 from .runner import EngineConfig, EngineStats, Runner
 from .scheduler import Scheduler
+
+log = logging.getLogger(__name__)
 
 
 class Engine:
@@ -46,8 +50,8 @@ class Engine:
         self._ready.wait(timeout)
         if self._load_error is not None:
             raise self._load_error
-        if self.loaded is None:
-            raise TimeoutError("the model did not load in time")
+        if not self._ready.is_set():
+            raise TimeoutError("the model did not load and warm up in time")
         return self
 
     @property
@@ -99,7 +103,11 @@ class Engine:
     def _run(self) -> None:
         try:
             if self._load():
-                self._serve()
+                stream = mx.new_stream(mx.default_device())
+                with mx.stream(stream):
+                    self._warm_up(stream)
+                    self._ready.set()
+                    self._serve(stream)
         finally:
             # The global random key may be a lazy array made on this thread; left
             # unevaluated it aborts the interpreter at exit once the thread is gone.
@@ -113,21 +121,35 @@ class Engine:
             self.runner = Runner(self.loaded, self.config, self.stats)
         except BaseException as exc:
             self._load_error = exc
-            return False
-        finally:
             self._ready.set()
+            return False
         return True
 
-    def _serve(self) -> None:
+    def _warm_up(self, stream) -> None:
+        """Compile the serving shapes' kernels before ready, so no user request waits on them."""
+        wanted = self.config.warm_up
+        if not (on_gpu() if wanted is None else wanted):
+            return
+        shapes = WarmUpShapes(
+            self.config.max_batch_size,
+            self.config.prefill_batch_size,
+            self.config.prefill_step_size,
+        )
+        try:
+            self.stats.warm_up_seconds = warm_up(
+                self.loaded.model, shapes, vocab_size=self.loaded.vocab_size, stream=stream
+            )
+        except Exception:  # a slow first request is better than no worker at all
+            log.exception("warming up failed; serving without it")
+
+    def _serve(self, stream) -> None:
         scheduler, runner = self.scheduler, self.runner
-        stream = mx.new_stream(mx.default_device())
-        with mx.stream(stream):
-            runner.start(stream)
-            while not self._stopping.is_set():
-                plan = scheduler.schedule(runner.size)
-                self.stats.requests_cancelled += plan.dropped
-                ended = runner.apply(plan)
-                if runner.size:
-                    ended += runner.step()
-                scheduler.ended(ended)
-            scheduler.ended(runner.fail_all("the engine is shutting down"))
+        runner.start(stream)
+        while not self._stopping.is_set():
+            plan = scheduler.schedule(runner.size)
+            self.stats.requests_cancelled += plan.dropped
+            ended = runner.apply(plan)
+            if runner.size:
+                ended += runner.step()
+            scheduler.ended(ended)
+        scheduler.ended(runner.fail_all("the engine is shutting down"))

@@ -16,8 +16,8 @@ from .adapters import activate, load_adapter
 from .grammar import GrammarProcessor
 from .loader import LoadedModel
 from .prompt_cache import PromptCache, PromptCacheConfig
-from .request import Failed
-from .sampling import build_logits_processors, build_sampler
+from .request import Failed, SamplingParams
+from .sampling import Sampler, build_logits_processors, build_sampler, sampler_key
 from .scheduler import Pending, Plan
 from .sequence import Sequence
 
@@ -54,6 +54,7 @@ class EngineConfig:
     prefill_batch_size: int = 4
     prefill_step_size: int = 512
     prompt_cache: PromptCacheConfig = field(default_factory=PromptCacheConfig)
+    warm_up: bool | None = None  # compile the serving shapes before ready; None: on a GPU only
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1 or self.prefill_batch_size < 1:
@@ -70,6 +71,7 @@ class EngineStats:
     prompt_tokens: int = 0
     generated_tokens: int = 0
     decode_seconds: float = 0.0
+    warm_up_seconds: float = 0.0
 
     @property
     def tokens_per_second(self) -> float:
@@ -97,6 +99,7 @@ class Runner:
         self._adapters_loaded: set[str] = set()
         # leader uid -> requests for the same prompt, admitted once its prefill is cached
         self._followers: dict[int, list[Pending]] = {}
+        self._shared_samplers: dict[tuple, Sampler] = {}
 
     @property
     def size(self) -> int:
@@ -174,7 +177,7 @@ class Runner:
         request = pending.request
         sequence = Sequence(pending.request_id, request, pending.emit, self.loaded.tokenizer)
         try:
-            sampler = build_sampler(request.sampling, xtc_special_tokens=self._xtc_special)
+            sampler = self._sampler(request.sampling, sequence)
             processors = build_logits_processors(request.sampling)
             if request.grammar is not None:  # last, so bias can't revive a masked token
                 processors.append(GrammarProcessor(request.grammar))
@@ -189,7 +192,7 @@ class Runner:
                 caches=[plan.cache],
                 all_tokens=[request.prompt_tokens[: plan.cached_tokens]],
                 max_tokens=[request.max_tokens],
-                samplers=[guarded(sampler, sequence, fallback=greedy_sampler)],
+                samplers=[sampler],
                 logits_processors=[[guarded(p, sequence, fallback=_unchanged) for p in processors]],
                 stop_sequences=[self._stop_tokens],
             )
@@ -204,6 +207,24 @@ class Runner:
         self._uid_of[pending.request_id] = uid
         self.stats.prompt_tokens += len(request.prompt_tokens)
         return uid
+
+    def _sampler(self, params: SamplingParams, sequence: Sequence) -> Sampler | None:
+        """The row's sampler; rows that sample alike share one, so the batch samples once.
+
+        mlx-lm samples the whole batch in one call when every row holds the same
+        sampler object, and row by row otherwise: on a GPU that is a kernel launch
+        per row per step. Greedy rows take the generator's own (None); unseeded rows
+        with equal settings share one. A seeded row re-seeds per step: its own.
+        """
+        if params.is_greedy:
+            return None
+        if params.seed is not None:
+            sampler = build_sampler(params, xtc_special_tokens=self._xtc_special)
+            return guarded(sampler, sequence, fallback=greedy_sampler)
+        key = sampler_key(params)
+        if key not in self._shared_samplers:
+            self._shared_samplers[key] = build_sampler(params, xtc_special_tokens=self._xtc_special)
+        return self._shared_samplers[key]
 
     def _remove(self, request_ids: list[int]) -> int:
         removed = 0

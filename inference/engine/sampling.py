@@ -39,6 +39,18 @@ def build_sampler(params: SamplingParams, *, xtc_special_tokens: list[int]) -> S
     return _seeded(sampler, params.seed)
 
 
+def sampler_key(params: SamplingParams) -> tuple:
+    """The fields `build_sampler` reads: equal keys make equal (unseeded) samplers."""
+    return (
+        params.temperature,
+        params.top_p,
+        params.min_p,
+        params.top_k,
+        params.xtc_probability,
+        params.xtc_threshold,
+    )
+
+
 def _seeded(sampler: Sampler, seed: int) -> Sampler:
     step = 0
 

@@ -24,6 +24,7 @@ import mlx.core as mx
 import zmq
 
 from . import wire
+from .accelerator import device_name
 from .cpu_fast_path import blas_state
 from .engine import Engine
 from .loader import LoadedModel
@@ -266,5 +267,7 @@ class WorkerServer:
                 ),
                 "context_length": engine.context_length,
                 "blas": asdict(blas_state()),
+                "device": device_name(),
+                "warm_up_seconds": round(stats.warm_up_seconds, 3),
             },
         )

@@ -38,6 +38,7 @@ def test_stats_show_the_path_the_memory_and_the_prompt_cache(client, http, model
     stats = http.get("/stats").json()
     entry = stats["models"][model]
     assert entry["fast_path"]["path"] == "fast", entry["fast_path"]["reason"]
+    assert entry["device"] == "cpu" and entry["warm_up_seconds"] == 0  # warm-up: GPUs only
     assert entry["fast_path"]["dense_weight_bytes"] > 500_000_000
     assert stats["blas"]["loaded"] and stats["blas"]["path"] == entry["fast_path"]["blas"]
     cache = entry["prompt_cache"]

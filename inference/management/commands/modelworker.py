@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from inference.engine import EngineConfig, load_model
+from inference.engine.accelerator import use_kernel_cache
 from inference.engine.dense_weights import FastPathOptions
 from inference.engine.prompt import PromptLimits
 from inference.engine.prompt_cache import PromptCacheConfig
@@ -17,6 +18,7 @@ def engine_config() -> EngineConfig:
     return EngineConfig(
         max_batch_size=lab_settings.max_batch_size,
         prefill_step_size=lab_settings.prefill_step_size,
+        warm_up={"auto": None, "on": True, "off": False}[lab_settings.warm_up],
         prompt_cache=PromptCacheConfig(
             max_entries=lab_settings.prompt_cache_entries,
             max_bytes=lab_settings.prompt_cache_mb << 20,
@@ -59,6 +61,7 @@ class Command(BaseCommand):
                 raise CommandError(f"no model named {model!r} in the registry")
             path = record.path
         fast_path = fast_path_options()
+        use_kernel_cache(lab_settings.kernel_cache_dir)
         WorkerServer(
             model=model,
             address=listen,

@@ -1,0 +1,374 @@
+"""The GPU bench: MLX Lab's engine against mlx-lm and PyTorch + transformers, on one GPU.
+
+    python3 bench/gpu.py --out DIR                      # everything (about 6 minutes on an H200)
+    python3 bench/gpu.py --out DIR --shapes tiny-bf16 --tokens 16   # a smoke run, CPU too
+    python3 bench/gpu.py --out DIR --part restart       # first request after a restart only
+
+Runs where MLX has its CUDA backend (`make setup` on a GPU machine, or the recipe in
+docs/BENCHMARKS.md for the lent H200). Every row is measured in this one process, side
+by side, on the same random-weight model; the share of the bandwidth limit is tokens/s
+against what the measured copy bandwidth allows when each step reads every weight once.
+Writes DIR/gpu.json and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.gpu_models import SHAPES, build_folder, weight_bytes  # noqa: E402
+from bench.gpu_torch import torch_rows  # noqa: E402
+
+TOKENIZER = ROOT / "var" / "models" / "smollm2-135m-instruct"
+PROMPT = 32  # prompt tokens of the decode rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--shapes", default="llama-1b-bf16,llama-1b-4bit,smollm2-135m-4bit")
+    parser.add_argument("--tokens", type=int, default=128, help="tokens generated per row")
+    parser.add_argument("--batches", default="8,32,64")
+    parser.add_argument("--part", choices=["all", "speed", "restart"], default="all")
+    parser.add_argument("--tokenizer", type=Path, default=TOKENIZER)
+    parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--skip-cold", action="store_true", help="no run without warm-up")
+    parser.add_argument("--kernels-from", type=Path, help="a kernels.tar.gz of an earlier run")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="mlxlab-gpu-"))
+    # The speed rows reuse what the restart rows compiled (the kernel cache is per process).
+    os.environ.setdefault("MLX_PTX_CACHE_DIR", str(work / "kernels-kept"))
+    if args.kernels_from:
+        Path(os.environ["MLX_PTX_CACHE_DIR"]).mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["tar", "xzf", str(args.kernels_from), "-C", os.environ["MLX_PTX_CACHE_DIR"]]
+        )
+    report = {"environment": environment(), "bandwidth_gbs": copy_bandwidth(), "models": {}}
+    print(json.dumps(report["environment"]), f"copy bandwidth {report['bandwidth_gbs']:.0f} GB/s")
+    shapes = [SHAPES[name] for name in args.shapes.split(",")]
+    if args.part in ("all", "restart"):
+        restart_shape = shapes[1] if len(shapes) > 1 else shapes[0]
+        folder = build_folder(restart_shape, work / restart_shape.name, args.tokenizer)
+        report["restart"] = restart_rows(folder, work, skip_cold=args.skip_cold)
+        save(args.out, report)
+        keep_kernels(args.out)
+    if args.part in ("all", "speed"):
+        batches = [int(b) for b in args.batches.split(",")]
+        for shape in shapes:
+            folder = build_folder(shape, work / shape.name, args.tokenizer)
+            limit = report["bandwidth_gbs"] * 1e9 / weight_bytes(folder)
+            rows = LiveRows(lambda: save(args.out, report))
+            report["models"][shape.name] = {
+                "weight_bytes": weight_bytes(folder),
+                "one_stream_limit_tps": round(limit, 1),
+                "rows": rows,
+            }
+            speed_rows(folder, args.tokens, batches, rows)
+            if not args.no_torch and shape.bits is None:
+                rows.update(torch_rows(shape, args.tokens, batches))
+            print_model(shape.name, report["models"][shape.name])
+    keep_kernels(args.out)
+    print(json.dumps(report.get("restart", {}), indent=1))
+
+
+def keep_kernels(out: Path) -> None:
+    """Send the compiled kernels back (out/kernels.tar.gz) when small enough to carry again.
+
+    A fresh GPU machine compiles for minutes; unpacked into MLX_PTX_CACHE_DIR before
+    a run (--kernels-from), the next one starts warm.
+    """
+    folder = Path(os.environ["MLX_PTX_CACHE_DIR"])
+    if folder.is_dir():
+        subprocess.run(["tar", "czf", str(out / "kernels.tar.gz"), "-C", str(folder), "."])
+
+
+def save(out: Path, report: dict) -> None:
+    (out / "gpu.json").write_text(json.dumps(report, indent=1))
+
+
+def environment() -> dict:
+    import mlx.core as mx
+
+    return {
+        "mlx": mx.__version__,
+        "device": str(mx.default_device()),
+        "device_info": {k: str(v) for k, v in mx.device_info().items()},
+    }
+
+
+def copy_bandwidth() -> float:
+    """GB/s of a large device copy, bytes read plus bytes written: the memory ceiling."""
+    import mlx.core as mx
+
+    source = mx.random.normal((256 * 1024 * 1024,)).astype(mx.bfloat16)  # 512 MB
+    mx.eval(source)
+    times = []
+    for _ in range(10):
+        started = time.perf_counter()
+        mx.eval(source + 0)
+        times.append(time.perf_counter() - started)
+    return 2 * source.nbytes / statistics.median(times) / 1e9
+
+
+# -- decode speed, in this process ------------------------------------------------------
+
+
+class LiveRows(dict):
+    """A model's rows, written to disk as each one lands: a call cut short keeps them."""
+
+    def __init__(self, save) -> None:
+        super().__init__()
+        self._save = save
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(key, value)
+        self._save()
+
+    def update(self, other) -> None:
+        for key, value in other.items():
+            self[key] = value
+
+
+def speed_rows(folder: Path, tokens: int, batches: list[int], rows: dict) -> dict:
+    from mlx_lm import load
+
+    model, _ = load(str(folder))
+    vocab = model.args.vocab_size
+    rows["forward_sync_tps"] = forward_rate(model, tokens, vocab)
+    rows["mlx_lm_generate_step_tps"] = mlx_lm_stream(model, tokens, vocab)
+    for batch in [1, *batches]:
+        rows[f"mlx_lm_batch{batch}_tps"] = mlx_lm_batch(model, batch, tokens, vocab)
+    rows["mlx_lm_ttft_512_s"] = mlx_lm_ttft(model, vocab)
+    del model
+    rows.update(engine_rows(folder, tokens, batches))
+    return rows
+
+
+def prompts(count: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
+    draw = random.Random(seed)
+    return [[draw.randrange(3, vocab) for _ in range(length)] for _ in range(count)]
+
+
+def forward_rate(model, tokens: int, vocab: int) -> float:
+    """One row, one forward and argmax per step, waited on each step: no pipelining."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+
+    rate = 0.0
+    for _ in range(2):  # the first pass compiles
+        cache = make_prompt_cache(model)
+        token = mx.array([prompts(1, PROMPT, vocab)[0]])
+        token = mx.argmax(model(token, cache=cache)[:, -1, :], axis=-1)[:, None]
+        mx.eval(token)
+        started = time.perf_counter()
+        for _ in range(tokens):
+            token = mx.argmax(model(token, cache=cache)[:, -1, :], axis=-1)[:, None]
+            mx.eval(token)
+        rate = max(rate, tokens / (time.perf_counter() - started))
+    return round(rate, 1)
+
+
+def mlx_lm_stream(model, tokens: int, vocab: int) -> float:
+    import mlx.core as mx
+    from mlx_lm.generate import generate_step
+
+    prompt = mx.array(prompts(1, PROMPT, vocab)[0])
+    for _ in range(2):  # the first pass compiles
+        stamps = []
+        for _ in generate_step(prompt, model, max_tokens=tokens):
+            stamps.append(time.perf_counter())
+    return round((len(stamps) - 1) / (stamps[-1] - stamps[0]), 1)
+
+
+def mlx_lm_batch(model, batch: int, tokens: int, vocab: int) -> float:
+    """Aggregate tokens/s of `batch` rows through mlx-lm's BatchGenerator, prefill included."""
+    from mlx_lm.generate import BatchGenerator
+
+    best = 0.0
+    for attempt in range(2):  # the first pass compiles
+        generator = BatchGenerator(model, completion_batch_size=batch, prefill_batch_size=8)
+        started = time.perf_counter()
+        uids = set(generator.insert(prompts(batch, PROMPT, vocab, attempt), [tokens] * batch))
+        produced = 0
+        while uids:
+            for response in generator.next_generated():
+                produced += 1
+                if response.finish_reason is not None:
+                    uids.discard(response.uid)
+        best = max(best, produced / (time.perf_counter() - started))
+        generator.close()
+    return round(best, 1)
+
+
+def mlx_lm_ttft(model, vocab: int) -> float:
+    import mlx.core as mx
+    from mlx_lm.generate import generate_step
+
+    times = []
+    for seed in range(3):
+        prompt = mx.array(prompts(1, 512, vocab, seed)[0])
+        started = time.perf_counter()
+        next(generate_step(prompt, model, max_tokens=1))
+        times.append(time.perf_counter() - started)
+    return round(min(times[1:]), 4)
+
+
+def engine_rows(folder: Path, tokens: int, batches: list[int]) -> dict:
+    from inference.engine.prompt_cache import PromptCacheConfig
+
+    rows = engine_speed(folder, tokens, batches, PromptCacheConfig(), "engine")
+    # What the prompt cache's bookkeeping costs: the largest batch and TTFT without it.
+    off = PromptCacheConfig(max_entries=0)
+    rows.update(engine_speed(folder, tokens, batches[-1:], off, "engine_no_prompt_cache"))
+    return rows
+
+
+def engine_speed(folder: Path, tokens: int, batches: list[int], cache, label: str) -> dict:
+    from inference.engine import Engine, EngineConfig, load_model
+
+    config = EngineConfig(
+        max_batch_size=max(batches), prefill_batch_size=8, prompt_cache=cache, warm_up=True
+    )
+    engine = Engine(lambda: load_model(folder), config=config).start()
+    vocab = engine.vocab_size
+    try:
+        rows = {f"{label}_warm_up_s": round(engine.stats.warm_up_seconds, 2)}
+        stream = [engine_stream(engine, prompt, tokens) for prompt in prompts(3, PROMPT, vocab, 7)]
+        rows[f"{label}_stream_tps"] = max(rate for rate, _ in stream)
+        for batch in [1, *batches]:
+            rows[f"{label}_batch{batch}_tps"] = max(
+                engine_batch(engine, prompts(batch, PROMPT, vocab, seed), tokens)
+                for seed in (11, 12)
+            )
+        rows[f"{label}_ttft_512_s"] = min(
+            engine_stream(engine, prompt, 1)[1] for prompt in prompts(3, 512, vocab, 21)
+        )
+        return rows
+    finally:
+        engine.shutdown()
+
+
+def engine_stream(engine, prompt: list[int], tokens: int) -> tuple[float, float]:
+    """(decode tokens/s after the first token, seconds to the first token) of one request."""
+    from inference.engine import GenerationRequest
+
+    started = time.perf_counter()
+    stamps = collect(engine, [GenerationRequest(prompt, max_tokens=tokens)])[0]
+    rate = (len(stamps) - 1) / (stamps[-1] - stamps[0]) if len(stamps) > 1 else 0.0
+    return round(rate, 1), round(stamps[0] - started, 4)
+
+
+def engine_batch(engine, batch_prompts: list[list[int]], tokens: int) -> float:
+    from inference.engine import GenerationRequest
+
+    started = time.perf_counter()
+    requests = [GenerationRequest(prompt, max_tokens=tokens) for prompt in batch_prompts]
+    produced = sum(len(stamps) for stamps in collect(engine, requests))
+    return round(produced / (time.perf_counter() - started), 1)
+
+
+def collect(engine, requests) -> list[list[float]]:
+    """Submit together; per request, the time each token's text arrived."""
+    import threading
+
+    from inference.engine import Failed, Finished, TextDelta
+
+    stamps: list[list[float]] = [[] for _ in requests]
+    done = [threading.Event() for _ in requests]
+
+    def emitter(index: int):
+        def emit(event) -> None:
+            if isinstance(event, TextDelta):
+                stamps[index].append(time.perf_counter())
+            elif isinstance(event, (Finished, Failed)):
+                if isinstance(event, Finished):  # a delta may carry several tokens
+                    missing = event.completion_tokens - len(stamps[index])
+                    stamps[index].extend([stamps[index][-1]] * max(0, missing))
+                done[index].set()
+
+        return emit
+
+    engine.submit_many([(request, emitter(i)) for i, request in enumerate(requests)])
+    for event in done:
+        event.wait(600)
+    return stamps
+
+
+# -- the first request after a restart ---------------------------------------------------
+
+
+def restart_rows(folder: Path, work: Path, *, skip_cold: bool = False) -> dict:
+    """Fresh processes: no warm-up on an empty kernel cache, warm-up on one, then a restart."""
+    rows = {}
+    cold, kept = work / "kernels-cold", work / "kernels-kept"
+    runs = [
+        ("no_warm_up_empty_cache", cold, "off"),
+        ("warm_up_empty_cache", kept, "on"),
+        ("warm_up_after_restart", kept, "on"),
+    ]
+    for name, cache, warm in runs[1:] if skip_cold else runs:
+        env = {**os.environ, "MLX_PTX_CACHE_DIR": str(cache)}
+        started = time.perf_counter()
+        result = subprocess.run(
+            [sys.executable, __file__, "--first-request", str(folder), "--warm-up", warm],
+            env=env, capture_output=True, text=True, timeout=400,
+        )  # fmt: skip
+        line = [text for text in result.stdout.splitlines() if text.startswith("{")]
+        rows[name] = json.loads(line[-1]) if line else {"error": result.stderr[-2000:]}
+        rows[name]["process_s"] = round(time.perf_counter() - started, 2)
+        print(name, rows[name], flush=True)
+    return rows
+
+
+def first_request(folder: Path, warm: str) -> None:
+    started = time.perf_counter()
+    from inference.engine import Engine, EngineConfig, load_model
+
+    config = EngineConfig(max_batch_size=8, prefill_batch_size=8, warm_up=warm == "on")
+    engine = Engine(lambda: load_model(folder), config=config).start()
+    ready = time.perf_counter() - started
+    vocab = engine.vocab_size
+    _, ttft = engine_stream(engine, prompts(1, 512, vocab, 5)[0], 8)
+    batch_started = time.perf_counter()
+    engine_batch(engine, prompts(8, PROMPT, vocab, 6), 8)
+    batch = time.perf_counter() - batch_started
+    print(
+        json.dumps(
+            {
+                "ready_s": round(ready, 2),
+                "warm_up_s": round(engine.stats.warm_up_seconds, 2),
+                "first_request_ttft_s": round(ttft, 3),
+                "first_batch8_s": round(batch, 3),
+            }
+        ),
+        flush=True,
+    )
+    engine.shutdown()
+
+
+def print_model(name: str, entry: dict) -> None:
+    limit = entry["one_stream_limit_tps"]
+    print(f"\n{name}: {entry['weight_bytes'] / 1e9:.2f} GB, one-stream limit {limit:.0f} tok/s")
+    for key, value in entry["rows"].items():
+        one_stream = key.endswith("tps") and ("batch" not in key or "batch1_" in key)
+        share = f"  {100 * value / limit:5.1f}% of limit" if one_stream else ""
+        print(f"  {key:32} {value:>10}{share}")
+
+
+if __name__ == "__main__":
+    if "--first-request" in sys.argv:
+        first_request(Path(sys.argv[sys.argv.index("--first-request") + 1]), sys.argv[-1])
+    else:
+        main()

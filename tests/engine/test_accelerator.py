@@ -1,0 +1,77 @@
+"""Warm-up before ready, the compiled-kernel cache, and rows that share a sampler."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import mlx.core as mx
+import pytest
+
+from inference.engine import Engine, EngineConfig, SamplingParams, load_model
+from inference.engine.accelerator import PTX_CACHE_VARIABLE, WarmUpShapes, use_kernel_cache
+
+from .helpers import generate
+from .test_engine import greedy
+
+
+@pytest.mark.parametrize(
+    "largest, sizes",
+    [(1, [1]), (6, [1, 2, 4, 6]), (8, [1, 2, 4, 8]), (64, [1, 2, 4, 8, 16, 32, 64])],
+)
+def test_warm_up_covers_powers_of_two_and_the_largest_batch(largest, sizes):
+    assert WarmUpShapes(largest, 4, 512).batch_sizes() == sizes
+
+
+def test_a_warmed_up_engine_answers_as_a_cold_one_and_counts_nothing(engine, model_folder):
+    config = EngineConfig(max_batch_size=4, prefill_step_size=16, warm_up=True)
+    warmed = Engine(lambda: load_model(model_folder), config=config).start()
+    try:
+        stats = warmed.stats
+        assert stats.warm_up_seconds > 0
+        assert (stats.requests_completed, stats.generated_tokens, stats.prompt_tokens) == (0, 0, 0)
+        assert warmed.prompt_cache.stats().entries == 0  # warm-up prompts are not cached
+        request = greedy(engine, "What is the capital of France?", 8)
+        assert generate(warmed, request).text == generate(engine, request).text
+        assert warmed.stats.requests_completed == 1
+    finally:
+        warmed.shutdown()
+
+
+def test_the_cpu_warms_up_only_when_asked(engine):
+    assert EngineConfig().warm_up is None  # auto
+    assert engine.stats.warm_up_seconds == 0
+
+
+def test_the_kernel_cache_is_left_alone_on_the_cpu(tmp_path, monkeypatch):
+    monkeypatch.delenv(PTX_CACHE_VARIABLE, raising=False)
+    assert use_kernel_cache(tmp_path) is None
+    assert PTX_CACHE_VARIABLE not in os.environ
+    assert not any(tmp_path.iterdir())
+
+
+def test_an_operators_kernel_cache_wins(tmp_path, monkeypatch):
+    monkeypatch.setenv(PTX_CACHE_VARIABLE, str(tmp_path / "mine"))
+    assert use_kernel_cache(tmp_path / "lab") == tmp_path / "mine"
+    assert os.environ[PTX_CACHE_VARIABLE] == str(tmp_path / "mine")
+
+
+@pytest.mark.skipif(
+    mx.default_device() != mx.gpu, reason="needs MLX's CUDA backend (no GPU on this machine)"
+)
+def test_the_kernel_cache_goes_under_the_lab_on_a_gpu(tmp_path, monkeypatch):
+    monkeypatch.delenv(PTX_CACHE_VARIABLE, raising=False)
+    folder = use_kernel_cache(tmp_path)
+    assert folder.is_dir() and Path(os.environ[PTX_CACHE_VARIABLE]) == folder
+    assert folder.parent.name == mx.__version__
+
+
+def test_rows_that_sample_alike_share_one_sampler(engine):
+    runner = engine.runner
+    warm = SamplingParams(temperature=0.7, top_p=0.9)
+    first = runner._sampler(warm, sequence=None)
+    assert runner._sampler(SamplingParams(temperature=0.7, top_p=0.9), sequence=None) is first
+    assert runner._sampler(SamplingParams(temperature=0.8, top_p=0.9), sequence=None) is not first
+    assert runner._sampler(SamplingParams(), sequence=None) is None  # greedy: the batch's own
+    seeded = SamplingParams(temperature=0.7, top_p=0.9, seed=1)
+    assert runner._sampler(seeded, sequence=None) is not runner._sampler(seeded, sequence=None)
