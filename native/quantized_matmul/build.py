@@ -57,7 +57,7 @@ print(kernel.kernel_name())
 def fingerprint() -> str:
     """What a build depends on: a change to any of it means building again."""
     digest = hashlib.sha256()
-    for path in sorted([HERE / "CMakeLists.txt", *(HERE / "src").glob("*")]):
+    for path in sorted([Path(__file__), HERE / "CMakeLists.txt", *(HERE / "src").glob("*")]):
         digest.update(path.name.encode() + path.read_bytes())
     for package in ("mlx", "nanobind"):
         digest.update(_version(package).encode())
