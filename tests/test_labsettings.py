@@ -29,6 +29,7 @@ def sample(name: str) -> tuple[str, object]:
     kind = TYPES[name]
     special = {
         "prompt_cache_scope": ("global", "global"),
+        "cpu_weights": ("dense", "dense"),
         "default_adapter": ("  house+style ", "house+style"),
         "static_api_key_digests": (
             "key-one, key-two",
@@ -137,6 +138,7 @@ def test_the_documented_defaults():
         "default_adapter": "",
         "cpu_fast_path": True,
         "dense_weight_budget_mb": 4096,
+        "cpu_weights": "auto",
         "prompt_cache_entries": 16,
         "prompt_cache_mb": 1024,
         "prompt_cache_sessions": 16,
