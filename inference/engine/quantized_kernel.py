@@ -9,6 +9,7 @@ are replaced by the twins below, which keep the same weights, scales and biases.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -20,6 +21,9 @@ from native.quantized_matmul import KernelUnavailable, load
 
 SUPPORTED_BITS = (4, 8)
 SUPPORTED_GROUP_SIZES = (32, 64, 128)
+# One thread by default: OpenMP's barrier stalls a step for a whole time slice when
+# the other core is busy (measured 40 ms -> 440 ms a step on a shared 2-core machine).
+THREADS_VARIABLE = "MLXLAB_QMM_THREADS"  # 0: every CPU
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,7 @@ def kernel_state() -> KernelState:
         except KernelUnavailable as error:
             _state = KernelState(False, str(error))
         else:
+            _module.set_thread_count(int(os.environ.get(THREADS_VARIABLE, "1")))
             _state = KernelState(True, "the quantized matmul kernel is loaded", _describe(_module))
     return _state
 

@@ -17,8 +17,8 @@ namespace {
 using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int,
                        const float*, int, float, float*, int);
 
-// Measured on the 2-core EPYC (bench/qmm_kernel.py): at 16 rows and more the
-// float32 sgemm on a dequantized tile beats the fused kernel.
+// A first, noisy measurement on the shared 2-core EPYC: at 8 rows the fused kernel and
+// sgemm on a dequantized tile are alike; from 16 rows sgemm wins (to refine: issue 21).
 int g_blas_min_rows = 16;
 int g_threads = 0;  // 0: OpenMP's default (the CPUs this process may use)
 
