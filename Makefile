@@ -12,6 +12,8 @@ CHROMIUM ?= /usr/bin/chromium
 .PHONY: setup run test test-postgres bench soak screenshots format clean
 
 setup: $(STAMP)
+	@# The AVX2 quantized matmul (issue 21): quiet when nothing changed; never fails setup.
+	@$(PY) native/quantized_matmul/build.py
 	@$(PY) manage.py migrate --noinput -v 0
 	@$(PY) manage.py ensure_default_model
 

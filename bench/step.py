@@ -1,7 +1,10 @@
-"""One engine step without a server: prefill tokens/s and decode step time, per weight path.
+"""One engine step without a server: prefill tokens/s, decode step time and RSS, per weight path.
 
-    .venv/bin/python bench/step.py            # quantized, then the CPU fast path
-    .venv/bin/python bench/step.py --steps 30
+    .venv/bin/python bench/step.py            # MLX's quantized, dense float32, our kernel
+    .venv/bin/python bench/step.py --steps 30 --paths kernel,dense
+
+Each path runs in a child process of its own, so that its resident memory is its own;
+they alternate `--rounds` times, as the CPU may be shared (the best round counts).
 
 The model's forward pass plus an argmax, `mx.eval` per step, as in the decode loop; the
 figures behind the findings in docs/BENCHMARKS.md ("The CPU fast path ... findings").
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -53,21 +57,48 @@ def decode_step(model, batch: int, steps: int) -> float:
     return statistics.median(times)
 
 
+PATHS = {
+    "mlx": FastPathOptions(enabled=False),
+    "dense": FastPathOptions(weights="dense"),
+    "kernel": FastPathOptions(weights="kernel"),
+}
+
+
+def resident_mb() -> float:
+    """This process's resident set now (VmRSS), in MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def measure(path: str, prompt: int, steps: int) -> str:
+    loaded = load_model(MODEL, fast_path=PATHS[path])
+    model, report = loaded.model, loaded.fast_path
+    prefill_rate(model, 16)  # warm-up
+    line = [f"{path:6s} ({report.path:9s}) prefill {prefill_rate(model, prompt):6.1f} tok/s"]
+    for batch in (1, 8):
+        step = decode_step(model, batch, steps if batch == 1 else max(steps // 3, 3))
+        line.append(f"batch {batch}: {step * 1000:6.1f} ms ({batch / step:5.1f} tok/s)")
+    line.append(f"RSS {resident_mb():5.0f} MB")
+    return " | ".join(line)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--prompt", type=int, default=128, help="prefill length")
+    parser.add_argument("--paths", default="mlx,dense,kernel", help="of " + ",".join(PATHS))
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--one", choices=PATHS, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    for enabled in (False, True):
-        loaded = load_model(MODEL, fast_path=FastPathOptions(enabled=enabled))
-        model, report = loaded.model, loaded.fast_path
-        prefill_rate(model, 16)  # warm-up
-        line = [f"{report.path:9s} prefill {prefill_rate(model, args.prompt):6.1f} tok/s"]
-        for batch in (1, 8):
-            step = decode_step(model, batch, args.steps)
-            line.append(f"batch {batch}: {step * 1000:6.1f} ms ({batch / step:5.1f} tok/s)")
-        print(" | ".join(line), flush=True)
-        del loaded, model
+    if args.one:
+        print(measure(args.one, args.prompt, args.steps), flush=True)
+        return
+    for _ in range(args.rounds):
+        for path in args.paths.split(","):
+            command = [sys.executable, __file__, "--one", path, "--steps", str(args.steps)]
+            subprocess.run([*command, "--prompt", str(args.prompt)], check=True)
 
 
 if __name__ == "__main__":

@@ -190,11 +190,12 @@ class _Loader:
     def load(self, variant: dict) -> _Loaded:
         if self.loaded is None or self.loaded.path != variant["model_path"]:
             self.release()
-            # Loaded as the model workers load it: on the CPU, quantized weights run
-            # dequantized (the fast path), with the same figures 40x faster.
+            # Loaded as the model workers load it: on the CPU, quantized weights run on
+            # the quantized kernel or dequantized (the fast path), far faster than MLX's.
             options = FastPathOptions(
                 enabled=lab_settings.cpu_fast_path,
                 dense_weight_budget_bytes=lab_settings.dense_weight_budget_mb << 20,
+                weights=lab_settings.cpu_weights,
             )
             model = load_model(variant["model_path"], fast_path=options)
             self.loaded = _Loaded(variant["model_path"], model.model, model.tokenizer)

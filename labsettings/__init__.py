@@ -209,6 +209,13 @@ class LabSettings:
         "MLXLAB_DENSE_WEIGHT_BUDGET_MB", parse_int, 4096,
         "Dense float32 weights above this stay quantized.",
     )  # fmt: skip
+    # The quantized kernel (native/quantized_matmul, built by make setup) keeps 4/8-bit
+    # weights quantized; MLXLAB_QMM_LIBRARY=off (environment) stops it loading at all.
+    cpu_weights: str = setting(
+        "MLXLAB_CPU_WEIGHTS", one_of("auto", "kernel", "dense"), "auto",
+        "auto: quantized on the AVX2 kernel where it built, else dense float32; "
+        "kernel or dense: that one only.",
+    )  # fmt: skip
     prompt_cache_entries: int = setting(
         "MLXLAB_PROMPT_CACHE_ENTRIES", parse_int, 16,
         "Reused KV caches of prompt prefixes, per model; 0 turns the cache off.",

@@ -30,6 +30,7 @@ def sample(name: str) -> tuple[str, object]:
     special = {
         "prompt_cache_scope": ("global", "global"),
         "warm_up": ("on", "on"),
+        "cpu_weights": ("dense", "dense"),
         "default_adapter": ("  house+style ", "house+style"),
         "static_api_key_digests": (
             "key-one, key-two",
@@ -140,6 +141,7 @@ def test_the_documented_defaults():
         "default_adapter": "",
         "cpu_fast_path": True,
         "dense_weight_budget_mb": 4096,
+        "cpu_weights": "auto",
         "prompt_cache_entries": 16,
         "prompt_cache_mb": 1024,
         "prompt_cache_sessions": 16,

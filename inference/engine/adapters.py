@@ -59,7 +59,7 @@ def _low_rank(a: mx.array, b: mx.array, scale: float):
 
 def _base_weight(layer: nn.Module) -> mx.array:
     """The layer's weight as float32 (out, in), whatever form the fast path left it in."""
-    if isinstance(layer, nn.QuantizedLinear):
+    if "scales" in layer:  # nn.QuantizedLinear, or its twin on the quantized kernel
         return mx.dequantize(
             layer.weight, layer.scales, layer.get("biases"), layer.group_size, layer.bits,
             mode=getattr(layer, "mode", "affine"),

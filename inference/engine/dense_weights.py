@@ -1,9 +1,10 @@
-"""Dense float32 weights for the CPU fast path, dequantized at load.
+"""The CPU fast path's weights: quantized on our kernel, or dense float32, chosen at load.
 
-With OpenBLAS under MLX (cpu_fast_path.py), float32 matmul is about 40x faster
-than MLX's scalar quantized matmul on the CPU, so every quantized layer (and
-the tied quantized embedding that doubles as the output layer) is replaced by
-its dequantized float32 twin when the memory budget allows.
+MLX's CPU quantized matmul is scalar. Two ways around it: the AVX2 kernel of
+native/quantized_matmul keeps the weights quantized (quantized_kernel.py); without it,
+with OpenBLAS under MLX (cpu_fast_path.py), every quantized layer (and the tied
+quantized embedding that doubles as the output layer) is replaced by its dequantized
+float32 twin when the memory budget allows (about 40x faster than MLX's own).
 """
 
 from __future__ import annotations
@@ -15,31 +16,43 @@ import mlx.nn as nn
 from mlx.utils import tree_unflatten
 
 from .cpu_fast_path import blas_state
+from .quantized_kernel import kernel_state, route_through_kernel
 
 QUANTIZED_KINDS = (nn.QuantizedLinear, nn.QuantizedEmbedding)
+# auto: the quantized kernel where it loads (a third of the memory, ~2x the decode
+# speed: docs/BENCHMARKS.md), else dense float32; kernel / dense: that one or MLX's own.
+WEIGHT_CHOICES = ("auto", "kernel", "dense")
 
 
 @dataclass(frozen=True)
 class FastPathOptions:
-    """Settings of the fast path (MLXLAB_CPU_FAST_PATH, MLXLAB_DENSE_WEIGHT_BUDGET_MB)."""
+    """Settings of the fast path (MLXLAB_CPU_FAST_PATH, MLXLAB_CPU_WEIGHTS,
+    MLXLAB_DENSE_WEIGHT_BUDGET_MB)."""
 
     enabled: bool = True
     dense_weight_budget_bytes: int = 4 << 30
+    weights: str = "auto"
 
     def __post_init__(self) -> None:
         if self.dense_weight_budget_bytes < 0:
             raise ValueError("the dense weight budget must be at least 0")
+        if self.weights not in WEIGHT_CHOICES:
+            raise ValueError(f"weights must be one of {', '.join(WEIGHT_CHOICES)}")
 
 
 @dataclass(frozen=True)
 class FastPathReport:
     """Which path a loaded model runs on, and why; shown in /stats."""
 
-    path: str  # "fast" | "quantized" | "dense" (the model had no quantized layers)
+    # "kernel" (quantized, on our kernel) | "fast" (dense float32 on OpenBLAS) |
+    # "quantized" (MLX's own) | "dense" (the model had no quantized layers)
+    path: str
     reason: str
     blas: str | None = None
     dense_weight_bytes: int = 0
     layers_dequantized: int = 0
+    layers_on_kernel: int = 0
+    kernel: str | None = None  # how the kernel runs, e.g. "avx2, 2 threads, ..."
 
 
 class DenseLinear(nn.Module):
@@ -109,6 +122,15 @@ def apply_fast_path(model: nn.Module, options: FastPathOptions) -> FastPathRepor
         return FastPathReport("quantized", f"the device is {mx.default_device()}, not the CPU")
     if not layers:
         return FastPathReport("dense", "the model has no quantized layers", blas.path)
+    kernel = kernel_state()
+    if options.weights != "dense" and kernel.available:
+        count = route_through_kernel(model, layers)
+        reason = f"{count} of {len(layers)} quantized layers on the quantized matmul kernel"
+        return FastPathReport(
+            "kernel", reason, blas.path, layers_on_kernel=count, kernel=kernel.description
+        )
+    if options.weights == "kernel":
+        return FastPathReport("quantized", kernel.reason, blas.path)
     if not blas.loaded:
         return FastPathReport("quantized", blas.reason)
     needed = sum(dense_bytes(module) for _, module in layers)
@@ -121,9 +143,10 @@ def apply_fast_path(model: nn.Module, options: FastPathOptions) -> FastPathRepor
             blas.path,
         )
     count = dequantize_model(model)
+    why_not_kernel = "" if options.weights == "dense" else f" ({kernel.reason})"
     return FastPathReport(
         "fast",
-        f"{count} quantized layers dequantized to float32 on OpenBLAS",
+        f"{count} quantized layers dequantized to float32 on OpenBLAS{why_not_kernel}",
         blas.path,
         needed,
         count,

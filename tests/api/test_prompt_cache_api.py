@@ -37,9 +37,11 @@ def test_stats_show_the_path_the_memory_and_the_prompt_cache(client, http, model
         client.completions.create(model=model, prompt=prompt, max_tokens=2)
     stats = http.get("/stats").json()
     entry = stats["models"][model]
-    assert entry["fast_path"]["path"] == "fast", entry["fast_path"]["reason"]
+    # The quantized kernel (make setup builds it): weights stay quantized, none dense.
+    assert entry["fast_path"]["path"] == "kernel", entry["fast_path"]["reason"]
+    assert entry["fast_path"]["layers_on_kernel"] == 211 and entry["fast_path"]["kernel"]
+    assert entry["fast_path"]["dense_weight_bytes"] == 0
     assert entry["device"] == "cpu" and entry["warm_up_seconds"] == 0  # warm-up: GPUs only
-    assert entry["fast_path"]["dense_weight_bytes"] > 500_000_000
     assert stats["blas"]["loaded"] and stats["blas"]["path"] == entry["fast_path"]["blas"]
     cache = entry["prompt_cache"]
     assert cache["enabled"] and cache["entries"] >= 1 and cache["bytes"] > 0

@@ -31,20 +31,27 @@ def quantized(model_folder):
     return load_model(model_folder, fast_path=FastPathOptions(enabled=False))
 
 
-def test_the_default_model_runs_on_the_fast_path(engine):
-    report = engine.loaded.fast_path
+@pytest.fixture(scope="module")
+def dense(model_folder):
+    """The default model on the dense float32 path (the default is the quantized kernel)."""
+    return load_model(model_folder, fast_path=FastPathOptions(weights="dense"))
+
+
+def test_the_default_model_runs_on_the_dense_path_when_asked(dense):
+    report = dense.fast_path
     assert cpu_fast_path.blas_state().loaded, cpu_fast_path.blas_state().reason
     assert report.path == "fast", report.reason
     assert report.blas and report.layers_dequantized > 200
     assert report.dense_weight_bytes > 500_000_000  # 135M parameters in float32
-    assert quantized_layers(engine.loaded.model) == []
+    assert quantized_layers(dense.model) == []
 
 
-def test_greedy_output_equals_the_quantized_path(engine, quantized):
+def test_greedy_output_equals_the_quantized_path(engine, dense, quantized):
     for text in PROMPTS:
         prompt = chat_tokens(engine, text)
         expected = _greedy_tokens(quantized, prompt, 12)
-        run = generate(engine, GenerationRequest(prompt, max_tokens=12))
+        assert _greedy_tokens(dense, prompt, 12) == expected, text
+        run = generate(engine, GenerationRequest(prompt, max_tokens=12))  # the engine's path
         assert run.text == quantized.tokenizer.decode(expected), text
 
 
@@ -62,7 +69,8 @@ def _greedy_tokens(loaded, prompt: list[int], count: int) -> list[int]:
 def test_turned_off_or_over_budget_stays_quantized(quantized):
     off = apply_fast_path(quantized.model, FastPathOptions(enabled=False))
     assert off.path == "quantized" and "MLXLAB_CPU_FAST_PATH=0" in off.reason
-    tight = apply_fast_path(quantized.model, FastPathOptions(dense_weight_budget_bytes=1 << 20))
+    budget = FastPathOptions(weights="dense", dense_weight_budget_bytes=1 << 20)
+    tight = apply_fast_path(quantized.model, budget)
     assert tight.path == "quantized" and "over the budget" in tight.reason
     assert tight.dense_weight_bytes == 0
     assert len(quantized_layers(quantized.model)) > 200  # untouched

@@ -31,6 +31,7 @@ def fast_path_options() -> FastPathOptions:
     return FastPathOptions(
         enabled=lab_settings.cpu_fast_path,
         dense_weight_budget_bytes=lab_settings.dense_weight_budget_mb << 20,
+        weights=lab_settings.cpu_weights,
     )
 
 

@@ -1,0 +1,209 @@
+// The driver: group sums of x, the split over threads, and the sgemm path for prefill.
+#include "kernels.h"
+
+#include <dlfcn.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace mlxlab {
+
+namespace {
+
+using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int,
+                       const float*, int, float, float*, int);
+
+// A first, noisy measurement on the shared 2-core EPYC: at 8 rows the fused kernel and
+// sgemm on a dequantized tile are alike; from 16 rows sgemm wins (to refine: issue 21).
+int g_blas_min_rows = 16;
+int g_threads = 0;  // 0: OpenMP's default (the CPUs this process may use)
+
+// OpenBLAS, when cpu_fast_path loaded it RTLD_GLOBAL; MLX's bundled reference
+// BLAS also exports cblas_sgemm but is slower than our kernel at every size.
+Sgemm find_sgemm() {
+  if (dlsym(RTLD_DEFAULT, "openblas_get_num_threads") == nullptr) {
+    return nullptr;
+  }
+  return reinterpret_cast<Sgemm>(dlsym(RTLD_DEFAULT, "cblas_sgemm"));
+}
+
+Sgemm sgemm() {
+  static Sgemm found = find_sgemm();
+  return found;
+}
+
+int threads_for(int64_t work) {
+  int threads = g_threads > 0 ? g_threads : omp_get_max_threads();
+  // Below ~64K weights a thread's wake-up costs more than it saves.
+  return work < (1 << 16) ? 1 : std::max(threads, 1);
+}
+
+void group_sums(const Problem& p, std::vector<float>& xsum) {
+  const int groups = p.K / p.group_size;
+  xsum.assign(static_cast<size_t>(p.M) * groups, 0.0f);
+  for (int m = 0; m < p.M; ++m) {
+    const float* row = p.x + static_cast<int64_t>(m) * p.K;
+    for (int g = 0; g < groups; ++g) {
+      float sum = 0.0f;
+      for (int k = g * p.group_size; k < (g + 1) * p.group_size; ++k) {
+        sum += row[k];
+      }
+      xsum[static_cast<size_t>(m) * groups + g] = sum;
+    }
+  }
+}
+
+void check(const Problem& p) {
+  if (p.bits != 4 && p.bits != 8) {
+    throw std::invalid_argument("qmm: bits must be 4 or 8, not " + std::to_string(p.bits));
+  }
+  if (p.group_size != 32 && p.group_size != 64 && p.group_size != 128) {
+    throw std::invalid_argument("qmm: group_size must be 32, 64 or 128");
+  }
+  if (p.K % p.group_size != 0) {
+    throw std::invalid_argument("qmm: K must be a multiple of group_size");
+  }
+}
+
+// Rows of output columns per sgemm: a tile of 128 x K floats stays in L2.
+constexpr int kTile = 128;
+
+void blas_path(const Problem& p, Sgemm gemm, int threads) {
+  const bool fast = avx2_supported();
+  const int tiles = (p.N + kTile - 1) / kTile;
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> scratch(static_cast<size_t>(kTile) * p.K);
+#pragma omp for schedule(static)
+    for (int t = 0; t < tiles; ++t) {
+      const int n0 = t * kTile, n1 = std::min(p.N, n0 + kTile);
+      fast ? dequantize_avx2(p, n0, n1, scratch.data())
+           : dequantize_scalar(p, n0, n1, scratch.data());
+      // Row-major (101), x as is (111), the tile transposed (112).
+      gemm(101, 111, 112, p.M, n1 - n0, p.K, 1.0f, p.x, p.K, scratch.data(), p.K,
+           0.0f, p.y + n0, p.N);
+    }
+  }
+}
+
+}  // namespace
+
+int blas_min_rows() { return g_blas_min_rows; }
+void set_blas_min_rows(int rows) { g_blas_min_rows = std::max(rows, 0); }
+bool blas_found() { return sgemm() != nullptr; }
+int thread_count() { return g_threads > 0 ? g_threads : omp_get_max_threads(); }
+void set_thread_count(int threads) { g_threads = std::max(threads, 0); }
+const char* kernel_name() { return avx2_supported() ? "avx2" : "scalar"; }
+
+void compute(const Problem& p) {
+  check(p);
+  const int64_t work = static_cast<int64_t>(p.N) * p.K;
+  const int threads = threads_for(work * std::min(p.M, 8));
+  Sgemm gemm = sgemm();
+  if (gemm != nullptr && g_blas_min_rows > 0 && p.M >= g_blas_min_rows) {
+    blas_path(p, gemm, threads);
+    return;
+  }
+  std::vector<float> xsum;
+  group_sums(p, xsum);
+  const bool fast = avx2_supported();
+  // Blocks of 16 output columns: few enough for both threads to get equal shares.
+  const int blocks = (p.N + 15) / 16;
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int b = 0; b < blocks; ++b) {
+    const int n0 = b * 16, n1 = std::min(p.N, n0 + 16);
+    fast ? rows_avx2(p, xsum.data(), n0, n1) : rows_scalar(p, xsum.data(), n0, n1);
+  }
+}
+
+float scale_at(const void* data, ScaleType type, int64_t index) {
+  switch (type) {
+    case ScaleType::Float32:
+      return static_cast<const float*>(data)[index];
+    case ScaleType::BFloat16: {
+      uint32_t bits = static_cast<uint32_t>(static_cast<const uint16_t*>(data)[index]) << 16;
+      float value;
+      std::memcpy(&value, &bits, 4);
+      return value;
+    }
+    case ScaleType::Float16:
+    default: {
+      // IEEE half to float, subnormals included.
+      uint16_t h = static_cast<const uint16_t*>(data)[index];
+      uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+      int exponent = (h >> 10) & 0x1F;
+      uint32_t mantissa = h & 0x3FF;
+      uint32_t bits;
+      if (exponent == 0x1F) {
+        bits = sign | 0x7F800000 | (mantissa << 13);
+      } else if (exponent != 0) {
+        bits = sign | (static_cast<uint32_t>(exponent + 112) << 23) | (mantissa << 13);
+      } else if (mantissa == 0) {
+        bits = sign;
+      } else {
+        int shift = 0;
+        while ((mantissa & 0x400) == 0) {
+          mantissa <<= 1;
+          ++shift;
+        }
+        bits = sign | (static_cast<uint32_t>(113 - shift) << 23) | ((mantissa & 0x3FF) << 13);
+      }
+      float value;
+      std::memcpy(&value, &bits, 4);
+      return value;
+    }
+  }
+}
+
+namespace {
+
+inline int quant_at(const uint8_t* row, int bits, int k) {
+  if (bits == 8) {
+    return row[k];
+  }
+  return (row[k >> 1] >> ((k & 1) * 4)) & 0xF;
+}
+
+}  // namespace
+
+void rows_scalar(const Problem& p, const float* xsum, int n0, int n1) {
+  const int groups = p.K / p.group_size;
+  const int64_t row_bytes = static_cast<int64_t>(p.K) * p.bits / 8;
+  for (int n = n0; n < n1; ++n) {
+    const uint8_t* row = p.w + n * row_bytes;
+    for (int m = 0; m < p.M; ++m) {
+      const float* x = p.x + static_cast<int64_t>(m) * p.K;
+      float total = 0.0f;
+      for (int g = 0; g < groups; ++g) {
+        float dot = 0.0f;
+        for (int k = g * p.group_size; k < (g + 1) * p.group_size; ++k) {
+          dot += x[k] * static_cast<float>(quant_at(row, p.bits, k));
+        }
+        const int64_t at = static_cast<int64_t>(n) * groups + g;
+        total += scale_at(p.scales, p.scale_type, at) * dot +
+                 scale_at(p.biases, p.scale_type, at) * xsum[m * groups + g];
+      }
+      p.y[static_cast<int64_t>(m) * p.N + n] = total;
+    }
+  }
+}
+
+void dequantize_scalar(const Problem& p, int n0, int n1, float* out) {
+  const int groups = p.K / p.group_size;
+  const int64_t row_bytes = static_cast<int64_t>(p.K) * p.bits / 8;
+  for (int n = n0; n < n1; ++n) {
+    const uint8_t* row = p.w + n * row_bytes;
+    float* dst = out + static_cast<int64_t>(n - n0) * p.K;
+    for (int k = 0; k < p.K; ++k) {
+      const int64_t at = static_cast<int64_t>(n) * groups + k / p.group_size;
+      dst[k] = scale_at(p.scales, p.scale_type, at) * quant_at(row, p.bits, k) +
+               scale_at(p.biases, p.scale_type, at);
+    }
+  }
+}
+
+}  // namespace mlxlab

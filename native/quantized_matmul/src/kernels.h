@@ -1,0 +1,44 @@
+// y = x @ dequantize(w).T for MLX's affine quantization, on float32 rows.
+#pragma once
+
+#include <cstdint>
+
+namespace mlxlab {
+
+enum class ScaleType { Float32, Float16, BFloat16 };
+
+// One call: x is M x K float32 (row-major), w is N rows of K * bits / 8 bytes
+// (mx.quantize's uint32 packing read as bytes: little-endian, low bits first),
+// scales and biases are N x (K / group_size) of scale_type, y is M x N float32.
+struct Problem {
+  const float* x;
+  const uint8_t* w;
+  const void* scales;
+  const void* biases;
+  ScaleType scale_type;
+  float* y;
+  int M, N, K, group_size, bits;
+};
+
+// The rows at and above which the dequantize-then-sgemm path runs (0: never).
+int blas_min_rows();
+void set_blas_min_rows(int rows);
+// Whether an optimized cblas_sgemm (OpenBLAS) was found in the process.
+bool blas_found();
+int thread_count();
+void set_thread_count(int threads);
+// "avx2" or "scalar": the kernel this CPU runs.
+const char* kernel_name();
+
+// Throws std::invalid_argument for shapes or bits it does not support.
+void compute(const Problem& p);
+
+// The per-CPU kernels (kernels_avx2.cpp is compiled for AVX2/FMA/F16C).
+float scale_at(const void* data, ScaleType type, int64_t index);
+void rows_scalar(const Problem& p, const float* xsum, int n0, int n1);
+void dequantize_scalar(const Problem& p, int n0, int n1, float* out);
+bool avx2_supported();
+void rows_avx2(const Problem& p, const float* xsum, int n0, int n1);
+void dequantize_avx2(const Problem& p, int n0, int n1, float* out);
+
+}  // namespace mlxlab

@@ -1,0 +1,172 @@
+"""The quantized matmul kernel (native/quantized_matmul): against MLX, on the model, and absent."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+import pytest
+from mlx_lm.generate import generate_step
+
+from inference.engine import load_model
+from inference.engine import quantized_kernel as qk
+from inference.engine.dense_weights import FastPathOptions, apply_fast_path, quantized_layers
+
+PROMPTS = [
+    "What is the capital of France? Answer in one sentence.",
+    "Write a haiku about the sea.",
+    "List three colors.",
+]
+# Decode rows (1-8), odd ones, and prefill rows (the sgemm path at 16 and more).
+SHAPES = [(1, 7, 256), (2, 33, 128), (5, 130, 384), (8, 64, 512), (17, 65, 256), (40, 19, 128)]
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    state = qk.kernel_state()
+    if not state.available:
+        pytest.fail(f"the kernel should be built by make setup: {state.reason}")
+    return qk._module
+
+
+@pytest.fixture(scope="module")
+def quantized(model_folder):
+    return load_model(model_folder, fast_path=FastPathOptions(enabled=False))
+
+
+@pytest.fixture
+def no_kernel(monkeypatch):
+    """The kernel state as a process without the library sees it; restored afterwards."""
+    qk.reset_kernel_state()
+    yield monkeypatch
+    monkeypatch.undo()
+    qk.reset_kernel_state()
+
+
+def _close(got: mx.array, want: mx.array) -> None:
+    assert got.shape == want.shape and got.dtype == want.dtype
+    error = mx.abs(got.astype(mx.float32) - want.astype(mx.float32)).max().item()
+    scale = 1.0 + mx.abs(want.astype(mx.float32)).max().item()
+    limit = 1e-4 if want.dtype == mx.float32 else 1e-2
+    assert error <= limit * scale, error
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("group_size", [32, 64, 128])
+def test_random_shapes_match_mlx(kernel, bits, group_size):
+    mx.random.seed(bits * 1000 + group_size)
+    for rows, columns, depth in SHAPES:
+        if depth % group_size:
+            continue
+        weights = mx.random.normal((columns, depth))
+        w, scales, biases = mx.quantize(weights, group_size=group_size, bits=bits)
+        x = mx.random.normal((rows, depth))
+        want = mx.quantized_matmul(x, w, scales, biases, group_size=group_size, bits=bits)
+        _close(kernel.quantized_matmul(x, w, scales, biases, group_size, bits), want)
+
+
+@pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16])
+def test_half_inputs_and_leading_dimensions(kernel, dtype):
+    w, scales, biases = mx.quantize(mx.random.normal((48, 256)), group_size=64, bits=4)
+    scales, biases = scales.astype(dtype), biases.astype(dtype)
+    x = mx.random.normal((2, 3, 256)).astype(dtype)
+    # MLX accumulates half inputs in half; the kernel in float32, rounded once at the end.
+    exact = mx.quantized_matmul(
+        x.astype(mx.float32), w, scales.astype(mx.float32), biases.astype(mx.float32),
+        group_size=64, bits=4,
+    )  # fmt: skip
+    _close(kernel.quantized_matmul(x, w, scales, biases, 64, 4), exact.astype(dtype))
+    strided = mx.random.normal((256, 3)).T  # not row-contiguous
+    want = mx.quantized_matmul(strided, w, scales, biases, group_size=64, bits=4)
+    _close(kernel.quantized_matmul(strided, w, scales, biases, 64, 4), want)
+
+
+def test_unsupported_arguments_are_refused(kernel):
+    w, scales, biases = mx.quantize(mx.random.normal((8, 64)), group_size=32, bits=2)
+    with pytest.raises(ValueError, match="bits"):
+        kernel.quantized_matmul(mx.zeros((1, 64)), w, scales, biases, 32, 2)
+    w, scales, biases = mx.quantize(mx.random.normal((8, 64)), group_size=32, bits=4)
+    with pytest.raises(ValueError, match="last dimension"):
+        kernel.quantized_matmul(mx.zeros((1, 32)), w, scales, biases, 32, 4)
+
+
+def test_every_quantized_layer_of_the_default_model(kernel, quantized):
+    layers = quantized_layers(quantized.model)
+    assert len(layers) == 211
+    mx.random.seed(21)
+    for _, layer in layers:
+        depth = layer["weight"].shape[1] * 32 // layer.bits
+        for rows in (1, 3, 20):
+            x = mx.random.normal((rows, depth))
+            want = mx.quantized_matmul(
+                x, layer["weight"], layer["scales"], layer["biases"],
+                group_size=layer.group_size, bits=layer.bits,
+            )  # fmt: skip
+            got = kernel.quantized_matmul(
+                x, layer["weight"], layer["scales"], layer["biases"], layer.group_size, layer.bits
+            )
+            _close(got, want)
+
+
+def test_greedy_output_equals_mlx_quantized(model_folder, quantized):
+    on_kernel = load_model(model_folder, fast_path=FastPathOptions(weights="kernel"))
+    assert on_kernel.fast_path.path == "kernel", on_kernel.fast_path.reason
+    assert on_kernel.fast_path.layers_on_kernel == 211
+    assert "avx2" in on_kernel.fast_path.kernel or "scalar" in on_kernel.fast_path.kernel
+    assert quantized_layers(on_kernel.model) == []
+    for text in PROMPTS:
+        prompt = quantized.tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True
+        )
+        want = _greedy_tokens(quantized.model, quantized.tokenizer, prompt, 16)
+        assert _greedy_tokens(on_kernel.model, quantized.tokenizer, prompt, 16) == want, text
+
+
+def _greedy_tokens(model, tokenizer, prompt: list[int], count: int) -> list[int]:
+    tokens = []
+    for token, _ in generate_step(mx.array(prompt), model, max_tokens=count):
+        if token in tokenizer.eos_token_ids:
+            break
+        tokens.append(int(token))
+    return tokens
+
+
+def test_the_engine_runs_the_default_model_on_the_kernel(engine):
+    report = engine.loaded.fast_path
+    assert report.path == "kernel", report.reason
+    assert report.dense_weight_bytes == 0 and report.layers_dequantized == 0
+
+
+def test_a_library_that_is_not_there_keeps_the_dense_path(no_kernel, model_folder):
+    no_kernel.setenv("MLXLAB_QMM_LIBRARY", "/nowhere/_qmm.so")
+    loaded = load_model(model_folder, fast_path=FastPathOptions(enabled=False))
+    report = apply_fast_path(loaded.model, FastPathOptions())
+    assert report.path == "fast" and "no quantized matmul kernel at /nowhere" in report.reason
+    assert report.layers_on_kernel == 0 and report.layers_dequantized == 211
+
+
+def test_turned_off_the_kernel_choice_stays_on_mlx(no_kernel, model_folder):
+    no_kernel.setenv("MLXLAB_QMM_LIBRARY", "off")
+    state = qk.kernel_state()
+    assert not state.available and "turned off" in state.reason
+    loaded = load_model(model_folder, fast_path=FastPathOptions(enabled=False))
+    report = apply_fast_path(loaded.model, FastPathOptions(weights="kernel"))
+    assert report.path == "quantized" and "turned off" in report.reason
+    assert all(
+        isinstance(m, nn.QuantizedLinear | nn.QuantizedEmbedding)
+        for _, m in quantized_layers(loaded.model)
+    )
+
+
+def test_a_failed_build_is_reported(no_kernel, tmp_path):
+    from native import quantized_matmul as extension
+
+    no_kernel.delenv("MLXLAB_QMM_LIBRARY", raising=False)
+    (tmp_path / "status.json").write_text('{"ok": false, "reason": "cmake is not installed"}')
+    no_kernel.setattr(extension, "STATUS", tmp_path / "status.json")
+    state = qk.kernel_state()
+    assert not state.available and "not built: cmake is not installed" in state.reason
+
+
+def test_the_weight_choice_is_checked():
+    with pytest.raises(ValueError, match="weights"):
+        FastPathOptions(weights="fp8")
