@@ -33,6 +33,9 @@ from .parsers import (
     parse_float,
     parse_int,
     parse_key_digests,
+    parse_kv_bits,
+    parse_kv_by_model,
+    parse_kv_group_size,
     parse_list,
     parse_path_limits,
 )
@@ -217,6 +220,20 @@ class LabSettings:
         "MLXLAB_PROMPT_CACHE_SCOPE", one_of("user", "global"), "user",
         "user: a caller reuses only its own cached prompts; global: every caller shares them.",
     )  # fmt: skip
+    # The KV cache of requests that set no kv_bits (engine/kv_lanes.py): request, then
+    # the model's entry in MLXLAB_KV_BY_MODEL, then these.
+    kv_bits: int | None = setting(
+        "MLXLAB_KV_BITS", optional(parse_kv_bits), None, "4 or 8: a quantized KV cache; 16: none."
+    )
+    kv_group_size: int = setting(
+        "MLXLAB_KV_GROUP_SIZE", parse_kv_group_size, 64, "Its group size: 32, 64 or 128."
+    )
+    quantized_kv_start: int = setting(
+        "MLXLAB_QUANTIZED_KV_START", parse_int, 5000, "Tokens kept unquantized first."
+    )
+    kv_by_model: dict = setting(
+        "MLXLAB_KV_BY_MODEL", parse_kv_by_model, {}, "Per model: NAME=BITS[/GROUP[/START]],..."
+    )
 
     # Stored /v1/responses.
     responses_ttl_seconds: int = setting(

@@ -1,7 +1,7 @@
 """A quantized KV cache that batches: mlx-lm's QuantizedKVCache, row-batched as its
 BatchKVCache is (left padding, per-row offsets, filter, extend, extract, merge).
 
-mlx-lm 0.32 batches only 16-bit caches. The layout, the quantization (`mx.quantize`
+mlx-lm 0.32 batches only unquantized caches. The layout, the quantization (`mx.quantize`
 of every new key and value) and the attention kernel (models/base.py dispatches to
 `quantized_scaled_dot_product_attention` on a cache with `bits`) are mlx-lm's; this
 module only adds the batch bookkeeping, following BatchKVCache line for line.
@@ -12,10 +12,14 @@ from __future__ import annotations
 import mlx.core as mx
 from mlx.utils import tree_map, tree_reduce
 from mlx_lm.models.base import create_causal_mask
-from mlx_lm.models.cache import BatchKVCache, KVCache, QuantizedKVCache, _BaseCache, dynamic_roll
-
-KV_BITS = (4, 8)
-KV_GROUP_SIZES = (32, 64, 128)
+from mlx_lm.models.cache import (
+    BatchKVCache,
+    KVCache,
+    QuantizedKVCache,
+    _BaseCache,
+    dynamic_roll,
+    make_prompt_cache,
+)
 
 
 class QuantizedRowCache(QuantizedKVCache):
@@ -30,7 +34,7 @@ class QuantizedRowCache(QuantizedKVCache):
 
 
 def quantize_row(cache: KVCache, *, group_size: int, bits: int) -> QuantizedRowCache:
-    """A 16-bit row cache quantized as mlx-lm's KVCache.to_quantized does."""
+    """An unquantized row cache quantized as mlx-lm's KVCache.to_quantized does."""
     row = QuantizedRowCache(group_size=group_size, bits=bits)
     row.offset = cache.offset
     if cache.keys is not None:
@@ -64,7 +68,7 @@ class BatchQuantizedKVCache(_BaseCache):
     def from_batch(
         cls, cache: BatchKVCache, *, group_size: int, bits: int
     ) -> BatchQuantizedKVCache:
-        """A 16-bit batch's rows quantized in place of it (a row reaching its start)."""
+        """An unquantized batch's rows quantized in place of it (a row reaching its start)."""
         quantized = cls([], group_size=group_size, bits=bits)
         quantized.left_padding, quantized.offset = cache.left_padding, cache.offset
         quantized._idx = cache._idx
@@ -260,3 +264,19 @@ class BatchQuantizedKVCache(_BaseCache):
         if self.keys is None:
             return 0
         return tree_reduce(lambda total, x: total + x.nbytes, (self.keys, self.values), 0)
+
+
+def kv_scheme_problem(model, group_size: int) -> tuple[str, str] | None:
+    """Why this model cannot keep a quantized KV cache in groups of `group_size`, and the
+    field to blame; None if it can. Reads the model's shape only: no MLX work."""
+    if not all(type(cache) is KVCache for cache in make_prompt_cache(model)):
+        return "this model's KV cache cannot be quantized", "kv_bits"
+    args = getattr(model, "args", None)
+    heads = getattr(args, "num_attention_heads", None)
+    head_dim = getattr(args, "head_dim", None) or (
+        args.hidden_size // heads if heads and getattr(args, "hidden_size", None) else None
+    )
+    if head_dim and head_dim % group_size:
+        message = f"kv_group_size must divide this model's head dimension ({head_dim})"
+        return message, "kv_group_size"
+    return None

@@ -14,6 +14,8 @@ engine needs around it:
   needs the logits of the last one.
 - Entries belong to a scope (the caller, by default): a lookup only sees its own
   scope's entries, so `cached_tokens` never tells one user about another's prompts.
+- The KV scheme (plain, or kv_bits/kv_group_size/quantized_kv_start) belongs to the
+  key, as the scope does: a plain request never gets a quantized cache, or the reverse.
 - A request may name a session (`session_id`, or OpenAI's `prompt_cache_key`). A
   session's last finished sequence is kept apart from the LRU, one entry a session,
   each new turn replacing the last: other traffic cannot evict it, only older
@@ -66,7 +68,7 @@ class PromptPlan:
     cached_tokens: int
     segments: list[list[int]]
     boundary: int | None  # store the KV cache once this many prompt tokens are in
-    scope: str = ""  # whose entries it may read, and whose its own become
+    scope: object = ""  # whose entries it may read, and whose its own become (and scheme)
     session: str | None = None  # the session its finished cache is kept for
 
 
@@ -116,13 +118,17 @@ class PromptCache:
         *,
         share: bool = False,
         session: str | None = None,
+        kv: object | None = None,
     ) -> PromptPlan:
         """The plan for `prompt`: the longest prefix `scope` (or its `session`) has
         cached, then the rest.
 
         `share`: other sequences wait for this same prompt, so its cache is stored one
-        token short of the end, where each of them can start from it.
+        token short of the end, where each of them can start from it. `kv`: the request's
+        KV scheme (request.KVScheme), None for plain.
         """
+        if kv is not None:  # entries of another scheme are out of sight
+            scope = (scope, kv)
         cache, cached = None, 0
         if self.config.enabled:
             with self._lock:

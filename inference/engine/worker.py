@@ -264,7 +264,21 @@ class WorkerServer:
                     if cache is not None
                     else {"enabled": False, "entries": 0, "bytes": 0}
                 ),
+                "kv_cache": kv_cache_report(stats),
                 "context_length": engine.context_length,
                 "blas": asdict(blas_state()),
             },
         )
+
+
+def kv_cache_report(stats) -> dict:
+    """The batch's KV cache bytes (prompt-cache entries apart), now and at most, by scheme."""
+    live, peaks = dict(stats.kv_bytes), dict(stats.kv_peak_bytes)
+    return {
+        "bytes": sum(live.values()),
+        "peak_bytes": stats.kv_peak_total,
+        "by_scheme": {
+            label: {"bytes": live.get(label, 0), "peak_bytes": peak}
+            for label, peak in sorted(peaks.items())
+        },
+    }
