@@ -83,6 +83,12 @@ class PromptCacheStats:
     sessions: int = 0
 
 
+def _quantized_too_soon(cache: list | None, cached: int, start: int) -> bool:
+    """A quantized entry trimmed below its scheme's start: a sequence that short is still
+    unquantized, and its continuation would differ from an uncached run's."""
+    return cache is not None and hasattr(cache[0], "bits") and cached < start
+
+
 def generation_primer(tokenizer) -> list[int]:
     """The tokens a chat template appends to open the assistant's turn ([] if none)."""
     messages = [{"role": "user", "content": "Hi"}]
@@ -137,6 +143,8 @@ class PromptCache:
                     kept, kept_tokens = self._session_prefix(prompt, scope, session)
                     if kept_tokens > cached:
                         cache, cached = kept, kept_tokens
+                if kv is not None and _quantized_too_soon(cache, cached, kv.start):
+                    cache, cached = None, 0
                 self._stats.lookups += 1
                 self._stats.hits += cached > 0
                 self._stats.cached_tokens += cached

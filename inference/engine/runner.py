@@ -293,10 +293,11 @@ class Runner:
         }
 
     def _count_kv_bytes(self) -> None:
-        live = self._lanes.kv_bytes()
-        peaks = self.stats.kv_peak_bytes
-        for label, size in live.items():
-            peaks[label] = max(peaks.get(label, 0), size)
+        # New dicts, never updated in place: the worker's report reads them from its thread.
+        live, peaks = self._lanes.kv_bytes(), self.stats.kv_peak_bytes
+        self.stats.kv_peak_bytes = {
+            label: max(peaks.get(label, 0), live.get(label, 0)) for label in {*peaks, *live}
+        }
         self.stats.kv_bytes = live
         self.stats.kv_peak_total = max(self.stats.kv_peak_total, sum(live.values()))
 

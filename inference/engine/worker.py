@@ -29,7 +29,7 @@ from .engine import Engine
 from .loader import LoadedModel
 from .prompt import PromptBuilder, PromptLimits, PromptRejected
 from .request import Failed, Finished
-from .runner import EngineConfig
+from .runner import EngineConfig, EngineStats
 
 log = logging.getLogger(__name__)
 
@@ -271,7 +271,7 @@ class WorkerServer:
         )
 
 
-def kv_cache_report(stats) -> dict:
+def kv_cache_report(stats: EngineStats) -> dict:
     """The batch's KV cache bytes (prompt-cache entries apart), now and at most, by scheme."""
     live, peaks = dict(stats.kv_bytes), dict(stats.kv_peak_bytes)
     return {

@@ -125,3 +125,17 @@ def test_batched_logits_match_the_single_sequence_cache(model):
     for index, prompt in enumerate(prompts):
         assert mx.allclose(logits[index], alone(prompt), atol=2e-2, rtol=1e-3).item()
         assert mx.argmax(logits[index]).item() == mx.argmax(alone(prompt)).item()
+
+
+def test_the_prompt_cache_holds_a_quantized_entry_back_below_its_start():
+    from inference.engine.prompt_cache import PromptCache, PromptCacheConfig
+    from inference.engine.request import KVScheme
+
+    cache = PromptCache(PromptCacheConfig(), key="model")
+    tokens = list(range(10))
+    early, late = KVScheme(8, 64, 0), KVScheme(8, 64, 20)
+    cache._store(tokens, [row(10, 1)], ("", early))
+    cache._store(tokens, [row(10, 2)], ("", late))
+    assert cache.lookup(tokens + [99], kv=early).cached_tokens == 10
+    assert cache.lookup(tokens + [99], kv=late).cached_tokens == 0  # still unquantized there
+    assert cache.lookup(tokens + [99]).cached_tokens == 0  # a plain request: none of its own
