@@ -185,6 +185,14 @@ def bench_boundary(quick: bool) -> int:
     return subprocess.run(argv, cwd=ROOT).returncode
 
 
+def bench_kv_memory() -> int:
+    """bench/kv_memory.py: KV cache bytes per 1,000 context tokens, plain, 8-bit, 4-bit."""
+    print("\n== KV cache memory: bench/kv_memory.py", flush=True)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "kv_memory.py")], cwd=ROOT
+    ).returncode
+
+
 def main() -> int:
     args = parse_args()
     exit_on_sigterm()
@@ -209,6 +217,8 @@ def main() -> int:
     print(f"total {report['run_seconds']:.0f}s; results in {out.relative_to(ROOT)}")
     failed = any("error" in result for result in results.values())
     if not args.skip_boundary and bench_boundary(args.quick) != 0:
+        failed = True
+    if bench_kv_memory() != 0:
         failed = True
     return 1 if failed else 0
 

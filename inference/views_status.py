@@ -126,6 +126,7 @@ async def stats(request: HttpRequest) -> JsonResponse:
                 m["fast_path"]["dense_weight_bytes"] for m in models.values()
             ),
             "prompt_cache_bytes": sum(m["prompt_cache"]["bytes"] for m in models.values()),
+            "kv_cache_bytes": sum(m["kv_cache"]["bytes"] for m in models.values()),
         },
         "blas": next(iter(models.values()))["blas"] if models else None,
         "engine": report,

@@ -19,8 +19,8 @@ reads settings (inference/engine/cpu_fast_path.py).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,62 +33,18 @@ from .parsers import (
     parse_float,
     parse_int,
     parse_key_digests,
+    parse_kv_bits,
+    parse_kv_by_model,
+    parse_kv_group_size,
     parse_list,
     parse_path_limits,
 )
+from .rows import Derived, Setting, setting, under_var
 
 # The checkout: var/ lives in it unless MLXLAB_VAR_DIR says otherwise.
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 MIB = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class Derived:
-    """A default computed from settings above it in the table (a folder under var_dir)."""
-
-    compute: Callable[[Mapping[str, Any]], Any]
-    text: str  # how the table reads, for people: "var_dir/models"
-
-    def __repr__(self) -> str:
-        return self.text
-
-
-def _under_var(name: str) -> Derived:
-    return Derived(lambda values: values["var_dir"] / name, f"var_dir/{name}")
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One row of the table."""
-
-    name: str  # LabSettings' attribute
-    env: str  # the environment variable
-    parse: Callable[[str], Any]
-    default: Any  # a value, or Derived
-    meaning: str
-    # The parsed value adds to the default (a dict) rather than replacing it.
-    merge: bool = False
-    # Never shown: not in the object's repr (Django's debug page), nor in a parse error.
-    secret: bool = False
-
-    def default_for(self, values: Mapping[str, Any]) -> Any:
-        return self.default.compute(values) if isinstance(self.default, Derived) else self.default
-
-
-def setting(
-    env: str,
-    parse: Callable[[str], Any],
-    default: Any,
-    meaning: str,
-    *,
-    merge: bool = False,
-    secret: bool = False,
-) -> Any:
-    """A LabSettings field: the row's data rides in the field's metadata. No dataclass
-    default: only from_environ (and replace) build the object, so every value is set."""
-    row = {"env": env, "parse": parse, "default": default, "meaning": meaning}
-    return field(repr=not secret, metadata={**row, "merge": merge, "secret": secret})
 
 
 @dataclass(frozen=True)
@@ -100,18 +56,16 @@ class LabSettings:
         "MLXLAB_VAR_DIR", Path, BASE_DIR / "var",
         "The lab's state: database, secret key, uploads, token key, Redis files.",
     )  # fmt: skip
-    db_path: Path = setting(
-        "MLXLAB_DB_PATH", Path, _under_var("db.sqlite3"), "The SQLite database."
-    )
+    db_path: Path = setting("MLXLAB_DB_PATH", Path, under_var("db.sqlite3"), "The SQLite database.")
     models_dir: Path = setting(
-        "MLXLAB_MODELS_DIR", Path, _under_var("models"), "Imported models, one folder each."
+        "MLXLAB_MODELS_DIR", Path, under_var("models"), "Imported models, one folder each."
     )
     artifacts_dir: Path = setting(
-        "MLXLAB_ARTIFACTS_DIR", Path, _under_var("artifacts"),
+        "MLXLAB_ARTIFACTS_DIR", Path, under_var("artifacts"),
         "What jobs make (quantized models, adapters, datasets), one folder per job.",
     )  # fmt: skip
     worker_socket_dir: Path = setting(
-        "MLXLAB_WORKER_SOCKET_DIR", Path, _under_var("run"),
+        "MLXLAB_WORKER_SOCKET_DIR", Path, under_var("run"),
         "Model workers' sockets (ipc://, Unix sockets).",
     )  # fmt: skip
     log_level: str = setting("MLXLAB_LOG_LEVEL", str, "INFO", "The root logger's level.")
@@ -158,7 +112,7 @@ class LabSettings:
         "Compile a worker's serving shapes before it is ready; auto: on a GPU only.",
     )  # fmt: skip
     kernel_cache_dir: Path = setting(
-        "MLXLAB_KERNEL_CACHE_DIR", Path, _under_var("kernels"),
+        "MLXLAB_KERNEL_CACHE_DIR", Path, under_var("kernels"),
         "GPU kernels MLX compiled, kept across restarts (MLX_PTX_CACHE_DIR wins).",
     )  # fmt: skip
 
@@ -232,6 +186,20 @@ class LabSettings:
         "MLXLAB_PROMPT_CACHE_SCOPE", one_of("user", "global"), "user",
         "user: a caller reuses only its own cached prompts; global: every caller shares them.",
     )  # fmt: skip
+    # The KV cache of requests that set no kv_bits (engine/kv_lanes.py): request, then
+    # the model's entry in MLXLAB_KV_BY_MODEL, then these.
+    kv_bits: int | None = setting(
+        "MLXLAB_KV_BITS", optional(parse_kv_bits), None, "4 or 8: a quantized KV cache; 16: none."
+    )
+    kv_group_size: int = setting(
+        "MLXLAB_KV_GROUP_SIZE", parse_kv_group_size, 64, "Its group size: 32, 64 or 128."
+    )
+    quantized_kv_start: int = setting(
+        "MLXLAB_QUANTIZED_KV_START", parse_int, 5000, "Tokens kept unquantized first."
+    )
+    kv_by_model: dict = setting(
+        "MLXLAB_KV_BY_MODEL", parse_kv_by_model, {}, "Per model: NAME=BITS[/GROUP[/START]],..."
+    )
 
     # Stored /v1/responses.
     responses_ttl_seconds: int = setting(

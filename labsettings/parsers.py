@@ -74,3 +74,38 @@ def parse_path_limits(text: str) -> dict[str, int]:
             raise ValueError(f"{item!r} is not PREFIX=BYTES")
         limits[prefix] = parse_int(limit)
     return limits
+
+
+def parse_kv_bits(text: str) -> int | None:
+    """4 or 8 (a quantized KV cache), or 16 (none: blank means the same)."""
+    bits = parse_int(text)
+    if bits not in (4, 8, 16):
+        raise ValueError(f"must be 4, 8 or 16 (got {text!r})")
+    return None if bits == 16 else bits
+
+
+def parse_kv_group_size(text: str) -> int:
+    size = parse_int(text)
+    if size not in (32, 64, 128):
+        raise ValueError(f"must be 32, 64 or 128 (got {text!r})")
+    return size
+
+
+def parse_kv_by_model(text: str) -> dict[str, dict[str, int | None]]:
+    """`big-model=4/64/0,other=8,small=16` -> {model: {bits, group_size?, start?}};
+    bits 16: the model's cache stays unquantized whatever the server's default."""
+    schemes = {}
+    for item in parse_list(text):
+        model, equals, scheme = item.partition("=")
+        parts = scheme.split("/")
+        if not equals or not model.strip() or not 1 <= len(parts) <= 3:
+            raise ValueError(f"{item!r} is not MODEL=BITS[/GROUP_SIZE[/START]]")
+        values = {"bits": parse_kv_bits(parts[0])}
+        if len(parts) > 1:
+            values["group_size"] = parse_kv_group_size(parts[1])
+        if len(parts) > 2:
+            values["start"] = parse_int(parts[2])
+            if values["start"] < 0:
+                raise ValueError(f"{item!r}: the start must be at least 0")
+        schemes[model.strip()] = values
+    return schemes

@@ -41,6 +41,12 @@ def sample(name: str) -> tuple[str, object]:
             {"/api/": 2000, "/api/datasets/uploads": 64 * MIB, "/v1/messages": 1000},
         ),
     }
+    special["kv_bits"] = ("4", 4)
+    special["kv_group_size"] = ("32", 32)
+    special["kv_by_model"] = (
+        "big=4/32/0, small=16",
+        {"big": {"bits": 4, "group_size": 32, "start": 0}, "small": {"bits": None}},
+    )
     if name in special:
         return special[name]
     if kind in ("int", "int | None"):
@@ -92,6 +98,10 @@ def test_a_bad_number_names_its_variable(name):
             "'nonsense' is not PREFIX=BYTES",
         ),
         ("MLXLAB_MAX_REQUEST_BYTES_BY_PATH", "/v1/=lots", "not an integer"),
+        ("MLXLAB_KV_BITS", "2", "must be 4, 8 or 16 (got '2')"),
+        ("MLXLAB_KV_GROUP_SIZE", "48", "must be 32, 64 or 128 (got '48')"),
+        ("MLXLAB_KV_BY_MODEL", "big=4/64/0/9", "'big=4/64/0/9' is not MODEL=BITS"),
+        ("MLXLAB_KV_BY_MODEL", "big=4/64/-1", "'big=4/64/-1': the start must be at least 0"),
     ],
 )
 def test_other_bad_values_name_their_variable(env, text, why):
@@ -146,6 +156,10 @@ def test_the_documented_defaults():
         "prompt_cache_mb": 1024,
         "prompt_cache_sessions": 16,
         "prompt_cache_scope": "user",
+        "kv_bits": None,
+        "kv_group_size": 64,
+        "quantized_kv_start": 5000,
+        "kv_by_model": {},
         "responses_ttl_seconds": 30 * 86400,
         "responses_max_bytes": 256 * MIB,
         "static_api_key_digests": (),

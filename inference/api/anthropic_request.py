@@ -305,4 +305,5 @@ def parse_messages_request(body: dict, *, count_only: bool = False) -> ChatCall:
         stream=fields.stream(body),
         adapter=fields.adapter(body),
         cache_session=fields.cache_session(body),
+        kv=fields.kv_cache(body),
     )

@@ -49,6 +49,7 @@ def _generation_fields(body: dict, logprobs: tuple[bool, int]) -> dict:
         top_logprobs=top_logprobs,
         n=fields.n(body),
         adapter=fields.adapter(body),
+        kv=fields.kv_cache(body),
     )
 
 

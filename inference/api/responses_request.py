@@ -28,7 +28,7 @@ SHARED_FIELDS = (
     "model", "stream", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "logit_bias",
     "repetition_penalty", "repetition_context_size", "presence_penalty", "presence_context_size",
     "frequency_penalty", "frequency_context_size", "xtc_probability", "xtc_threshold",
-    "adapter", "chat_template_kwargs",
+    "adapter", "chat_template_kwargs", "kv_bits", "kv_group_size", "quantized_kv_start",
 )  # fmt: skip
 VLLM_FIELDS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
 
@@ -273,4 +273,5 @@ def responses_chat_call(call: ResponsesCall, history: list[dict]) -> ChatCall:
         reasoning_effort=effort,
         adapter=fields.adapter(shared),
         cache_session=fields.cache_session({"prompt_cache_key": body.get("prompt_cache_key")}),
+        kv=fields.kv_cache(shared),
     )

@@ -34,6 +34,7 @@ class ChatCall:
     include_usage: bool = False
     adapter: str | None = None  # as sent; plan_generation resolves it
     cache_session: str | None = None  # session_id / prompt_cache_key
+    kv: dict = field(default_factory=dict)  # the KV-cache fields the request set, checked
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.prompt is None):

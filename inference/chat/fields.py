@@ -11,7 +11,7 @@ from __future__ import annotations
 from labsettings import lab_settings
 
 from .. import adapter_registry
-from ..engine.request import MAX_TOP_LOGPROBS
+from ..engine.request import KV_BITS, KV_GROUP_SIZES, MAX_TOP_LOGPROBS
 from ..errors import ApiError
 
 NUMBER = (float, int)
@@ -123,6 +123,21 @@ def sampling(body: dict) -> dict:
         frequency_penalty=field(body, "frequency_penalty", NUMBER, 0.0),
         frequency_context_size=field(body, "frequency_context_size", int, 20, low=0, high=window),
     )
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+def kv_cache(body: dict) -> dict:
+    """The KV-cache fields the request set (mlx-lm's `kv_bits`, `kv_group_size`,
+    `quantized_kv_start`), checked; plan.py fills the rest from the defaults."""
+    fields = dict(
+        bits=field(body, "kv_bits", int),
+        group_size=field(body, "kv_group_size", int),
+        start=field(body, "quantized_kv_start", int, low=0),
+    )
+    if fields["bits"] is not None and fields["bits"] not in KV_BITS:
+        raise ApiError("kv_bits must be 4 or 8", param="kv_bits")
+    if fields["group_size"] is not None and fields["group_size"] not in KV_GROUP_SIZES:
+        raise ApiError("kv_group_size must be 32, 64 or 128", param="kv_group_size")
     return {name: value for name, value in fields.items() if value is not None}
 
 

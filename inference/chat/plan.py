@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from labsettings import lab_settings
 
 from ..adapter_registry import resolve_adapters
-from ..engine import SamplingParams
+from ..engine import KVScheme, SamplingParams
 from ..engine.wire import ChatInput, GenerateCall
 from ..engines import model_record
 from ..errors import ApiError
@@ -58,6 +58,19 @@ def cache_scope(caller: str) -> str:
     return "" if lab_settings.prompt_cache_scope == "global" else caller
 
 
+def kv_scheme(explicit: dict, model: str) -> KVScheme | None:
+    """The request's KV cache: its own fields, then the model's MLXLAB_KV_BY_MODEL entry,
+    then the server's MLXLAB_KV_* (no bits anywhere: a plain cache)."""
+    resolved = {
+        "bits": lab_settings.kv_bits,
+        "group_size": lab_settings.kv_group_size,
+        "start": lab_settings.quantized_kv_start,
+        **lab_settings.kv_by_model.get(model, {}),
+        **explicit,
+    }
+    return KVScheme(**resolved) if resolved["bits"] is not None else None
+
+
 async def plan_generation(
     request: ChatCall, *, count_only: bool = False, caller: str = ""
 ) -> PlannedGeneration:
@@ -88,5 +101,6 @@ async def plan_generation(
         count_only=count_only,
         cache_scope=cache_scope(caller),
         cache_session=request.cache_session,
+        kv=kv_scheme(request.kv, record.name),
     )
     return PlannedGeneration(record, request, call)

@@ -14,6 +14,7 @@ import threading
 from dataclasses import dataclass
 
 from .grammar import GrammarCompiler, GrammarError, GrammarSpec, degrade_instruction, schema_text
+from .kv_cache import kv_scheme_problem
 from .loader import LoadedModel
 from .output_parser import DEFAULT_THINK, DEFAULT_TOOL_MARKERS, OutputFormat
 from .output_parser import json_tools as default_tool_parser
@@ -290,6 +291,10 @@ class PromptBuilder:
             raise PromptRejected(
                 f"top_k must be less than the vocabulary size ({vocab_size})", param="top_k"
             )
+        if call.kv is not None and (
+            problem := kv_scheme_problem(self.loaded.model, call.kv.group_size)
+        ):
+            raise PromptRejected(problem[0], param=problem[1])
         room = self._check_fits(prompt, "messages" if call.chat is not None else "prompt")
         if call.max_tokens is not None and call.max_tokens > room:
             raise PromptRejected(
@@ -312,6 +317,7 @@ class PromptBuilder:
                 adapters=call.adapters,
                 cache_scope=call.cache_scope,
                 cache_session=call.cache_session,
+                kv=call.kv,
             )
         except ValueError as exc:
             raise PromptRejected(str(exc)) from None

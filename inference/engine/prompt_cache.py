@@ -14,6 +14,8 @@ engine needs around it:
   needs the logits of the last one.
 - Entries belong to a scope (the caller, by default): a lookup only sees its own
   scope's entries, so `cached_tokens` never tells one user about another's prompts.
+- The KV scheme (plain, or kv_bits/kv_group_size/quantized_kv_start) belongs to the
+  key, as the scope does: a plain request never gets a quantized cache, or the reverse.
 - A request may name a session (`session_id`, or OpenAI's `prompt_cache_key`). A
   session's last finished sequence is kept apart from the LRU, one entry a session,
   each new turn replacing the last: other traffic cannot evict it, only older
@@ -66,7 +68,7 @@ class PromptPlan:
     cached_tokens: int
     segments: list[list[int]]
     boundary: int | None  # store the KV cache once this many prompt tokens are in
-    scope: str = ""  # whose entries it may read, and whose its own become
+    scope: object = ""  # whose entries it may read, and whose its own become (and scheme)
     session: str | None = None  # the session its finished cache is kept for
 
 
@@ -79,6 +81,12 @@ class PromptCacheStats:
     entries: int = 0
     bytes: int = 0
     sessions: int = 0
+
+
+def _quantized_too_soon(cache: list | None, cached: int, start: int) -> bool:
+    """A quantized entry trimmed below its scheme's start: a sequence that short is still
+    unquantized, and its continuation would differ from an uncached run's."""
+    return cache is not None and hasattr(cache[0], "bits") and cached < start
 
 
 def generation_primer(tokenizer) -> list[int]:
@@ -116,13 +124,17 @@ class PromptCache:
         *,
         share: bool = False,
         session: str | None = None,
+        kv: object | None = None,
     ) -> PromptPlan:
         """The plan for `prompt`: the longest prefix `scope` (or its `session`) has
         cached, then the rest.
 
         `share`: other sequences wait for this same prompt, so its cache is stored one
-        token short of the end, where each of them can start from it.
+        token short of the end, where each of them can start from it. `kv`: the request's
+        KV scheme (request.KVScheme), None for plain.
         """
+        if kv is not None:  # entries of another scheme are out of sight
+            scope = (scope, kv)
         cache, cached = None, 0
         if self.config.enabled:
             with self._lock:
@@ -131,6 +143,8 @@ class PromptCache:
                     kept, kept_tokens = self._session_prefix(prompt, scope, session)
                     if kept_tokens > cached:
                         cache, cached = kept, kept_tokens
+                if kv is not None and _quantized_too_soon(cache, cached, kv.start):
+                    cache, cached = None, 0
                 self._stats.lookups += 1
                 self._stats.hits += cached > 0
                 self._stats.cached_tokens += cached

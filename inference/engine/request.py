@@ -53,6 +53,40 @@ class SamplingParams:
         return self.temperature == 0
 
 
+# mlx-lm's QuantizedKVCache packs 4 or 8 bits; its quantize takes these group sizes.
+KV_BITS = (4, 8)
+KV_GROUP_SIZES = (32, 64, 128)
+DEFAULT_QUANTIZED_KV_START = 5000  # mlx-lm's generate default
+
+
+@dataclass(frozen=True)
+class KVScheme:
+    """A quantized KV cache: `bits` per element in groups of `group_size`, once the
+    sequence holds `start` tokens (unquantized until then), as mlx-lm's kv_bits,
+    kv_group_size and quantized_kv_start mean."""
+
+    bits: int
+    group_size: int = 64
+    start: int = DEFAULT_QUANTIZED_KV_START
+
+    def __post_init__(self) -> None:
+        if self.bits not in KV_BITS:
+            raise ValueError("kv_bits must be 4 or 8")
+        if self.group_size not in KV_GROUP_SIZES:
+            raise ValueError("kv_group_size must be 32, 64 or 128")
+        if self.start < 0:
+            raise ValueError("quantized_kv_start must be at least 0")
+
+    @property
+    def lane(self) -> tuple[int, int]:
+        """The batch its quantized rows share: schemes differing only in start share one."""
+        return self.bits, self.group_size
+
+    @property
+    def label(self) -> str:
+        return f"{self.bits}-bit/{self.group_size}"
+
+
 @dataclass(frozen=True)
 class GenerationRequest:
     """One sequence to generate: already tokenized, already validated."""
@@ -68,6 +102,7 @@ class GenerationRequest:
     adapters: tuple = ()  # adapters.AdapterRef, applied in this order
     cache_scope: str = ""  # whose prompt-cache entries it may reuse (prompt_cache.py)
     cache_session: str | None = None  # the prompt-cache session it continues (prompt_cache.py)
+    kv: KVScheme | None = None  # None: a plain KV cache (the model's dtype)
 
     def __post_init__(self) -> None:
         if not self.prompt_tokens:

@@ -14,6 +14,8 @@ from mlx_lm.sample_utils import greedy_sampler
 
 from .adapters import activate, load_adapter
 from .grammar import GrammarProcessor
+from .kv_cache import QuantizedRowCache
+from .kv_lanes import LaneKey, Lanes
 from .loader import LoadedModel
 from .prompt_cache import PromptCache, PromptCacheConfig
 from .request import Failed, SamplingParams
@@ -72,6 +74,9 @@ class EngineStats:
     generated_tokens: int = 0
     decode_seconds: float = 0.0
     warm_up_seconds: float = 0.0
+    kv_bytes: dict[str, int] = field(default_factory=dict)  # live KV cache bytes by scheme
+    kv_peak_bytes: dict[str, int] = field(default_factory=dict)
+    kv_peak_total: int = 0
 
     @property
     def tokens_per_second(self) -> float:
@@ -92,7 +97,7 @@ class Runner:
         self.prompt_cache = PromptCache(
             config.prompt_cache, key=str(loaded.path), tokenizer=tokenizer
         )
-        self._generator: BatchGenerator | None = None
+        self._lanes: Lanes | None = None
         self._active: dict[int, Sequence] = {}  # BatchGenerator uid -> sequence
         self._uid_of: dict[int, int] = {}  # request id -> uid
         self._adapter_key: tuple[str, ...] = ()
@@ -106,7 +111,7 @@ class Runner:
         return len(self._active) + sum(map(len, self._followers.values()))
 
     def start(self, stream) -> None:
-        self._generator = self._new_generator(stream)
+        self._lanes = Lanes(lambda: self._new_generator(stream))
 
     def _new_generator(self, stream) -> BatchGenerator:
         return BatchGenerator(
@@ -144,7 +149,7 @@ class Runner:
         groups: dict[tuple, list[Pending]] = {}
         for pending in admitted:
             request = pending.request
-            key = (tuple(request.prompt_tokens), request.cache_scope)
+            key = (tuple(request.prompt_tokens), request.cache_scope, request.kv)
             groups.setdefault(key if len(key[0]) > 1 else (id(pending),), []).append(pending)
         return list(groups.values())
 
@@ -186,10 +191,13 @@ class Runner:
                 request.cache_scope,
                 share=share,
                 session=request.cache_session,
+                kv=request.kv,
             )
-            (uid,) = self._generator.insert_segments(
-                [plan.segments],
-                caches=[plan.cache],
+            lane, cache = self._lane_for(request, plan.cache)
+            uid = self._lanes.insert(
+                lane,
+                segments=[plan.segments],
+                caches=[cache],
                 all_tokens=[request.prompt_tokens[: plan.cached_tokens]],
                 max_tokens=[request.max_tokens],
                 samplers=[sampler],
@@ -226,6 +234,23 @@ class Runner:
             self._shared_samplers[key] = build_sampler(params, xtc_special_tokens=self._xtc_special)
         return self._shared_samplers[key]
 
+    def _lane_for(self, request, cache: list | None) -> tuple[LaneKey, list | None]:
+        """The lane a new row joins, and its starting cache.
+
+        A quantized scheme's row starts in its own lane when it begins quantized (start 0,
+        or a cached prefix already quantized); otherwise in the plain lane, until its start.
+        """
+        scheme = request.kv
+        if scheme is None:
+            return None, cache
+        if cache is not None and isinstance(cache[0], QuantizedRowCache):
+            return scheme.lane, cache
+        if cache is None and scheme.start == 0:
+            layers = len(self.loaded.model.layers)
+            fresh = [QuantizedRowCache(scheme.group_size, scheme.bits) for _ in range(layers)]
+            return scheme.lane, fresh
+        return None, cache
+
     def _remove(self, request_ids: list[int]) -> int:
         removed = 0
         for request_id in request_ids:
@@ -233,7 +258,7 @@ class Runner:
             if uid is None or uid not in self._active:
                 removed += self._drop_follower(request_id)
                 continue  # already finished, never admitted, or waiting on a leader
-            self._generator.remove([uid])
+            self._lanes.remove(uid)
             self._release(uid)
             removed += 1 + self._admit_followers(uid)
             self.stats.requests_cancelled += 1
@@ -251,21 +276,51 @@ class Runner:
     # -- one step -------------------------------------------------------------------
 
     def step(self) -> int:
+        """One step of every lane (kv_lanes.py), then the rows due to turn quantized move."""
         started = time.perf_counter()
+        responses = []
         try:
-            prompt_responses, responses = self._generator.next()
-            self.prompt_cache.save_boundaries(self._generator, prompt_responses)
+            for _, generator in self._lanes.items():
+                prompt_responses, generated = generator.next()
+                self.prompt_cache.save_boundaries(generator, prompt_responses)
+                responses += generated
         except Exception as exc:
-            # The batch state is unknown after a failed step: fail its members,
-            # start a fresh generator, keep serving.
-            log.exception("engine step failed")
-            ended = self.fail_all(f"generation failed: {exc}")
-            self._generator = self._new_generator(self._generator.stream)
-            return ended
+            return self._restart(exc)
         if responses:
             self.stats.decode_seconds += time.perf_counter() - started
             self.stats.generated_tokens += len(responses)
-        return self._postprocess(responses)
+        ended = self._postprocess(responses)
+        try:
+            self._lanes.move_due(self._schemes_below_start())
+        except Exception as exc:
+            return ended + self._restart(exc)
+        self._count_kv_bytes()
+        return ended
+
+    def _restart(self, exc: Exception) -> int:
+        # The batch state is unknown after a failed step: fail its members,
+        # start fresh generators, keep serving.
+        log.exception("engine step failed")
+        ended = self.fail_all(f"generation failed: {exc}")
+        self._lanes.reset()
+        return ended
+
+    def _schemes_below_start(self) -> dict:
+        """uid -> scheme of the quantized-scheme rows still in the plain lane."""
+        return {
+            uid: sequence.request.kv
+            for uid, sequence in self._active.items()
+            if sequence.request.kv is not None and self._lanes.lane_of(uid) is None
+        }
+
+    def _count_kv_bytes(self) -> None:
+        # New dicts, never updated in place: the worker's report reads them from its thread.
+        live, peaks = self._lanes.kv_bytes(), self.stats.kv_peak_bytes
+        self.stats.kv_peak_bytes = {
+            label: max(peaks.get(label, 0), live.get(label, 0)) for label in {*peaks, *live}
+        }
+        self.stats.kv_bytes = live
+        self.stats.kv_peak_total = max(self.stats.kv_peak_total, sum(live.values()))
 
     def _postprocess(self, responses) -> int:
         ended = 0
@@ -287,7 +342,7 @@ class Runner:
                 continue
             if done:
                 if response.finish_reason is None:  # a text stop the generator can't see
-                    self._generator.remove([response.uid])
+                    self._lanes.remove(response.uid)
                 self._release(response.uid)
                 self.stats.requests_completed += 1
                 ended += 1
@@ -307,7 +362,7 @@ class Runner:
         if uid is None:
             return 0
         try:
-            self._generator.remove([uid])
+            self._lanes.remove(uid)
         except Exception:  # the generator may be the broken part
             log.debug("could not remove uid %s", uid, exc_info=True)
         self._release(uid)
@@ -317,6 +372,7 @@ class Runner:
 
     def _release(self, uid: int) -> None:
         self.prompt_cache.forget(uid)
+        self._lanes.forget(uid)
         sequence = self._active.pop(uid, None)
         if sequence is not None:
             self._uid_of.pop(sequence.request_id, None)

@@ -18,6 +18,7 @@ from .grammar import GrammarSpec
 from .request import (
     Failed,
     Finished,
+    KVScheme,
     ReasoningDelta,
     SamplingParams,
     TextDelta,
@@ -57,6 +58,7 @@ class GenerateCall:
     count_only: bool = False
     cache_scope: str = ""  # the caller, unless the prompt cache is shared (global)
     cache_session: str | None = None  # a prompt-cache session the client named
+    kv: KVScheme | None = None  # a quantized KV cache; None: plain
 
 
 @dataclass(frozen=True)

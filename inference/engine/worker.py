@@ -30,7 +30,7 @@ from .engine import Engine
 from .loader import LoadedModel
 from .prompt import PromptBuilder, PromptLimits, PromptRejected
 from .request import Failed, Finished
-from .runner import EngineConfig
+from .runner import EngineConfig, EngineStats
 
 log = logging.getLogger(__name__)
 
@@ -265,9 +265,23 @@ class WorkerServer:
                     if cache is not None
                     else {"enabled": False, "entries": 0, "bytes": 0}
                 ),
+                "kv_cache": kv_cache_report(stats),
                 "context_length": engine.context_length,
                 "blas": asdict(blas_state()),
                 "device": device_name(),
                 "warm_up_seconds": round(stats.warm_up_seconds, 3),
             },
         )
+
+
+def kv_cache_report(stats: EngineStats) -> dict:
+    """The batch's KV cache bytes (prompt-cache entries apart), now and at most, by scheme."""
+    live, peaks = dict(stats.kv_bytes), dict(stats.kv_peak_bytes)
+    return {
+        "bytes": sum(live.values()),
+        "peak_bytes": stats.kv_peak_total,
+        "by_scheme": {
+            label: {"bytes": live.get(label, 0), "peak_bytes": peak}
+            for label, peak in sorted(peaks.items())
+        },
+    }

@@ -8,6 +8,7 @@ from .common import (
     errors,
     integer,
     json_content,
+    kv_fields,
     max_tokens_field,
     nullable,
     number,
@@ -122,6 +123,7 @@ def messages_request(limit: int, *, count_only: bool = False) -> Schema:
             temperature=number(0),
             top_p=number(0, 1),
             top_k=integer(0),
+            **kv_fields(),
         )
         required = ("model", "max_tokens", "messages")
     return obj(properties, required)

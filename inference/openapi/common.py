@@ -189,6 +189,22 @@ def sampling_fields() -> dict[str, Schema]:
     }
 
 
+def kv_fields() -> dict[str, Schema]:
+    """mlx-lm's quantized KV cache, per request (README, "Quantized KV cache")."""
+    return {
+        "kv_bits": {
+            "type": ["integer", "null"],
+            "enum": [4, 8, None],
+            "description": "A quantized KV cache of 4 or 8 bits; unset: the model's or server's.",
+        },
+        "kv_group_size": {"type": ["integer", "null"], "enum": [32, 64, 128, None]},
+        "quantized_kv_start": {
+            **integer(0),
+            "description": "Tokens the cache holds unquantized before it quantizes.",
+        },
+    }
+
+
 def session_field(mlx_bun_name: bool = False) -> Schema:
     name = "mlx-bun's name for prompt_cache_key" if mlx_bun_name else "OpenAI's field"
     return {
@@ -231,6 +247,7 @@ def openai_generation_fields(limit: int) -> dict[str, Schema]:
         },
         "prompt_cache_key": session_field(),
         "session_id": session_field(mlx_bun_name=True),
+        **kv_fields(),
     }
 
 

@@ -9,6 +9,7 @@ from .common import (
     errors,
     integer,
     json_content,
+    kv_fields,
     max_tokens_field,
     nullable,
     number,
@@ -75,6 +76,7 @@ def responses_request(limit: int) -> Schema:
             "min_p": number(0, 1),
             "seed": SEED,
             "stop": stop_field(),
+            **kv_fields(),
             "metadata": nullable(
                 {
                     "type": "object",
