@@ -162,7 +162,7 @@ def _max_examples(value) -> int | None:
 
 def run(ctx: JobContext) -> JobResult:
     """Score every variant on the set's first max_examples examples, in file order."""
-    from .evaluate_scoring import evaluate_variants, variant_label
+    from .evaluate_scoring import bits_per_weight, evaluate_variants, variant_label
 
     params = ctx.params
     ctx.progress(0.0, "reading the evaluation set")
@@ -171,6 +171,8 @@ def run(ctx: JobContext) -> JobResult:
     ctx.log(f"{len(examples)} of {len(available)} examples from {params['dataset_label']}")
     runs = evaluate_variants(ctx, params["variants"], examples)
     variants = [variant_figures(run.variant, run.scores, run.peak_memory_bytes) for run in runs]
+    for figures, run in zip(variants, runs, strict=True):
+        figures["bits_per_weight"] = bits_per_weight(run.variant["model_path"])
     for run, figures in zip(runs, variants, strict=True):
         ctx.log(f"{variant_label(run.variant)}: {_describe(figures)}")
     _write_details(ctx.workdir / DETAILS_FILE, runs)
