@@ -155,7 +155,8 @@ function renderLoss(job) {
 
 function renderResult(job) {
   const result = job.result && typeof job.result === 'object' ? job.result : {};
-  const entries = Object.entries(result);
+  // A quantize job's evaluation is the comparison page's (#compare-link), not a blob here.
+  const entries = Object.entries(result).filter(([key]) => key !== 'evaluation');
   dom.resultSection.hidden = entries.length === 0;
   dom.result.replaceChildren(...definitions(entries.map(([key, value]) => [humanKey(key), resultValue(key, value)])));
 }

@@ -72,3 +72,24 @@ def test_which_jobs_carry_an_evaluation():
     assert evaluation_of(job("evaluate", result={"variants": "nope"})) is None
     assert evaluates(job("quantize", params={"evaluate": True}))
     assert not evaluates(job("quantize")) and not evaluates(job("dataset"))
+
+
+def test_the_perplexity_change_of_a_quantize_jobs_evaluation():
+    from jobs.quantize_evaluation import perplexity_change
+
+    change = perplexity_change(EVALUATION)
+    assert change == {"source": 7.0, "result": 7.7, "change": 0.7, "change_percent": 10.0}
+    assert perplexity_change({"variants": [{**BASE, "perplexity": None}, FOUR_BIT]}) is None
+
+
+def test_a_stage_reports_its_share_of_the_job(tmp_path):
+    from jobs.context import StageContext
+    from tests.jobs.recording_context import RecordingContext
+
+    ctx = RecordingContext(params={}, workdir=tmp_path)
+    stage = StageContext(ctx, 0.6, 0.35)
+    stage.progress(0.0, "reading")
+    stage.progress(1.0, "scored")
+    stage.log("a line")
+    assert ctx.progress_reports == [(0.6, "reading"), (0.95, "scored")]
+    assert ctx.lines == ["a line"] and stage.workdir == tmp_path

@@ -8,7 +8,7 @@ import re
 from playwright.sync_api import Page, expect
 
 from tests.conftest import DEFAULT_MODEL
-from tests.jobs.conftest import QUANTIZED
+from tests.evaluations import QUANTIZED
 
 METRICS = 6  # perplexity, accuracy, exact match, bits per weight, tokens/s, peak memory
 
@@ -61,3 +61,21 @@ def test_the_comparison_page(staff_page: Page, base_comparison, screenshot):
 def test_a_job_without_an_evaluation_has_no_comparison_page(staff_page: Page, quantized_job):
     answer = staff_page.goto(f"/jobs/{quantized_job['id']}/compare/")
     assert answer.status == 404
+
+
+def test_the_quantize_form_asks_for_an_evaluation(staff_page: Page, jobs_lab):
+    page = staff_page
+    page.goto("/jobs/")
+    page.select_option("#new-job-kind", "quantize")
+    expect(page.locator(f'#quantize-model option[value="{DEFAULT_MODEL}"]')).to_be_attached()
+    page.select_option("#quantize-model", DEFAULT_MODEL)
+    page.fill("#quantize-name", "smol-q4-form")
+    page.check("#quantize-evaluate")
+    page.click("#submit-job")
+    expect(page).to_have_url(re.compile(r"/jobs/[0-9a-f-]{36}/$"))
+    job_id = page.url.rstrip("/").rsplit("/", 1)[1]
+    client = jobs_lab.client()
+    job = client.get(f"/api/jobs/{job_id}").json()
+    client.post(f"/api/jobs/{job_id}/cancel")  # the conversion is not what is tested here
+    assert job["kind"] == "quantize" and job["params"]["evaluate"] == {"max_examples": None}
+    jobs_lab.wait_job(job_id)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import DEFAULT_MODEL
-from tests.jobs.conftest import COMPARED_EXAMPLES, QUANTIZED
+from tests.evaluations import COMPARED_EXAMPLES, QUANTIZED
 
 
 def test_the_result_is_measured_beside_its_source(base_comparison):
