@@ -8,6 +8,8 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.csrf import ensure_csrf_cookie
 
+from lab.side_by_side import pair_counts
+
 from .comparison import comparison, evaluates, evaluation_of
 from .models import Job
 
@@ -35,7 +37,9 @@ def job_comparison(request: HttpRequest, job_id) -> HttpResponse:
     # An unfinished evaluation shows as such, its figures to come.
     if not evaluates(job) or (job.finished and evaluation is None):
         raise Http404("This job has no evaluation to compare.")
-    context = {"job": job, "comparison": comparison(evaluation) if evaluation else None}
+    table = comparison(evaluation) if evaluation else None
+    labels = [row["label"] for row in table.rows] if table else []
+    context = {"job": job, "comparison": table, "votes": pair_counts(labels)}
     return render(request, "jobs/compare.html", context)
 
 
