@@ -61,3 +61,28 @@ def test_an_unfinished_job_is_a_400(jobs_lab):
     finally:
         client.post(f"/api/jobs/{job['id']}/cancel")
         jobs_lab.wait_job(job["id"])
+
+
+def test_the_default_model_and_its_8_and_4_bit_copies_on_the_whole_shipped_set(
+    jobs_lab, quantized_job
+):
+    client = jobs_lab.client()
+    params = {"model": DEFAULT_MODEL, "name": "smol-q8-compared", "bits": 8}
+    eight = client.post("/api/jobs", json={"kind": "quantize", "params": params}).json()
+    assert jobs_lab.wait_job(eight["id"])["status"] == "succeeded"
+    variants = [DEFAULT_MODEL, "smol-q8-compared", QUANTIZED]
+    body = {"kind": "evaluate", "params": {"variants": variants, "dataset": "builtin"}}
+    job = jobs_lab.wait_job(client.post("/api/jobs", json=body).json()["id"], timeout=900)
+    assert job["status"] == "succeeded", job["error"]
+    base, eight_bit, four_bit = job["result"]["variants"]
+    for figures in (base, eight_bit, four_bit):
+        assert figures["examples"] == 46 and figures["perplexity"] > 1
+        assert 0 <= figures["accuracy"] <= 1 and 0 <= figures["exact_match"] <= 1
+    # 8 bits keep the base's figures within noise; 4 bits never score a lower perplexity.
+    assert abs(eight_bit["perplexity"] / base["perplexity"] - 1) < 0.05
+    assert four_bit["perplexity"] > base["perplexity"] * 0.98
+    for figures in (base, eight_bit, four_bit):
+        print(f"\n{figures['name']}: " + ", ".join(
+            f"{key} {figures[key]:.4g}" for key in
+            ("perplexity", "accuracy", "exact_match", "bits_per_weight", "tokens_per_second")
+        ))  # fmt: skip
