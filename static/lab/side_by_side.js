@@ -79,7 +79,7 @@ class Column {
 
   finish() {
     this.done = true;
-    this.socket.socket?.close();
+    this.socket.end();
     if (columns.every((column) => column.done && column.conversation)) {
       for (const column of columns) column.vote.hidden = false;
     }
@@ -106,6 +106,7 @@ function send(event) {
   if (!prompt) return showError('Type a prompt first.');
   if (picked.length < MIN_COLUMNS || picked.some((c) => !c)) return showError('Choose at least two variants.');
   const maxTokens = Number($('sbs-max-tokens').value) || null;
+  for (const column of columns) column.socket.end(); // an earlier round still streaming
   columns = picked.map((choice, index) => new Column(choice, index));
   $('sbs-columns').replaceChildren(...columns.map((column) => column.node));
   $('sbs-columns').dataset.count = String(columns.length);

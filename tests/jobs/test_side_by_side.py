@@ -26,6 +26,8 @@ def test_two_columns_stream_and_the_vote_is_counted(
     page.goto("/side-by-side/")
     pickers = page.locator(".sbs-variant")
     expect(pickers).to_have_count(2)
+    sockets = []  # the columns' own, from here on (the login's chat page has one too)
+    page.on("websocket", lambda ws: sockets.append(ws))
     pickers.nth(0).select_option(DEFAULT_MODEL)
     pickers.nth(1).select_option(QUANTIZED)
     page.fill("#sbs-max-tokens", "8")
@@ -42,6 +44,8 @@ def test_two_columns_stream_and_the_vote_is_counted(
     columns.nth(1).locator(".sbs-vote").click()
     expect(page.locator("#sbs-vote-status")).to_have_text(f"Vote saved: {QUANTIZED} was better.")
     expect(columns.nth(1)).to_have_class(re.compile("sbs-winner"))
+    page.wait_for_timeout(1500)  # past the chat socket's first reconnect delay
+    assert len(sockets) == 2 and all(socket.is_closed() for socket in sockets)  # ended for good
 
     page.goto(f"/jobs/{base_comparison['id']}/compare/")
     pair = page.locator(f'#compare-votes tr[data-pair="{DEFAULT_MODEL} | {QUANTIZED}"]')
