@@ -32,6 +32,19 @@ def _job(job_id) -> Job:
     return job
 
 
+def _submitted(kind, params, owner) -> Response:
+    """Submit a job: 202 with it, 400 for bad params, 503 when the queue does not answer."""
+    try:
+        job = submit_job(kind=kind, params=params, owner=owner)
+    except JobParamsError as error:
+        raise ValidationError({"detail": str(error)}) from None
+    except BrokerUnavailable as error:
+        return Response({"detail": str(error)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
+    return Response(
+        job_dict(job), status=status.HTTP_202_ACCEPTED, headers={"Location": f"/api/jobs/{job.id}"}
+    )
+
+
 class JobListApi(APIView):
     permission_classes = [StaffOnly]
 
@@ -56,21 +69,7 @@ class JobListApi(APIView):
         unknown = sorted(set(request.data) - {"kind", "params"})
         if unknown:
             raise ValidationError({"detail": f"unknown field {unknown[0]!r}"})
-        try:
-            job = submit_job(
-                kind=request.data.get("kind"),
-                params=request.data.get("params", {}),
-                owner=request.user,
-            )
-        except JobParamsError as error:
-            raise ValidationError({"detail": str(error)}) from None
-        except BrokerUnavailable as error:
-            return Response({"detail": str(error)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
-        return Response(
-            job_dict(job),
-            status=status.HTTP_202_ACCEPTED,
-            headers={"Location": f"/api/jobs/{job.id}"},
-        )
+        return _submitted(request.data.get("kind"), request.data.get("params", {}), request.user)
 
 
 class JobApi(APIView):
@@ -90,6 +89,27 @@ class JobCancelApi(APIView):
         if job.finished:
             return Response({"detail": f"the job has already {job.status}"}, status=409)
         return Response(job_dict(cancel_job(job)))
+
+
+class JobEvaluateAgainstBaseApi(APIView):
+    permission_classes = [StaffOnly]
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        responses={202: OpenApiTypes.OBJECT, **errors(400, 403, 404, 503)},
+        summary="Queue an evaluation of a quantize or finetune job's result against its base",
+    )
+    def post(self, request: Request, job_id) -> Response:
+        from .against_base import against_base_params
+
+        body = request.data if isinstance(request.data, dict) else None
+        if body is None or set(body) - {"max_examples"}:
+            raise ValidationError({"detail": 'expected {} or {"max_examples": N}'})
+        try:
+            params = against_base_params(_job(job_id), max_examples=body.get("max_examples"))
+        except JobParamsError as error:
+            raise ValidationError({"detail": str(error)}) from None
+        return _submitted("evaluate", params, request.user)
 
 
 class DatasetPreviewApi(APIView):

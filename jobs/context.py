@@ -65,3 +65,19 @@ class JobContext(Protocol):
 
     def check_cancelled(self) -> None:
         """Raise JobCancelled if the job was asked to stop."""
+
+
+class StageContext:
+    """A job's context for one stage of it: progress 0..1 of the stage is reported as
+    `start` + that share of `span` of the job (a quantize job's evaluation, its last part)."""
+
+    def __init__(self, ctx: JobContext, start: float, span: float) -> None:
+        self._ctx, self._start, self._span = ctx, start, span
+
+    def progress(
+        self, fraction: float, message: str = "", *, eta_seconds: float | None = None
+    ) -> None:
+        self._ctx.progress(self._start + self._span * fraction, message, eta_seconds=eta_seconds)
+
+    def __getattr__(self, name: str):  # the rest is the job's own
+        return getattr(self._ctx, name)

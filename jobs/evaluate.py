@@ -49,7 +49,7 @@ def validate(params: dict, owner=None) -> dict:
     return {
         "variants": variants,
         "dataset": dataset,
-        "max_examples": _max_examples(params.get("max_examples")),
+        "max_examples": check_max_examples(params.get("max_examples")),
         "dataset_path": str(path),
         "dataset_label": label,
     }
@@ -151,7 +151,7 @@ def _dataset_job(job_id, split) -> tuple[dict, Path, str]:
     return {"job": str(job_id), "split": split}, path, f"dataset job {job_id}, {split} split"
 
 
-def _max_examples(value) -> int | None:
+def check_max_examples(value) -> int | None:
     if value is None:
         return None
     check_int(value, "max_examples")
@@ -162,21 +162,35 @@ def _max_examples(value) -> int | None:
 
 def run(ctx: JobContext) -> JobResult:
     """Score every variant on the set's first max_examples examples, in file order."""
-    from .evaluate_scoring import evaluate_variants, variant_label
-
     params = ctx.params
-    ctx.progress(0.0, "reading the evaluation set")
-    available = read_eval_file(Path(params["dataset_path"]))
-    examples = available[: params["max_examples"] or MAX_EXAMPLES]
-    ctx.log(f"{len(examples)} of {len(available)} examples from {params['dataset_label']}")
-    runs = evaluate_variants(ctx, params["variants"], examples)
-    variants = [variant_figures(run.variant, run.scores, run.peak_memory_bytes) for run in runs]
-    for run, figures in zip(runs, variants, strict=True):
-        ctx.log(f"{variant_label(run.variant)}: {_describe(figures)}")
-    _write_details(ctx.workdir / DETAILS_FILE, runs)
-    dataset = _dataset_summary(params, examples, len(available), variants[0]["tokens"])
+    dataset = (params["dataset"], Path(params["dataset_path"]), params["dataset_label"])
+    summary = measure(ctx, params["variants"], dataset, params["max_examples"])
     ctx.progress(1.0, "done")
-    return JobResult(summary={"variants": variants, "dataset": dataset})
+    return JobResult(summary=summary)
+
+
+def measure(
+    ctx: JobContext, variants: list[dict], dataset: tuple, max_examples: int | None
+) -> dict:
+    """The variants' figures on a checked evaluation set, `{"variants", "dataset"}`, and
+    every example's score in the work folder. `dataset` is (source, file, label), as
+    `validate` normalises them; a variant needs `model`, `adapter`, `model_path` and
+    `adapters` (a quantize job measures its new model before it is registered)."""
+    from .evaluate_scoring import bits_per_weight, evaluate_variants, variant_label
+
+    source, path, label = dataset
+    ctx.progress(0.0, "reading the evaluation set")
+    available = read_eval_file(path)
+    examples = available[: max_examples or MAX_EXAMPLES]
+    ctx.log(f"{len(examples)} of {len(available)} examples from {label}")
+    runs = evaluate_variants(ctx, variants, examples)
+    figures = [variant_figures(run.variant, run.scores, run.peak_memory_bytes) for run in runs]
+    for each, run in zip(figures, runs, strict=True):
+        each["bits_per_weight"] = bits_per_weight(run.variant["model_path"])
+        ctx.log(f"{variant_label(run.variant)}: {_describe(each)}")
+    _write_details(ctx.workdir / DETAILS_FILE, runs)
+    summary = _dataset_summary(source, label, examples, len(available), figures[0]["tokens"])
+    return {"variants": figures, "dataset": summary}
 
 
 def variant_figures(variant: dict, scores: list[Score], peak_memory_bytes: int) -> dict:
@@ -215,11 +229,11 @@ def _describe(figures: dict) -> str:
     return ", ".join(parts)
 
 
-def _dataset_summary(params: dict, examples: list[dict], available: int, tokens: int) -> dict:
+def _dataset_summary(source, label: str, examples: list[dict], available: int, tokens: int) -> dict:
     kinds = [example_kind(example) for example in examples]
     return {
-        "source": params["dataset"],
-        "label": params["dataset_label"],
+        "source": source,
+        "label": label,
         "examples": len(examples),
         "available": available,
         "multiple_choice": kinds.count(MULTIPLE_CHOICE),

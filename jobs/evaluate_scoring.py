@@ -14,10 +14,12 @@ from __future__ import annotations
 # inference.engine puts the optimized BLAS under MLX; it must be imported before mlx.core.
 import inference.engine  # noqa: F401
 
+import functools
 import gc
 import time
 import types
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -224,6 +226,16 @@ class _Clock:
         # Time per example so far, model loads included: each variant has one.
         eta = elapsed / self.done * (self.total - self.done) if self.done else None
         self.ctx.progress(self.done / self.total, message, eta_seconds=eta)
+
+
+@functools.cache
+def bits_per_weight(model_path: str) -> float:
+    """The stored model's size per weight, as mlx-lm reports it (an adapter's few weights
+    are left out): read from the folder, since the fast path runs the weights dense."""
+    from mlx_lm.utils import compute_bits_per_weight, load_model as load_mlx_model
+
+    model, _ = load_mlx_model(Path(model_path), lazy=True)  # shapes and dtypes, no values
+    return round(compute_bits_per_weight(model), 3)
 
 
 def variant_label(variant: dict) -> str:

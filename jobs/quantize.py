@@ -13,6 +13,7 @@ import shutil
 import time
 from pathlib import Path
 
+from . import quantize_evaluation
 from .context import JobContext, JobParamsError, JobResult
 from .params import (
     NAME_PATTERN,
@@ -31,7 +32,7 @@ FIXED_MODES = {"mxfp4": (4, 32), "nvfp4": (4, 16), "mxfp8": (8, 32)}
 MODES = ("affine", *FIXED_MODES)
 # mlx_lm.convert.QUANT_RECIPES, spelled out so validating imports no MLX.
 RECIPES = ("mixed_2_6", "mixed_3_4", "mixed_3_6", "mixed_4_6")
-KEYS = {"model", "name", "bits", "group_size", "mode", "recipe", "dequantize"}
+KEYS = {"model", "name", "bits", "group_size", "mode", "recipe", "dequantize", "evaluate"}
 MODEL_SUBDIR = "model"
 FLOAT_SUBDIR = "float16-source"  # the dequantized source, removed once quantized
 
@@ -45,7 +46,10 @@ def validate(params: dict) -> dict:
     dequantize = params.get("dequantize", False)
     if not isinstance(dequantize, bool):
         raise JobParamsError("dequantize must be true or false")
-    normalised = {"model": model, "name": name, "dequantize": dequantize}
+    normalised = {
+        "model": model, "name": name, "dequantize": dequantize,
+        "evaluate": quantize_evaluation.normalise(params.get("evaluate")),
+    }  # fmt: skip
     if dequantize:  # a float16 model: the quantization params mean nothing
         normalised.update(bits=None, group_size=None, mode=None, recipe=None)
     else:
@@ -146,7 +150,7 @@ def run(ctx: JobContext) -> JobResult:
     ctx.log(f"source {params['model']} at {source}: {len(stages)} conversion(s)")
     try:
         for index, (message, kwargs) in enumerate(stages):
-            ctx.progress(0.05 + 0.85 * index / len(stages), message)
+            ctx.progress(0.05 + (_conversion_end(params) - 0.05) * index / len(stages), message)
             ctx.log(f"{message}: {kwargs['hf_path']} -> {kwargs['mlx_path']}")
             stage_started = time.monotonic()
             _convert(**kwargs)
@@ -154,13 +158,21 @@ def run(ctx: JobContext) -> JobResult:
             ctx.check_cancelled()
     finally:
         shutil.rmtree(ctx.workdir / FLOAT_SUBDIR, ignore_errors=True)
-    ctx.progress(0.9, "measuring the new model")
-    summary = _summary(params, source, ctx.workdir / MODEL_SUBDIR)
-    summary["seconds"] = round(time.monotonic() - started, 1)
+    made = ctx.workdir / MODEL_SUBDIR
+    ctx.progress(_conversion_end(params), "measuring the new model")
+    summary = _summary(params, source, made)
     ctx.set_metrics(bits_per_weight=summary["bits_per_weight"], size_bytes=summary["size_bytes"])
     ctx.log(f"{params['name']}: {summary['bits_per_weight']} bits per weight")
+    if params.get("evaluate"):
+        summary.update(quantize_evaluation.evaluate_result(ctx, params, source, made))
+    summary["seconds"] = round(time.monotonic() - started, 1)
     ctx.progress(1.0, "done")
     return JobResult(summary=summary, model=params["name"], model_subdir=MODEL_SUBDIR)
+
+
+def _conversion_end(params: dict) -> float:
+    # An evaluation after the conversion takes the rest of the bar from there.
+    return quantize_evaluation.STAGE_START if params.get("evaluate") else 0.9
 
 
 def _is_quantized(folder: Path) -> bool:

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import Conversation, Message, Preset
+from .models import Conversation, Message, Preset, SideBySide
 
 
 class MessageInline(admin.TabularInline):
@@ -22,3 +22,9 @@ class ConversationAdmin(admin.ModelAdmin):
 class PresetAdmin(admin.ModelAdmin):
     list_display = ["name", "owner"]
     search_fields = ["name", "system_prompt"]
+
+
+@admin.register(SideBySide)
+class SideBySideAdmin(admin.ModelAdmin):
+    list_display = ["prompt", "variants", "winner", "owner", "created_at"]
+    readonly_fields = ["conversations"]

@@ -2,6 +2,7 @@ from django.urls import path
 
 from . import api_conversations as conversations
 from . import api_models as models
+from . import api_side_by_side as side_by_side
 
 urlpatterns = [
     path("conversations", conversations.ConversationListApi.as_view()),
@@ -10,6 +11,7 @@ urlpatterns = [
         "conversations/<int:conversation_id>/branch", conversations.ConversationBranchApi.as_view()
     ),
     path("messages/<int:message_id>", conversations.MessageApi.as_view()),
+    path("side-by-side/votes", side_by_side.SideBySideVoteApi.as_view()),
     path("presets", conversations.PresetListApi.as_view()),
     path("presets/<int:preset_id>", conversations.PresetApi.as_view()),
     path("models", models.ModelListApi.as_view()),

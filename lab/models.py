@@ -60,3 +60,24 @@ class Preset(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class SideBySide(models.Model):
+    """One prompt answered by 2-4 variants at once, each reply in a conversation of its
+    own (in column order), and which reply the user found better."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="side_by_sides"
+    )
+    prompt = models.TextField()
+    variants = models.JSONField(default=list)  # labels: "model" or "model + adapter"
+    conversations = models.ManyToManyField(Conversation, related_name="side_by_sides")
+    conversation_ids = models.JSONField(default=list)  # the columns' order
+    winner = models.PositiveSmallIntegerField()  # index into variants
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.variants[self.winner]} preferred ({' vs '.join(self.variants)})"

@@ -18,6 +18,12 @@ def chat(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @ensure_csrf_cookie
+def side_by_side(request: HttpRequest) -> HttpResponse:
+    return render(request, "lab/side_by_side.html", {"default_model": default_model_name()})
+
+
+@login_required
+@ensure_csrf_cookie
 def models(request: HttpRequest) -> HttpResponse:
     return render(request, "lab/models.html")
 

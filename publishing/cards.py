@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from huggingface_hub import DatasetCard, DatasetCardData, ModelCard, ModelCardData
 
+from .card_evaluation import eval_results, evaluation_section
+
+# An evaluation of the pushed model and its variant's index in it (see card_evaluation).
+Evaluated = tuple[dict, int] | None
+
 
 def _yaml_card(card_class, data, body: str):
     return card_class(f"---\n{data.to_yaml()}\n---\n\n{body.strip()}\n")
@@ -36,12 +41,25 @@ def _facts(rows: dict) -> str:
     return "\n".join(f"- **{name}**: {value}" for name, value in rows.items() if value is not None)
 
 
-def quantized_model_card(repo_id: str, job_params: dict, result: dict) -> ModelCard:
-    base = job_params.get("model")
-    data = ModelCardData(
-        library_name="mlx", tags=["mlx"], pipeline_tag="text-generation",
-        base_model=_base_model_metadata(base),
+def _model_data(repo_id: str, tags: list[str], base, evaluated: Evaluated) -> ModelCardData:
+    # model-index needs the model's name; its results are the pushed variant's figures.
+    results = eval_results(*evaluated) if evaluated else None
+    return ModelCardData(
+        library_name="mlx", tags=tags, pipeline_tag="text-generation",
+        base_model=_base_model_metadata(base), eval_results=results or None,
+        model_name=repo_id.split("/")[-1] if results else None,
     )  # fmt: skip
+
+
+def _evaluation(evaluated: Evaluated) -> str:
+    return evaluation_section(*evaluated) + "\n" if evaluated else ""
+
+
+def quantized_model_card(
+    repo_id: str, job_params: dict, result: dict, evaluated: Evaluated = None
+) -> ModelCard:
+    base = job_params.get("model")
+    data = _model_data(repo_id, ["mlx"], base, evaluated)
     facts = {
         "Base model": base,
         "Bits": result.get("bits") if not result.get("recipe") else None,
@@ -50,6 +68,7 @@ def quantized_model_card(repo_id: str, job_params: dict, result: dict) -> ModelC
         "Mode": result.get("mode"),
         "Bits per weight": _rounded(result.get("bits_per_weight")),
         "Dequantized to float": result.get("dequantized") or None,
+        "Perplexity, base → this model": _perplexity_change(result.get("perplexity")),
     }
     body = f"""# {repo_id}
 
@@ -57,20 +76,19 @@ Quantized with MLX Lab (mlx-lm's converter) from `{base}`.
 
 {_facts(facts)}
 
-## Use with mlx-lm
+{_evaluation(evaluated)}## Use with mlx-lm
 
 {_usage(repo_id, None)}
 """
     return _yaml_card(ModelCard, data, body)
 
 
-def finetuned_model_card(repo_id: str, job_params: dict, result: dict, adapter: bool) -> ModelCard:
+def finetuned_model_card(
+    repo_id: str, job_params: dict, result: dict, adapter: bool, evaluated: Evaluated = None
+) -> ModelCard:
     base = job_params.get("model")
     tags = ["mlx", "lora" if job_params.get("fine_tune_type") != "full" else "finetuned"]
-    data = ModelCardData(
-        library_name="mlx", tags=tags, pipeline_tag="text-generation",
-        base_model=_base_model_metadata(base),
-    )  # fmt: skip
+    data = _model_data(repo_id, tags, base, evaluated)
     lora = job_params.get("lora") or {}
     facts = {
         "Base model": base,
@@ -94,7 +112,7 @@ def finetuned_model_card(repo_id: str, job_params: dict, result: dict, adapter: 
 
 {_facts(facts)}
 
-## Use with mlx-lm
+{_evaluation(evaluated)}## Use with mlx-lm
 
 {_usage(repo_id, base if adapter else None)}
 """
@@ -129,6 +147,12 @@ mlx_lm.lora --model <model> --train --data <this dataset's folder>
 ```
 """
     return _yaml_card(DatasetCard, data, body)
+
+
+def _perplexity_change(change) -> str | None:
+    if not isinstance(change, dict) or not isinstance(change.get("change_percent"), float):
+        return None
+    return f"{change['source']} → {change['result']} ({change['change_percent']:+.1f}%)"
 
 
 def _rounded(value):

@@ -17,6 +17,7 @@ from jobs.context import JobCancelled, JobContext, JobParamsError, JobResult
 from jobs.models import Job
 from labsettings import lab_settings
 
+from .card_evaluation import made_evaluation
 from .cards import dataset_card, finetuned_model_card, quantized_model_card
 from .hub import HubError, hub_api, hub_error, repo_url
 from .token_store import TokenUnavailable, token_exists, token_read
@@ -114,10 +115,11 @@ def _card(params: dict, folder: Path):
     job_params, result = (job.params, job.result) if job else ({}, {})
     if params["kind"] == "dataset":
         return dataset_card(params["repo_id"], job_params, result)
+    evaluated = made_evaluation(job)
     if params["kind"] == "quantize":
-        return quantized_model_card(params["repo_id"], job_params, result)
+        return quantized_model_card(params["repo_id"], job_params, result, evaluated)
     adapter = (folder / "adapter_config.json").is_file() and not result.get("model")
-    return finetuned_model_card(params["repo_id"], job_params, result, adapter=adapter)
+    return finetuned_model_card(params["repo_id"], job_params, result, adapter, evaluated)
 
 
 def _stage(params: dict, staging: Path) -> tuple[int, int]:

@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TEST_SAMPLING = {"MLXLAB_DEFAULT_TEMPERATURE": "0", "MLXLAB_DEFAULT_MAX_TOKENS": "512"}
 for _name, _value in TEST_SAMPLING.items():
     os.environ.setdefault(_name, _value)
-pytest_plugins = ["tests.browser"]  # Chromium for the UI and job page tests
+# Chromium for the UI and job page tests; evaluations shared by jobs, pages and publishing.
+pytest_plugins = ["tests.browser", "tests.evaluations"]
 DEFAULT_MODEL = os.environ.get("MLXLAB_DEFAULT_MODEL", "smollm2-135m-instruct")
 
 

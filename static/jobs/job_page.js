@@ -3,6 +3,7 @@
 
 import { apiGet, apiPost } from '../lab/api.js';
 import { el, formatBytes, formatDate, hideBanner, readJsonScript, showBanner, wireBannerClose } from '../lab/util.js';
+import { CompareActions } from './job_compare.js';
 import { artifactLink, clampProgress, formatDuration, formatEta, isFinished, jobSummary, setStatusBadge, shortId, socketUrl } from './job_format.js';
 import { JobFeed } from './job_live.js';
 import { DatasetPreview } from './job_preview.js';
@@ -42,6 +43,12 @@ const showError = (message) => showBanner(dom.error, message);
 const plot = new LossPlot($('loss-plot'));
 const preview = new DatasetPreview(jobId, { onError: showError });
 const publish = new PublishPanel(jobId, { onError: showError });
+const compare = new CompareActions(jobId, {
+  row: $('compare-row'),
+  link: $('compare-link'),
+  button: $('evaluate-against-base'),
+  onError: showError,
+});
 let current = null;
 let cancelClicked = false;
 let pollFailed = false; // the banner shows a failed read, to be hidden once one works
@@ -148,7 +155,8 @@ function renderLoss(job) {
 
 function renderResult(job) {
   const result = job.result && typeof job.result === 'object' ? job.result : {};
-  const entries = Object.entries(result);
+  // A quantize job's evaluation is the comparison page's (#compare-link), not a blob here.
+  const entries = Object.entries(result).filter(([key]) => key !== 'evaluation');
   dom.resultSection.hidden = entries.length === 0;
   dom.result.replaceChildren(...definitions(entries.map(([key, value]) => [humanKey(key), resultValue(key, value)])));
 }
@@ -181,6 +189,7 @@ function render(job) {
   renderLog(job, first);
   preview.update(job);
   publish.update(job);
+  compare.update(job);
   if (isFinished(job)) {
     feed.stop(); // its last update has come: nothing more will
     dom.live.textContent = '';

@@ -50,7 +50,7 @@ export class ChatSocket {
   }
 
   closed(socket, event) {
-    if (socket !== this.socket) return; // an old socket closing late
+    if (socket !== this.socket || this.ended) return; // an old socket closing late, or ended
     this.socket = null;
     if (event.code === UNAUTHENTICATED) {
       // Retrying cannot help: the session is gone until the user logs in again.
@@ -94,6 +94,15 @@ export class ChatSocket {
     if (this.isOpen()) this.socket.send(JSON.stringify(message));
     else this.outbox.push(message);
     return true;
+  }
+
+  // Closes the socket for good: no reconnecting (a side-by-side column that is done).
+  end() {
+    this.ended = true;
+    clearTimeout(this.timer);
+    this.outbox = [];
+    this.socket?.close();
+    this.socket = null;
   }
 
   hasQueued() {

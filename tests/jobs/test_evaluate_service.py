@@ -299,8 +299,9 @@ def test_identical_variants_get_identical_figures_and_an_adapter_others(adapter,
     base, tuned, again = result["variants"]
     assert set(base) == {
         "name", "adapter", "perplexity", "loss", "accuracy", "exact_match", "examples", "tokens",
-        "tokens_per_second", "peak_memory_bytes",
+        "tokens_per_second", "peak_memory_bytes", "bits_per_weight",
     }  # fmt: skip
+    assert base["bits_per_weight"] == tuned["bits_per_weight"] == 32  # the tiny one is float32
     for key in ("perplexity", "accuracy", "exact_match", "tokens", "examples"):
         assert base[key] == again[key], key
     assert base["tokens"] == tuned["tokens"] == result["dataset"]["tokens"] > 0

@@ -37,6 +37,7 @@ def normalised(source_path: Path, **overrides) -> dict:
         "group_size": 64,
         "mode": "affine",
         "recipe": None,
+        "evaluate": None,
         "source_path": str(source_path.resolve()),
     }
     return {**params, **overrides}
@@ -75,6 +76,9 @@ def config_of(folder: Path) -> dict:
         ({"dequantize": 1}, "dequantize must be true or false"),
         ({"model": 3}, "model must be a non-empty string"),
         ({"name": None}, "name is required"),
+        ({"evaluate": "yes"}, 'evaluate must be true, false or {"max_examples": N}'),
+        ({"evaluate": {"dataset": "builtin"}}, 'evaluate must be true, false or {"max_examples"'),
+        ({"evaluate": {"max_examples": 0}}, "max_examples must be between 1 and 10000"),
     ],
 )
 def test_validate_rejects(source, extra, message):
@@ -95,6 +99,15 @@ def test_validate_rejects_non_object(db):
 
 def test_validate_fills_defaults(source):
     assert validate({"model": SOURCE, "name": "made"}) == normalised(source)
+
+
+@pytest.mark.parametrize(
+    ("evaluate", "expected"),
+    [(False, None), (True, {"max_examples": None}), ({"max_examples": 8}, {"max_examples": 8})],
+)
+def test_validate_takes_an_evaluation(source, evaluate, expected):
+    params = validate({"model": SOURCE, "name": "made", "evaluate": evaluate})
+    assert params["evaluate"] == expected
 
 
 @pytest.mark.parametrize(
