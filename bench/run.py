@@ -185,12 +185,10 @@ def bench_boundary(quick: bool) -> int:
     return subprocess.run(argv, cwd=ROOT).returncode
 
 
-def bench_kv_memory() -> int:
-    """bench/kv_memory.py: KV cache bytes per 1,000 context tokens, plain, 8-bit, 4-bit."""
-    print("\n== KV cache memory: bench/kv_memory.py", flush=True)
-    return subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "kv_memory.py")], cwd=ROOT
-    ).returncode
+def bench_script(name: str, title: str) -> int:
+    """One of the standalone benches (bench/NAME.py), in its own process."""
+    print(f"\n== {title}: bench/{name}.py", flush=True)
+    return subprocess.run([sys.executable, str(ROOT / "bench" / f"{name}.py")], cwd=ROOT).returncode
 
 
 def main() -> int:
@@ -218,7 +216,9 @@ def main() -> int:
     failed = any("error" in result for result in results.values())
     if not args.skip_boundary and bench_boundary(args.quick) != 0:
         failed = True
-    if bench_kv_memory() != 0:
+    if bench_script("kv_memory", "KV cache memory") != 0:
+        failed = True
+    if bench_script("eval_speed", "Evaluation throughput against mlx-lm's perplexity") != 0:
         failed = True
     return 1 if failed else 0
 

@@ -145,6 +145,26 @@ def test_a_row_scores_the_same_alone_or_padded(tiny_loaded):
     assert together[0][0] == pytest.approx(alone[0], rel=1e-5)
 
 
+def test_examples_scored_together_score_as_alone(tiny_loaded):
+    from jobs.evaluate_scoring import Item, batches, score_batch
+
+    model, _ = tiny_loaded
+    items = [
+        Item("multiple_choice", (tuple(range(100, 112)), tuple(range(100, 118))), (6, 6)),
+        Item("perplexity", (tuple(range(200, 240)),), (3,)),
+        Item("exact_answer", (tuple(range(300, 309)),), (5,)),
+    ]
+    together = score_batch(model, items)
+    for item, scored in zip(items, together, strict=True):
+        [alone] = score_batch(model, [item])
+        assert [count for _, count in scored] == [count for _, count in alone]
+        assert [nll for nll, _ in scored] == pytest.approx([nll for nll, _ in alone], rel=1e-5)
+    # Shortest first; a pass holds up to 512 padded tokens, an example's choices together.
+    assert batches(items) == [[2, 0, 1]]
+    assert batches(items, tokens=54) == [[2, 0], [1]]
+    assert batches([items[0]] * 30) == [list(range(14)), list(range(14, 28)), [28, 29]]
+
+
 def test_tokens_of_each_shape(tiny_loaded):
     from jobs.evaluate_scoring import best_choice, tokenize
 
