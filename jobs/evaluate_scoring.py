@@ -195,13 +195,6 @@ def _longest(item: Item) -> int:
     return max(len(sequence) for sequence in item.sequences)
 
 
-def score(model, tokenizer, item: Item) -> Score:
-    """One example under the loaded variant."""
-    started = time.perf_counter()
-    [results] = score_batch(model, [item])
-    return figures_of(model, tokenizer, item, results, time.perf_counter() - started)
-
-
 def figures_of(model, tokenizer, item: Item, results, seconds: float) -> Score:
     """An example's Score from its sequences' losses; an exact answer is generated now."""
     nll, tokens = results[item.reference]
@@ -334,8 +327,8 @@ def _run_variant(ctx: JobContext, clock: _Clock, loaded: _Loaded, variant, items
         seconds = time.perf_counter() - started
         passed = sum(_passed(items[index]) for index in group)
         for index, results in zip(group, losses, strict=True):
-            share = seconds * _passed(items[index]) / passed
             item = items[index]
+            share = seconds * _passed(item) / passed
             scores[index] = figures_of(loaded.model, loaded.tokenizer, item, results, share)
             clock.done += 1
             clock.report(f"{label}: example {len(scores)} of {len(items)}")

@@ -25,6 +25,10 @@ from .sequence import Sequence
 
 log = logging.getLogger(__name__)
 
+# Distinct sampling settings kept for sharing; a row holds its own reference, so a clear
+# only costs the next rows one build.
+MAX_SHARED_SAMPLERS = 64
+
 
 def guarded(function: Callable, sequence: Sequence, *, fallback: Callable) -> Callable:
     """Run one request's sampler or logits processor inside the shared batch step.
@@ -231,6 +235,8 @@ class Runner:
             return guarded(sampler, sequence, fallback=greedy_sampler)
         key = sampler_key(params)
         if key not in self._shared_samplers:
+            if len(self._shared_samplers) >= MAX_SHARED_SAMPLERS:  # clients choose the keys
+                self._shared_samplers.clear()
             self._shared_samplers[key] = build_sampler(params, xtc_special_tokens=self._xtc_special)
         return self._shared_samplers[key]
 

@@ -9,6 +9,7 @@ import mlx.core as mx
 import pytest
 
 from inference.engine import Engine, EngineConfig, SamplingParams, load_model
+from inference.engine import runner as runner_module
 from inference.engine.accelerator import PTX_CACHE_VARIABLE, WarmUpShapes, use_kernel_cache
 
 from .helpers import generate
@@ -75,3 +76,6 @@ def test_rows_that_sample_alike_share_one_sampler(engine):
     assert runner._sampler(SamplingParams(), sequence=None) is None  # greedy: the batch's own
     seeded = SamplingParams(temperature=0.7, top_p=0.9, seed=1)
     assert runner._sampler(seeded, sequence=None) is not runner._sampler(seeded, sequence=None)
+    for step in range(100):  # client-chosen settings never grow the shared set unbounded
+        runner._sampler(SamplingParams(temperature=0.5 + step / 1000), sequence=None)
+    assert len(runner._shared_samplers) <= runner_module.MAX_SHARED_SAMPLERS
