@@ -14,6 +14,7 @@ Writes DIR/gpu.json and prints a table.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -146,14 +147,35 @@ def speed_rows(folder: Path, tokens: int, batches: list[int], rows: dict) -> dic
 
     model, _ = load(str(folder))
     vocab = model.args.vocab_size
-    rows["forward_sync_tps"] = forward_rate(model, tokens, vocab)
-    rows["mlx_lm_generate_step_tps"] = mlx_lm_stream(model, tokens, vocab)
-    for batch in [1, *batches]:
-        rows[f"mlx_lm_batch{batch}_tps"] = mlx_lm_batch(model, batch, tokens, vocab)
-    rows["mlx_lm_ttft_512_s"] = mlx_lm_ttft(model, vocab)
+    with stock_mask():  # mlx-lm as it ships, even after an engine patched it (decode_mask.py)
+        rows["forward_sync_tps"] = forward_rate(model, tokens, vocab)
+        rows["mlx_lm_generate_step_tps"] = mlx_lm_stream(model, tokens, vocab)
+        for batch in [1, *batches]:
+            rows[f"mlx_lm_batch{batch}_tps"] = mlx_lm_batch(model, batch, tokens, vocab)
+        mixed = max(batches[:2])
+        rows[f"mlx_lm_batch{mixed}_mixed_tps"] = mlx_lm_batch(model, mixed, tokens, vocab, True)
+        rows["mlx_lm_ttft_512_s"] = mlx_lm_ttft(model, vocab)
     del model
     rows.update(engine_rows(folder, tokens, batches))
     return rows
+
+
+@contextlib.contextmanager
+def stock_mask():
+    from mlx_lm.models.cache import BatchKVCache
+
+    patched = BatchKVCache.make_mask
+    BatchKVCache.make_mask = getattr(patched, "original", patched)
+    try:
+        yield
+    finally:
+        BatchKVCache.make_mask = patched
+
+
+def mixed_prompts(count: int, vocab: int, seed: int = 0) -> list[list[int]]:
+    """Prompts of 16 to 48 tokens: rows of a served batch rarely share one length."""
+    draw = random.Random(seed)
+    return [[draw.randrange(vocab) for _ in range(16 + i * 7 % 33)] for i in range(count)]
 
 
 def prompts(count: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
@@ -192,7 +214,7 @@ def mlx_lm_stream(model, tokens: int, vocab: int) -> float:
     return round((len(stamps) - 1) / (stamps[-1] - stamps[0]), 1)
 
 
-def mlx_lm_batch(model, batch: int, tokens: int, vocab: int) -> float:
+def mlx_lm_batch(model, batch: int, tokens: int, vocab: int, mixed: bool = False) -> float:
     """Aggregate tokens/s of `batch` rows through mlx-lm's BatchGenerator, prefill included."""
     from mlx_lm.generate import BatchGenerator
 
@@ -200,7 +222,12 @@ def mlx_lm_batch(model, batch: int, tokens: int, vocab: int) -> float:
     for attempt in range(2):  # the first pass compiles
         generator = BatchGenerator(model, completion_batch_size=batch, prefill_batch_size=8)
         started = time.perf_counter()
-        uids = set(generator.insert(prompts(batch, PROMPT, vocab, attempt), [tokens] * batch))
+        rows = (
+            mixed_prompts(batch, vocab, attempt)
+            if mixed
+            else prompts(batch, PROMPT, vocab, attempt)
+        )
+        uids = set(generator.insert(rows, [tokens] * batch))
         produced = 0
         while uids:
             for response in generator.next_generated():
@@ -252,6 +279,10 @@ def engine_speed(folder: Path, tokens: int, batches: list[int], cache, label: st
                 engine_batch(engine, prompts(batch, PROMPT, vocab, seed), tokens)
                 for seed in (11, 12)
             )
+        mixed = max(batches[:2])
+        rows[f"{label}_batch{mixed}_mixed_tps"] = max(
+            engine_batch(engine, mixed_prompts(mixed, vocab, seed), tokens) for seed in (11, 12)
+        )
         rows[f"{label}_ttft_512_s"] = min(
             engine_stream(engine, prompt, 1)[1] for prompt in prompts(3, 512, vocab, 21)
         )

@@ -80,13 +80,17 @@ class WarmUpShapes:
         Kernels are specialised on more than the batch size: an H200 still compiled
         for 30 s on a batch of 32-token prompts after a warm-up of short ones. So
         every batch size runs short and medium prompts, and the long prompts run
-        a whole prefill chunk and a remainder, alone and two together.
+        a whole prefill chunk and a remainder, alone and two together. Prompts of
+        one length decode without a mask (decode_mask.py), those of mixed lengths
+        with one: each batch size runs both.
         """
         long = self.prefill_step_size + 7
         rounds = [[long], [long, long // 2][: self.prefill_batch_size]]
         for size in self.batch_sizes():
             rounds.append([3 + row % 6 for row in range(size)])
             rounds.append([24 + row % 17 for row in range(size)])
+            if size > 1:
+                rounds.append([24] * size)
         return rounds
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from mlx_lm.generate import BatchGenerator, StopSequences
 from mlx_lm.sample_utils import greedy_sampler
 
+from . import decode_mask
 from .adapters import activate, load_adapter
 from .grammar import GrammarProcessor
 from .kv_cache import QuantizedRowCache
@@ -94,6 +95,7 @@ class Runner:
         self.loaded = loaded
         self.config = config
         self.stats = stats
+        decode_mask.install()
         tokenizer = loaded.tokenizer
         self._stop_tokens = StopSequences([(t,) for t in tokenizer.eos_token_ids])
         # XTC must never cut the newline or end-of-sequence tokens (mlx_lm.server).
