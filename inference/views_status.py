@@ -125,6 +125,9 @@ async def stats(request: HttpRequest) -> JsonResponse:
             "dense_weight_bytes": sum(
                 m["fast_path"]["dense_weight_bytes"] for m in models.values()
             ),
+            "quantized_weight_bytes": sum(
+                m["fast_path"]["quantized_weight_bytes"] for m in models.values()
+            ),
             "prompt_cache_bytes": sum(m["prompt_cache"]["bytes"] for m in models.values()),
             "kv_cache_bytes": sum(m["kv_cache"]["bytes"] for m in models.values()),
         },

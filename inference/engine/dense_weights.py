@@ -16,7 +16,7 @@ import mlx.nn as nn
 from mlx.utils import tree_unflatten
 
 from .cpu_fast_path import blas_state
-from .quantized_kernel import kernel_state, route_through_kernel
+from .quantized_kernel import kernel_state, route_through_kernel, supports
 
 QUANTIZED_KINDS = (nn.QuantizedLinear, nn.QuantizedEmbedding)
 # auto: the quantized kernel where it loads (a third of the memory, ~2x the decode
@@ -53,6 +53,7 @@ class FastPathReport:
     layers_dequantized: int = 0
     layers_on_kernel: int = 0
     kernel: str | None = None  # how the kernel runs, e.g. "avx2, 2 threads, ..."
+    quantized_weight_bytes: int = 0  # what the kernel reads: packed weights, scales, biases
 
 
 class DenseLinear(nn.Module):
@@ -104,6 +105,11 @@ def quantized_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return [(name, m) for name, m in model.named_modules() if isinstance(m, QUANTIZED_KINDS)]
 
 
+def quantized_bytes(module: nn.Module) -> int:
+    """Bytes a quantized layer holds as it is: packed weights, scales and biases."""
+    return sum(module[name].nbytes for name in ("weight", "scales", "biases") if name in module)
+
+
 def dense_bytes(module: nn.Module) -> int:
     """Float32 size of a quantized layer once dequantized."""
     rows, packed = module.weight.shape
@@ -124,10 +130,16 @@ def apply_fast_path(model: nn.Module, options: FastPathOptions) -> FastPathRepor
         return FastPathReport("dense", "the model has no quantized layers", blas.path)
     kernel = kernel_state()
     if options.weights != "dense" and kernel.available:
+        packed = sum(quantized_bytes(module) for _, module in layers if supports(module))
         count = route_through_kernel(model, layers)
         reason = f"{count} of {len(layers)} quantized layers on the quantized matmul kernel"
         return FastPathReport(
-            "kernel", reason, blas.path, layers_on_kernel=count, kernel=kernel.description
+            "kernel",
+            reason,
+            blas.path,
+            layers_on_kernel=count,
+            kernel=kernel.description,
+            quantized_weight_bytes=packed,
         )
     if options.weights == "kernel":
         return FastPathReport("quantized", kernel.reason, blas.path)

@@ -20,6 +20,12 @@ def test_health_and_stats(http, model):
     assert stats["generated_tokens"] == before + 3
     assert stats["models"][model]["decode_tokens_per_second"] > 0
     assert stats["memory"]["active_bytes"] > 50_000_000  # the model's weights
+    fast_path = stats["models"][model]["fast_path"]
+    every = sum(m["fast_path"]["quantized_weight_bytes"] for m in stats["models"].values())
+    assert stats["memory"]["quantized_weight_bytes"] == every
+    if fast_path["path"] == "kernel":  # what each decode step reads, not a float32 copy
+        assert fast_path["quantized_weight_bytes"] > 60_000_000
+        assert fast_path["dense_weight_bytes"] == 0
 
 
 def test_disconnect_mid_stream_frees_the_slot(lab_server, http, model):

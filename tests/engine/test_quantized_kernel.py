@@ -111,6 +111,9 @@ def test_greedy_output_equals_mlx_quantized(model_folder, quantized):
     on_kernel = load_model(model_folder, fast_path=FastPathOptions(weights="kernel"))
     assert on_kernel.fast_path.path == "kernel", on_kernel.fast_path.reason
     assert on_kernel.fast_path.layers_on_kernel == 211
+    # 135M parameters at 4 bits (8 for the embedding) with their scales: about 100 MB, a
+    # fifth of the float32 copy the dense path keeps
+    assert 60_000_000 < on_kernel.fast_path.quantized_weight_bytes < 140_000_000
     assert "avx2" in on_kernel.fast_path.kernel or "scalar" in on_kernel.fast_path.kernel
     assert quantized_layers(on_kernel.model) == []
     for text in PROMPTS:
