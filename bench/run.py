@@ -220,6 +220,8 @@ def main() -> int:
         failed = True
     if bench_script("eval_speed", "Evaluation throughput against mlx-lm's perplexity") != 0:
         failed = True
+    if bench_script("llama_cpp", "One stream against llama.cpp on the same GGUF file") != 0:
+        failed = True
     return 1 if failed else 0
 
 
