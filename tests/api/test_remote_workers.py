@@ -229,6 +229,33 @@ def test_only_a_peer_holding_the_secret_is_answered(remote):
     assert _ask_report(worker.address, "another-secret-of-32-characters!") is None
 
 
+def test_a_generation_whose_web_process_is_gone_is_cancelled_by_the_worker(remote):
+    """A web replica that dies does not leave its generations running to their end."""
+    lab, worker = remote
+    lab.ready(DEFAULT_MODEL)
+    cancelled = _ask_report(worker.address, SECRET).stats["requests_cancelled"]
+    context = zmq.Context()
+    try:
+        socket = context.socket(zmq.DEALER)
+        socket.linger = 0
+        link.secure_client(socket, SECRET)
+        socket.connect(worker.address)
+        call = wire.GenerateCall(text="Once upon a time", max_tokens=4000, default_max_tokens=4000)
+        socket.send(wire.encode("generate", 1, call))
+        kinds = []
+        while len(kinds) < 3:  # accepted, then tokens: it is generating
+            assert socket.poll(30_000)
+            kinds.append(wire.decode(socket.recv())[0])
+        assert kinds[0] == "accepted" and "text" in kinds
+    finally:
+        context.destroy(0)  # the web process is gone, without a word
+    deadline = time.monotonic() + 30
+    while _ask_report(worker.address, SECRET).in_flight:
+        assert time.monotonic() < deadline, "the worker went on generating for nobody"
+        time.sleep(0.2)
+    assert _ask_report(worker.address, SECRET).stats["requests_cancelled"] == cancelled + 1
+
+
 def test_a_web_tier_with_another_secret_is_refused_at_once(remote, tmp_path, model_folder):
     lab, worker = remote
     lab.ready(DEFAULT_MODEL)
