@@ -65,6 +65,10 @@ class LabSettings:
         "MLXLAB_ARTIFACTS_DIR", Path, under_var("artifacts"),
         "What jobs make (quantized models, adapters, datasets), one folder per job.",
     )  # fmt: skip
+    uploads_dir: Path = setting(
+        "MLXLAB_UPLOADS_DIR", Path, under_var("uploads"),
+        "Files uploaded for dataset jobs, until a job reads them.",
+    )  # fmt: skip
     worker_socket_dir: Path = setting(
         "MLXLAB_WORKER_SOCKET_DIR", Path, under_var("run"),
         "Model workers' sockets (ipc://, Unix sockets).",

@@ -147,6 +147,7 @@ def test_the_documented_defaults():
         "db_path": var / "db.sqlite3",
         "models_dir": var / "models",
         "artifacts_dir": var / "artifacts",
+        "uploads_dir": var / "uploads",
         "worker_socket_dir": var / "run",
         "log_level": "INFO",
         "default_model": "smollm2-135m-instruct",
@@ -234,6 +235,7 @@ def test_derived_defaults_follow_what_they_derive_from():
     assert moved.models_dir == Path("/srv/lab/models")
     assert moved.artifacts_dir == Path("/srv/lab/artifacts")
     assert moved.worker_socket_dir == Path("/srv/lab/run")
+    assert moved.uploads_dir == Path("/srv/lab/uploads")
     assert moved.db_path == Path("/db")  # set, so not derived
     bigger = LabSettings.from_environ({"MLXLAB_MAX_UPLOAD_BYTES": str(100 * MIB)})
     assert bigger.max_request_bytes_by_path["/api/datasets/uploads"] == 100 * MIB
