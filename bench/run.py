@@ -55,6 +55,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--skip-boundary", action="store_true", help="skip the process-boundary benchmark"
     )
+    parser.add_argument(
+        "--skip-remote", action="store_true", help="skip the remote-worker benchmark"
+    )
     return parser.parse_args()
 
 
@@ -215,6 +218,10 @@ def main() -> int:
     print(f"total {report['run_seconds']:.0f}s; results in {out.relative_to(ROOT)}")
     failed = any("error" in result for result in results.values())
     if not args.skip_boundary and bench_boundary(args.quick) != 0:
+        failed = True
+    if not args.skip_remote and bench_script(
+        "remote_worker", "A model worker on another host (a network namespace) against a local one"
+    ):
         failed = True
     if bench_script("kv_memory", "KV cache memory") != 0:
         failed = True

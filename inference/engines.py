@@ -48,6 +48,9 @@ def supervisor() -> Supervisor:
                     wait_seconds=lab_settings.engine_wait_seconds,
                     load_seconds=lab_settings.model_load_seconds,
                     pinned=frozenset({default_model_name()}),
+                    remote=dict(lab_settings.workers),
+                    secret=lab_settings.worker_secret,
+                    link_timeout=lab_settings.worker_link_timeout_seconds,
                 )
             )
             atexit.register(_supervisor.shutdown)

@@ -30,6 +30,7 @@ def _worker_report(worker: Worker) -> dict:
         "state": worker.state,
         "restarts": worker.restarts,
         "socket": worker.socket_path or worker.address,
+        "remote": worker.remote,  # started on another host (MLXLAB_WORKERS)
         "memory": None
         if status is None or worker.state != "ready"
         else {

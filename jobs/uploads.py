@@ -13,8 +13,6 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from django.conf import settings
-
 from labsettings import lab_settings
 
 from .context import JobParamsError
@@ -25,7 +23,8 @@ _CHUNK = 1024 * 1024
 
 
 def uploads_dir() -> Path:
-    return Path(settings.VAR_DIR) / "uploads"
+    """MLXLAB_UPLOADS_DIR: a shared folder where Celery workers run on other hosts."""
+    return lab_settings.uploads_dir
 
 
 def max_upload_bytes() -> int:

@@ -38,6 +38,7 @@ from .parsers import (
     parse_kv_group_size,
     parse_list,
     parse_path_limits,
+    parse_worker_addresses,
 )
 from .rows import Derived, Setting, setting, under_var
 
@@ -63,6 +64,10 @@ class LabSettings:
     artifacts_dir: Path = setting(
         "MLXLAB_ARTIFACTS_DIR", Path, under_var("artifacts"),
         "What jobs make (quantized models, adapters, datasets), one folder per job.",
+    )  # fmt: skip
+    uploads_dir: Path = setting(
+        "MLXLAB_UPLOADS_DIR", Path, under_var("uploads"),
+        "Files uploaded for dataset jobs, until a job reads them.",
     )  # fmt: skip
     worker_socket_dir: Path = setting(
         "MLXLAB_WORKER_SOCKET_DIR", Path, under_var("run"),
@@ -114,6 +119,22 @@ class LabSettings:
     kernel_cache_dir: Path = setting(
         "MLXLAB_KERNEL_CACHE_DIR", Path, under_var("kernels"),
         "GPU kernels MLX compiled, kept across restarts (MLX_PTX_CACHE_DIR wins).",
+    )  # fmt: skip
+    # Workers on other hosts (docs/DEPLOY.md): started there with `manage.py modelworker
+    # --listen tcp://HOST:PORT`, never spawned, evicted or unloaded by this process.
+    workers: dict[str, str] = setting(
+        "MLXLAB_WORKERS", parse_worker_addresses, {},
+        "Models served by workers started elsewhere: NAME=tcp://HOST:PORT,...",
+    )  # fmt: skip
+    worker_secret: str = setting(
+        "MLXLAB_WORKER_SECRET", str.strip, "",
+        "The secret the web tier and its TCP workers share (at least 16 characters); "
+        "required beyond loopback.",
+        secret=True,
+    )  # fmt: skip
+    worker_link_timeout_seconds: float = setting(
+        "MLXLAB_WORKER_LINK_TIMEOUT_SECONDS", parse_float, 6.0,
+        "A TCP worker link silent this long is lost (ZMTP heartbeats).",
     )  # fmt: skip
 
     # Sampling defaults for fields a request leaves out (inference/sampling_defaults.py):
@@ -311,6 +332,21 @@ class LabSettings:
         "MLXLAB_PUBLISH_WAIT_SECONDS", parse_int, 600,
         "How long a push request waits for its upload before answering with the job.",
     )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        """What no single row can check: the worker link's secret against its addresses."""
+        from .parsers import MIN_SECRET_CHARS, reaches_beyond_loopback
+
+        if self.worker_secret and len(self.worker_secret) < MIN_SECRET_CHARS:
+            raise ImproperlyConfigured(
+                f"MLXLAB_WORKER_SECRET: at least {MIN_SECRET_CHARS} characters"
+            )
+        open_links = [a for a in self.workers.values() if reaches_beyond_loopback(a)]
+        if open_links and not self.worker_secret:
+            raise ImproperlyConfigured(
+                f"MLXLAB_WORKERS: {open_links[0]} is beyond loopback: set MLXLAB_WORKER_SECRET "
+                "(the same on the worker), or its link would be open to anyone"
+            )
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> LabSettings:

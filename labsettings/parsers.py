@@ -6,6 +6,7 @@ A ValueError says what is wrong with the text; the table names the variable.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 from collections.abc import Callable
 from typing import Any
 
@@ -109,3 +110,43 @@ def parse_kv_by_model(text: str) -> dict[str, dict[str, int | None]]:
                 raise ValueError(f"{item!r}: the start must be at least 0")
         schemes[model.strip()] = values
     return schemes
+
+
+# The shortest MLXLAB_WORKER_SECRET taken (inference/workers/link.py derives keys from it).
+MIN_SECRET_CHARS = 16
+
+
+def _tcp_host(address: str) -> str | None:
+    if not address.startswith("tcp://"):
+        return None
+    rest = address.removeprefix("tcp://")
+    host, colon, port = rest.rpartition(":")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{address!r} is not tcp://HOST:PORT")
+    return host.removeprefix("[").removesuffix("]")
+
+
+def reaches_beyond_loopback(address: str) -> bool:
+    """A tcp:// address other than loopback's (ipc:// stays on this host)."""
+    host = _tcp_host(address)
+    if host is None or host == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name: it may resolve anywhere
+        return True
+
+
+def parse_worker_addresses(text: str) -> dict[str, str]:
+    """`big=tcp://gpu1:7001,small=tcp://10.0.0.5:7002` -> {model: address}."""
+    workers = {}
+    for item in parse_list(text):
+        model, equals, address = item.partition("=")
+        model, address = model.strip(), address.strip()
+        if not equals or not model:
+            raise ValueError(f"{item!r} is not MODEL=tcp://HOST:PORT")
+        if not address.startswith(("tcp://", "ipc://")):
+            raise ValueError(f"{address!r} is not tcp://HOST:PORT or ipc:///path")
+        _tcp_host(address)
+        workers[model] = address
+    return workers

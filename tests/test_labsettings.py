@@ -41,6 +41,11 @@ def sample(name: str) -> tuple[str, object]:
             {"/api/": 2000, "/api/datasets/uploads": 64 * MIB, "/v1/messages": 1000},
         ),
     }
+    special["workers"] = (
+        "big=tcp://127.0.0.1:7001, small=ipc:///run/small.sock",
+        {"big": "tcp://127.0.0.1:7001", "small": "ipc:///run/small.sock"},
+    )
+    special["worker_secret"] = (" a-secret-of-24-characters ", "a-secret-of-24-characters")
     special["kv_bits"] = ("4", 4)
     special["kv_group_size"] = ("32", 32)
     special["kv_by_model"] = (
@@ -102,12 +107,28 @@ def test_a_bad_number_names_its_variable(name):
         ("MLXLAB_KV_GROUP_SIZE", "48", "must be 32, 64 or 128 (got '48')"),
         ("MLXLAB_KV_BY_MODEL", "big=4/64/0/9", "'big=4/64/0/9' is not MODEL=BITS"),
         ("MLXLAB_KV_BY_MODEL", "big=4/64/-1", "'big=4/64/-1': the start must be at least 0"),
+        ("MLXLAB_WORKERS", "big", "'big' is not MODEL=tcp://HOST:PORT"),
+        ("MLXLAB_WORKERS", "big=http://gpu1:80", "'http://gpu1:80' is not tcp://HOST:PORT"),
+        ("MLXLAB_WORKERS", "big=tcp://gpu1", "'tcp://gpu1' is not tcp://HOST:PORT"),
+        ("MLXLAB_WORKER_SECRET", "short", "at least 16 characters"),
     ],
 )
 def test_other_bad_values_name_their_variable(env, text, why):
     with pytest.raises(ImproperlyConfigured) as raised:
         LabSettings.from_environ({env: text})
     assert str(raised.value).startswith(f"{env}: {why}")
+
+
+def test_a_worker_beyond_loopback_needs_the_secret():
+    """Never an open port that runs generations for anyone: the web tier refuses to start."""
+    for address in ("tcp://10.0.0.5:7001", "tcp://gpu1:7001", "tcp://[2001:db8::1]:7001"):
+        with pytest.raises(ImproperlyConfigured) as raised:
+            LabSettings.from_environ({"MLXLAB_WORKERS": f"big={address}"})
+        assert str(raised.value).startswith(f"MLXLAB_WORKERS: {address} is beyond loopback")
+    for address in ("tcp://127.0.0.1:7001", "tcp://localhost:7001", "ipc:///run/w.sock"):
+        assert LabSettings.from_environ({"MLXLAB_WORKERS": f"big={address}"}).workers
+    secret = {"MLXLAB_WORKER_SECRET": "s" * 16, "MLXLAB_WORKERS": "big=tcp://gpu1:7001"}
+    assert LabSettings.from_environ(secret).workers == {"big": "tcp://gpu1:7001"}
 
 
 def test_blank_values():
@@ -126,6 +147,7 @@ def test_the_documented_defaults():
         "db_path": var / "db.sqlite3",
         "models_dir": var / "models",
         "artifacts_dir": var / "artifacts",
+        "uploads_dir": var / "uploads",
         "worker_socket_dir": var / "run",
         "log_level": "INFO",
         "default_model": "smollm2-135m-instruct",
@@ -140,6 +162,9 @@ def test_the_documented_defaults():
         "prefill_step_size": 512,
         "warm_up": "auto",
         "kernel_cache_dir": var / "kernels",
+        "workers": {},
+        "worker_secret": "",
+        "worker_link_timeout_seconds": 6,
         "default_temperature": None,
         "default_top_p": None,
         "default_top_k": None,
@@ -210,6 +235,7 @@ def test_derived_defaults_follow_what_they_derive_from():
     assert moved.models_dir == Path("/srv/lab/models")
     assert moved.artifacts_dir == Path("/srv/lab/artifacts")
     assert moved.worker_socket_dir == Path("/srv/lab/run")
+    assert moved.uploads_dir == Path("/srv/lab/uploads")
     assert moved.db_path == Path("/db")  # set, so not derived
     bigger = LabSettings.from_environ({"MLXLAB_MAX_UPLOAD_BYTES": str(100 * MIB)})
     assert bigger.max_request_bytes_by_path["/api/datasets/uploads"] == 100 * MIB
@@ -240,8 +266,10 @@ def test_the_readme_names_every_variable():
 
 def test_secrets_stay_out_of_the_repr():
     secret = "a-fernet-key-nobody-may-see"
-    built = LabSettings.from_environ({"MLXLAB_HF_TOKEN_KEY": secret, "MLXLAB_API_KEYS": "k1"})
-    assert built.hf_token_key == secret
+    built = LabSettings.from_environ(
+        {"MLXLAB_HF_TOKEN_KEY": secret, "MLXLAB_API_KEYS": "k1", "MLXLAB_WORKER_SECRET": secret}
+    )
+    assert built.hf_token_key == built.worker_secret == secret
     assert secret not in repr(built) and "k1" not in repr(built)
     assert "max_n=8" in repr(built)
 

@@ -23,6 +23,7 @@ from dataclasses import asdict
 import mlx.core as mx
 import zmq
 
+from ..workers import link
 from . import wire
 from .accelerator import device_name
 from .cpu_fast_path import blas_state
@@ -38,7 +39,11 @@ OUTBOX = "inproc://outbox"
 
 
 class WorkerServer:
-    """Serves one model at `address` (ipc://path or tcp://host:port) until SIGTERM."""
+    """Serves one model at `address` (ipc://path or tcp://host:port) until SIGTERM.
+
+    With a `secret`, only peers holding it are served (workers/link.py: CURVE); on TCP,
+    ZMTP heartbeats drop a peer silent for `link_timeout` seconds.
+    """
 
     def __init__(
         self,
@@ -49,9 +54,13 @@ class WorkerServer:
         config: EngineConfig,
         limits: PromptLimits,
         exit_with_parent: bool = False,
+        secret: str = "",
+        link_timeout: float = 6.0,
     ) -> None:
         self.model = model
         self.address = address
+        self.secret = secret
+        self.link_timeout = link_timeout
         self.engine = Engine(loader, config=config)
         self.limits = limits
         self.parent = os.getppid() if exit_with_parent else None
@@ -187,6 +196,13 @@ class WorkerServer:
         router = self.context.socket(zmq.ROUTER)
         router.setsockopt(zmq.LINGER, 0)
         router.setsockopt(zmq.SNDHWM, 0)  # never drop an event for a slow client
+        # A client that is gone is an error on send: its generations are cancelled.
+        router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        authenticator = (
+            link.secure_server(self.context, router, self.secret) if self.secret else None
+        )
+        if self.address.startswith("tcp://"):
+            link.heartbeat(router, self.link_timeout)
         router.bind(self.address)
         outbox = self.context.socket(zmq.PULL)
         outbox.bind(OUTBOX)
@@ -210,13 +226,32 @@ class WorkerServer:
         finally:
             router.close(0)
             outbox.close(0)
+            if authenticator is not None:
+                authenticator.stop()
 
     def _drain(self, outbox, router) -> None:
         while True:
             try:
-                router.send_multipart(outbox.recv_multipart(zmq.NOBLOCK))
+                client, frame = outbox.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
+            try:
+                router.send_multipart([client, frame])
+            except zmq.ZMQError as error:
+                if error.errno != zmq.EHOSTUNREACH:
+                    raise
+                self._client_gone(client, frame)
+
+    def _client_gone(self, client: bytes, frame: bytes) -> None:
+        """An event for a client whose link is gone (a web process died, a host was lost):
+        its generation stops here rather than run to its end for nobody."""
+        try:
+            kind, request_id, _ = wire.decode(frame)
+        except wire.WireError:
+            return
+        if kind not in ("finished", "failed", "rejected", "status"):
+            log.debug("the client of request %s is gone; cancelling it", request_id)
+            self._cancel((client, request_id))
 
     def _receive(self, router, client: bytes, frame: bytes) -> None:
         try:
@@ -231,7 +266,8 @@ class WorkerServer:
         elif kind == "cancel":
             self._cancel((client, request_id))
         elif kind == "report":
-            router.send_multipart([client, wire.encode("status", request_id, self.report())])
+            with contextlib.suppress(zmq.ZMQError):  # EHOSTUNREACH: the asker is gone
+                router.send_multipart([client, wire.encode("status", request_id, self.report())])
 
     def _cancel(self, key: tuple[bytes, int]) -> None:
         with self._lock:

@@ -5,7 +5,14 @@ from __future__ import annotations
 from .common import Schema, errors, json_content, nullable, obj, ref
 
 EXIT = nullable(
-    obj({"code": nullable({"type": "integer"}), "signal": nullable({"type": "string"})})
+    obj(
+        {
+            "code": nullable({"type": "integer"}),
+            "signal": nullable({"type": "string"}),
+            # A worker on another host: the address whose link was lost.
+            "link": {"type": "string"},
+        }
+    )
 )
 WORKER_STATES = ["starting", "ready", "restarting", "stopped"]
 WORKER = obj(
@@ -17,6 +24,7 @@ WORKER = obj(
         "state": {"enum": WORKER_STATES},
         "restarts": {"type": "integer"},
         "socket": {"type": "string"},
+        "remote": {"type": "boolean"},
         "memory": nullable(
             obj(
                 {

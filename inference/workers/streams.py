@@ -15,16 +15,21 @@ RETRY_SHORTLY = " — retry shortly"
 
 @dataclass(frozen=True)
 class ExitStatus:
-    """How a worker process ended: an exit code, or the signal that killed it."""
+    """How a worker process ended: an exit code, or the signal that killed it; for a
+    worker on another host, the link to it that was lost (`link`: its address)."""
 
     code: int | None
     signal: str | None
+    link: str | None = None
 
     def describe(self) -> str:
+        if self.link:
+            return f"lost the link to {self.link}"
         return f"signal {self.signal}" if self.signal else f"exit code {self.code}"
 
     def as_dict(self) -> dict:
-        return {"code": self.code, "signal": self.signal}
+        status = {"code": self.code, "signal": self.signal}
+        return {**status, "link": self.link} if self.link else status
 
 
 class EngineUnavailable(Exception):
@@ -55,20 +60,26 @@ class WorkerStopped(Exception):
         return self.exit is not None and self.exit.signal in ("SIGKILL", "SIGTERM")
 
     @property
+    def remote(self) -> bool:
+        return self.exit is not None and self.exit.link is not None
+
+    @property
     def message(self) -> str:
         """For an answer that has not started: mlx-bun's wording."""
+        then = "reconnecting" if self.remote else "respawning"
         return (
             "inference engine unavailable: the engine worker stopped mid-request; "
-            f"respawning{RETRY_SHORTLY}"
+            f"{then}{RETRY_SHORTLY}"
         )
 
     @property
     def stream_message(self) -> str:
         """For an event stream already under way."""
         detail = f" ({self.exit.describe()})" if self.exit else ""
+        then = "it is being reconnected" if self.remote else "it is being respawned"
         return (
             "inference engine unavailable: the engine worker stopped while streaming this "
-            f"response{detail}; it is being respawned"
+            f"response{detail}; {then}"
         )
 
 

@@ -5,6 +5,8 @@ socket and child process; request handlers on any other loop reach it through
 `run_coroutine_threadsafe`. Residency: at most `max_loaded` models (and
 `memory_limit_bytes` of their reported memory), least recently used evicted first,
 pinned models never; an evicted worker drains (finishes what it holds) before it stops.
+
+A model named in `config.remote` is served by a worker on another host (remote.py).
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ import zmq
 import zmq.asyncio
 
 from ..engine import wire
+from .remote import RemoteWorkers, send_now
 from .streams import STOPPED, EngineUnavailable, ExitStatus, RequestStream
 from .worker import FINAL_KINDS, SupervisorConfig, Worker, exit_status
 
 log = logging.getLogger(__name__)
 
 
-class Supervisor:
+class Supervisor(RemoteWorkers):
     def __init__(self, config: SupervisorConfig) -> None:
         self.config = config
         self.workers: dict[str, Worker] = {}  # model name -> worker
@@ -122,11 +125,15 @@ class Supervisor:
         stream.cancel = lambda: self.loop.call_soon_threadsafe(
             self._cancel, worker, socket, request_id
         )
-        await socket.send(wire.encode("generate", request_id, call))
+        frame = wire.encode("generate", request_id, call)
+        if worker.remote:
+            self._send_remote(worker, socket, frame)
+        else:
+            await socket.send(frame)
 
     def _cancel(self, worker: Worker, socket, request_id: int) -> None:
         if worker.streams.pop(request_id, None) is not None and socket is worker.socket:
-            socket.send(wire.encode("cancel", request_id))
+            send_now(socket, wire.encode("cancel", request_id))  # no link: gone there too
             worker.notify()
 
     async def _ready_worker(self, model: str, path: str, size_bytes: int) -> Worker:
@@ -147,9 +154,12 @@ class Supervisor:
                     worker.waiters += 1
                 if worker.state == "ready":
                     return worker
+                if worker.link_error:
+                    raise EngineUnavailable(worker.link_error, worker.state)
                 if deadline is None:  # a first load may take long; a restart is a short wait
                     recovering = worker.restarts > 0 and worker.state in ("restarting", "starting")
-                    wait = self.config.wait_seconds if recovering else self.config.load_seconds
+                    short = recovering or worker.remote  # a remote worker loaded on its host
+                    wait = self.config.wait_seconds if short else self.config.load_seconds
                     deadline = time.monotonic() + wait
                 try:
                     await asyncio.wait_for(worker.changed.wait(), deadline - time.monotonic())
@@ -157,6 +167,8 @@ class Supervisor:
                     raise EngineUnavailable(worker.unready_reason(), worker.state) from None
                 if worker.state == "stopped" and worker.failure:
                     raise EngineUnavailable(worker.failure, "stopped")
+                if worker.link_error:
+                    raise EngineUnavailable(worker.link_error, worker.state)
         finally:
             if worker is not None:
                 worker.waiters -= 1
@@ -174,13 +186,16 @@ class Supervisor:
             async with self._residency:
                 worker = self.workers.get(model)
                 if worker is None or worker.state == "stopped":
+                    if model in self.config.remote:
+                        return self._attach(model, path, size_bytes)
                     await self._make_room(model, size_bytes)
                     return self._spawn(model, path, size_bytes)
 
     async def _make_room(self, model: str, size_bytes: int) -> None:
         """Evict least recently used workers until the new one fits (pinned ones stay)."""
         while True:
-            others = [w for w in self.resident() if w.model != model]
+            # A remote worker holds no memory here: it never counts, and is never evicted.
+            others = [w for w in self.resident() if w.model != model and not w.remote]
             over_count = len(others) + 1 > max(self.config.max_loaded, 1)
             limit = self.config.memory_limit_bytes
             used = sum(w.memory_bytes for w in others)
@@ -235,12 +250,15 @@ class Supervisor:
         log.info("started worker %s for %s (pid %d)", worker.id, worker.model, worker.pid)
 
     async def _await_ready(self, worker: Worker, socket) -> None:
+        wait = self.config.wait_seconds if worker.remote else self.config.load_seconds
         try:
-            status = await self._ask(worker, socket, self.config.load_seconds)
+            status = await self._ask(worker, socket, wait)
         except (TimeoutError, asyncio.CancelledError, zmq.ZMQError):
             if socket is worker.socket and worker.process is not None:
                 log.error("worker %s for %s did not load in time", worker.id, worker.model)
                 worker.process.kill()
+            return
+        if worker.remote and not self._serves_its_model(worker, status):
             return
         if socket is worker.socket:
             worker.status = status
@@ -253,7 +271,8 @@ class Supervisor:
         reply = self.loop.create_future()
         worker.reports[request_id] = reply
         try:
-            await socket.send(wire.encode("report", request_id))
+            if not send_now(socket, wire.encode("report", request_id)):
+                raise TimeoutError  # a remote worker's link is down (a local one queues)
             return await asyncio.wait_for(reply, timeout)
         finally:
             worker.reports.pop(request_id, None)
@@ -316,13 +335,18 @@ class Supervisor:
             worker.state = "starting"
             worker.notify()
 
-    def _close_socket(self, worker: Worker, status: ExitStatus | None) -> None:
+    def _end_requests(self, worker: Worker, status: ExitStatus | None) -> None:
         streams, worker.streams = worker.streams, {}
         for stream in streams.values():
             stream.deliver(STOPPED, status)
         for reply in worker.reports.values():
             if not reply.done():
                 reply.cancel()
+
+    def _close_socket(self, worker: Worker, status: ExitStatus | None) -> None:
+        self._end_requests(worker, status)
+        if worker.watcher is not None:
+            worker.watcher.cancel()
         if worker.reader is not None:
             worker.reader.cancel()
         if worker.socket is not None:
@@ -358,7 +382,7 @@ class Supervisor:
 
     async def _unload(self, model: str) -> bool:
         worker = self.workers.get(model)
-        if worker is None:
+        if worker is None or worker.remote:  # a remote worker is its own host's to stop
             return False
         await self._drain_and_stop(worker)
         return True
@@ -389,6 +413,7 @@ class Supervisor:
                     and not worker.waiters
                     and not worker.draining
                     and worker.model not in self.config.pinned
+                    and not worker.remote
                 ):
                     log.info("unloading %s: idle for %.0f s", worker.model, idle)
                     self.loop.create_task(self._drain_and_stop(worker))

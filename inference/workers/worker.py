@@ -6,7 +6,7 @@ import asyncio
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +30,10 @@ class SupervisorConfig:
     pinned: frozenset[str] = frozenset()
     report_interval: float = 2.0
     max_start_failures: int = 3  # in a row, while loading: the model cannot load
+    # Workers started elsewhere (model -> address): connected to, never spawned.
+    remote: Mapping[str, str] = field(default_factory=dict)
+    secret: str = ""  # the link's shared secret (link.py); "" on loopback only
+    link_timeout: float = 6.0  # a TCP link silent this long is lost
 
 
 @dataclass
@@ -57,6 +61,10 @@ class Worker:
     reports: dict[int, asyncio.Future] = field(default_factory=dict)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     reader: asyncio.Task | None = None
+    # A worker on another host: no process here, a link watched through its monitor.
+    remote: bool = False
+    watcher: asyncio.Task | None = None
+    link_error: str | None = None  # the link is refused (another secret): said at once
 
     @property
     def socket_path(self) -> str | None:
@@ -70,6 +78,15 @@ class Worker:
 
     def unready_reason(self) -> str:
         """Why a request waited for this worker in vain."""
+        if self.remote:
+            if self.link_error:
+                return self.link_error
+            if self.restarts > 0:
+                return (
+                    f"the link to the worker for {self.model} at {self.address} is lost; "
+                    "waiting for it to answer again"
+                )
+            return f"the worker for {self.model} at {self.address} does not answer"
         if self.state == "restarting" or self.restarts > 0:
             reason = f"the worker for {self.model} is restarting"
             if self.last_exit is not None:

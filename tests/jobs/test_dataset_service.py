@@ -52,7 +52,7 @@ def example_line(fmt: str, i: int) -> dict:
 @pytest.fixture
 def lab(db, settings, tmp_path, model_folder):
     """Uploads under tmp_path and the default model registered for token counting."""
-    settings.VAR_DIR = tmp_path / "var"
+    settings.MLXLAB = settings.MLXLAB.replace(uploads_dir=tmp_path / "var" / "uploads")
     model_register(name=settings.MLXLAB.default_model, path=model_folder)
     return tmp_path
 

@@ -12,6 +12,7 @@ from inference.engine.prompt_cache import PromptCacheConfig
 from inference.engine.worker import WorkerServer
 from inference.model_registry import model_named
 from labsettings import lab_settings
+from labsettings.parsers import reaches_beyond_loopback
 
 
 def engine_config() -> EngineConfig:
@@ -45,7 +46,10 @@ def prompt_limits() -> PromptLimits:
 
 
 class Command(BaseCommand):
-    help = "Serve one registered model at ADDRESS (ipc:///path.sock or tcp://host:port)."
+    help = (
+        "Serve one registered model at ADDRESS (ipc:///path.sock or tcp://host:port). "
+        "Beyond loopback, MLXLAB_WORKER_SECRET is required: only peers holding it are served."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--model", required=True, help="a model name from the registry")
@@ -56,6 +60,14 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, model: str, listen: str, path: str | None, **options):
+        secret = lab_settings.worker_secret
+        if not listen.startswith(("tcp://", "ipc://")):
+            raise CommandError(f"--listen {listen}: not tcp://HOST:PORT or ipc:///path")
+        if reaches_beyond_loopback(listen) and not secret:
+            raise CommandError(
+                f"refusing to listen on {listen} without MLXLAB_WORKER_SECRET: anyone who "
+                "reaches that port could run generations (set the secret here and on the web tier)"
+            )
         if path is None:
             record = model_named(model)
             if record is None:
@@ -70,4 +82,6 @@ class Command(BaseCommand):
             config=engine_config(),
             limits=prompt_limits(),
             exit_with_parent=options["exit_with_parent"],
+            secret=secret if listen.startswith("tcp://") else "",
+            link_timeout=lab_settings.worker_link_timeout_seconds,
         ).serve_forever()
