@@ -220,6 +220,8 @@ def main() -> int:
         failed = True
     if bench_script("eval_speed", "Evaluation throughput against mlx-lm's perplexity") != 0:
         failed = True
+    if bench_script("durability", "A model worker's restart: the prompt cache on disk") != 0:
+        failed = True
     return 1 if failed else 0
 
 
