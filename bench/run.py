@@ -229,6 +229,8 @@ def main() -> int:
         failed = True
     if bench_script("llama_cpp", "One stream against llama.cpp on the same GGUF file") != 0:
         failed = True
+    if bench_script("durability", "A model worker's restart: the prompt cache on disk") != 0:
+        failed = True
     return 1 if failed else 0
 
 

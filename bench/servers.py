@@ -37,6 +37,7 @@ def mlxlab_env(home: Path) -> dict[str, str]:
     # A fresh database per run, in a throwaway folder, never the developer's one.
     return {
         "MLXLAB_DB_PATH": str(home / "db.sqlite3"),
+        "MLXLAB_PROMPT_CACHE_DIR": str(home / "prompt-cache"),
         "MLXLAB_MODELS_DIR": str(MODEL_DIR.parent),
         "MLXLAB_DEFAULT_MODEL": MODEL_NAME,
         "MLXLAB_PRELOAD": "1",

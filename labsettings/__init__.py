@@ -202,6 +202,14 @@ class LabSettings:
         "MLXLAB_PROMPT_CACHE_SESSIONS", parse_int, 16,
         "Named sessions (session_id, prompt_cache_key) whose last turn is kept, per model.",
     )  # fmt: skip
+    prompt_cache_dir: Path = setting(
+        "MLXLAB_PROMPT_CACHE_DIR", Path, under_var("prompt-cache"),
+        "The prompt cache's disk tier, kept across restarts: a folder per model.",
+    )  # fmt: skip
+    prompt_cache_disk_mb: int = setting(
+        "MLXLAB_PROMPT_CACHE_DISK_MB", parse_int, 4096,
+        "Bytes of the disk tier per model, least recently used out first; 0 turns it off.",
+    )  # fmt: skip
     # user: cached_tokens tells a caller nothing of others' prompts.
     prompt_cache_scope: str = setting(
         "MLXLAB_PROMPT_CACHE_SCOPE", one_of("user", "global"), "user",

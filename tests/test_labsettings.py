@@ -180,6 +180,8 @@ def test_the_documented_defaults():
         "prompt_cache_entries": 16,
         "prompt_cache_mb": 1024,
         "prompt_cache_sessions": 16,
+        "prompt_cache_dir": var / "prompt-cache",
+        "prompt_cache_disk_mb": 4096,
         "prompt_cache_scope": "user",
         "kv_bits": None,
         "kv_group_size": 64,

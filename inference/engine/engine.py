@@ -14,6 +14,7 @@ from collections.abc import Callable
 import mlx.core as mx
 
 from .accelerator import WarmUpShapes, on_gpu, warm_up
+from .disk_writer import DiskWriter
 from .loader import LoadedModel
 from .prompt_cache import PromptCache
 from .request import Event, GenerationRequest
@@ -37,6 +38,7 @@ class Engine:
         self.stats = EngineStats()
         self.scheduler = Scheduler()
         self.runner: Runner | None = None
+        self.writer: DiskWriter | None = None  # the disk tier's and checkpoints' writes
         self._ready = threading.Event()
         self._load_error: BaseException | None = None
         self._stopping = threading.Event()
@@ -112,13 +114,16 @@ class Engine:
             # The global random key may be a lazy array made on this thread; left
             # unevaluated it aborts the interpreter at exit once the thread is gone.
             mx.eval(mx.random.state)
+            if self.writer is not None:  # what is queued reaches the disk first
+                self.writer.close()
             if self.runner is not None:  # free its MLX arrays on the thread that made them
                 self.runner.prompt_cache.clear()
 
     def _load(self) -> bool:
         try:
             self.loaded = self._loader()
-            self.runner = Runner(self.loaded, self.config, self.stats)
+            self.writer = DiskWriter()
+            self.runner = Runner(self.loaded, self.config, self.stats, self.writer)
         except BaseException as exc:
             self._load_error = exc
             self._ready.set()

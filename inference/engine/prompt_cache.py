@@ -22,6 +22,10 @@ engine needs around it:
   sessions past `max_sessions` can. An agent loop's next turn then finds its
   conversation however busy the server was in between.
 
+- A second tier on disk (prompt_disk.py, under var/) keeps what this one stores across
+  worker restarts: every store is also written there, in the background, and a lookup
+  that finds a longer prefix on disk than in RAM loads it (and keeps it in RAM).
+
 Only the engine thread calls `lookup`, `expect` and `save_*`; `stats` and
 `clear` may be called from any thread.
 """
@@ -32,10 +36,15 @@ import copy
 import logging
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import mlx.core as mx
 from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, trim_prompt_cache
+
+from .disk_writer import DiskWriter
+from .identity import adapters_identity, digest
+from .prompt_disk import DiskTier
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +59,20 @@ class PromptCacheConfig:
     max_entries: int = 16
     max_bytes: int = 1 << 30
     max_sessions: int = 16  # named sessions kept apart from the LRU, the oldest dropped
+    disk_dir: Path | None = None  # the disk tier's folder (MLXLAB_PROMPT_CACHE_DIR)
+    disk_max_bytes: int = 0  # its bound per model (MLXLAB_PROMPT_CACHE_DISK_MB); 0: no tier
 
     def __post_init__(self) -> None:
-        if self.max_entries < 0 or self.max_bytes < 0 or self.max_sessions < 0:
+        if min(self.max_entries, self.max_bytes, self.max_sessions, self.disk_max_bytes) < 0:
             raise ValueError("prompt cache bounds must be at least 0")
 
     @property
     def enabled(self) -> bool:
         return self.max_entries > 0 and self.max_bytes > 0
+
+    @property
+    def disk_enabled(self) -> bool:
+        return self.enabled and self.disk_dir is not None and self.disk_max_bytes > 0
 
 
 @dataclass(frozen=True)
@@ -81,6 +96,12 @@ class PromptCacheStats:
     entries: int = 0
     bytes: int = 0
     sessions: int = 0
+    disk_enabled: bool = False
+    disk_entries: int = 0  # the disk tier's files, their bytes, the lookups they served
+    disk_bytes: int = 0
+    disk_hits: int = 0
+    disk_writes: int = 0
+    disk_dropped: int = 0  # writes given up while the writer was too far behind
 
 
 def _quantized_too_soon(cache: list | None, cached: int, start: int) -> bool:
@@ -105,9 +126,26 @@ def generation_primer(tokenizer) -> list[int]:
 class PromptCache:
     """One model's prompt cache: lookups before prefill, stores during and after it."""
 
-    def __init__(self, config: PromptCacheConfig, *, key: object, tokenizer=None):
+    def __init__(
+        self,
+        config: PromptCacheConfig,
+        *,
+        key: object,
+        tokenizer=None,
+        identity: dict | None = None,
+        writer: DiskWriter | None = None,
+    ):
+        """`identity`: the model's (identity.model_identity), which the disk tier's
+        entries are checked against; with a `writer`, the tier is on if configured."""
         self.config = config
         self.key = key  # the model (and, later, its adapter): entries never cross it
+        self._model_key = key
+        self.identity = identity
+        self._adapters: list[dict] = []  # the adapter set's identity, for the disk tier
+        self.disk: DiskTier | None = None
+        if config.disk_enabled and identity is not None and writer is not None:
+            folder = Path(config.disk_dir) / digest(identity)[:16]
+            self.disk = DiskTier(folder, config.disk_max_bytes, writer)
         self.primer = generation_primer(tokenizer) if tokenizer is not None else []
         self._lru = LRUPromptCache(max(config.max_entries, 1), config.max_bytes)
         # generator uid -> (its plan, the boundary still awaited or None)
@@ -143,6 +181,8 @@ class PromptCache:
                     kept, kept_tokens = self._session_prefix(prompt, scope, session)
                     if kept_tokens > cached:
                         cache, cached = kept, kept_tokens
+                if self.disk is not None:
+                    cache, cached = self._from_disk(prompt, scope, cache, cached)
                 if kv is not None and _quantized_too_soon(cache, cached, kv.start):
                     cache, cached = None, 0
                 self._stats.lookups += 1
@@ -172,6 +212,38 @@ class PromptCache:
         kept = copy.deepcopy(cache)
         if usable < len(tokens):
             trim_prompt_cache(kept, len(tokens) - usable)
+        return kept, usable
+
+    def use_adapters(self, refs: tuple) -> None:
+        """The batch's adapter set changed: caches made under another are out of sight."""
+        names = tuple(ref.name for ref in refs)
+        self.key = (self._model_key, *names) if names else self._model_key
+        self._adapters = adapters_identity(refs)
+
+    def _owner(self, scope) -> str:
+        """Who a disk entry belongs to: model, adapter set, caller and KV scheme."""
+        caller, kv = scope if isinstance(scope, tuple) else (scope, None)
+        return digest(
+            {
+                "model": self.identity,
+                "adapters": self._adapters,
+                "scope": caller,
+                "kv": asdict(kv) if kv is not None else None,
+            }
+        )
+
+    def _from_disk(self, prompt: list[int], scope, cache, cached: int):
+        """The disk tier's entry when it holds more of `prompt` than RAM; kept in RAM."""
+        entry, usable = self.disk.best(self._owner(scope), prompt)
+        if entry is None or usable <= cached:
+            return cache, cached
+        loaded = self.disk.load(entry)
+        if loaded is None:
+            return cache, cached
+        self._lru.insert_cache((self.key, scope), list(entry.tokens), loaded)
+        kept = copy.deepcopy(loaded)
+        if usable < len(entry.tokens):
+            trim_prompt_cache(kept, len(entry.tokens) - usable)
         return kept, usable
 
     def _nearest(self, prompt: list[int], scope: str) -> tuple[list | None, int]:
@@ -244,8 +316,14 @@ class PromptCache:
             with self._lock:
                 self._lru.insert_cache((self.key, scope), list(tokens), cache)
                 self._stats.stores += 1
+            self._write_behind(tokens, cache, scope)
         except Exception:  # a cache that can't store must never fail a generation
             log.exception("could not store a prompt cache entry")
+
+    def _write_behind(self, tokens: list[int], cache: list, scope) -> None:
+        """Hand the entry to the disk tier (its copy is made here, its write elsewhere)."""
+        if self.disk is not None:
+            self.disk.put(self._owner(scope), tokens, cache)
 
     def _keep_session(self, tokens: list[int], cache: list, scope: str, session: str) -> None:
         if not self.config.enabled:
@@ -263,6 +341,7 @@ class PromptCache:
                     len(self._sessions) > 1 and self._session_bytes() > self.config.max_bytes
                 ):
                     self._sessions.popitem(last=False)
+            self._write_behind(tokens, cache, scope)
         except Exception:  # as in _store
             log.exception("could not keep a prompt cache session")
 
@@ -277,6 +356,8 @@ class PromptCache:
                     "entries": len(self._lru) + len(self._sessions),
                     "bytes": self._lru.nbytes + self._session_bytes(),
                     "sessions": len(self._sessions),
+                    **(self.disk.stats() if self.disk is not None else {}),
+                    "disk_enabled": self.disk is not None,
                 }
             )
 

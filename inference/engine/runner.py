@@ -14,7 +14,9 @@ from mlx_lm.sample_utils import greedy_sampler
 
 from . import decode_mask
 from .adapters import activate, load_adapter
+from .disk_writer import DiskWriter
 from .grammar import GrammarProcessor
+from .identity import model_identity
 from .kv_cache import QuantizedRowCache
 from .kv_lanes import LaneKey, Lanes
 from .loader import LoadedModel
@@ -91,7 +93,13 @@ class EngineStats:
 class Runner:
     """Runs the batch; every method returns how many requests left it for good."""
 
-    def __init__(self, loaded: LoadedModel, config: EngineConfig, stats: EngineStats) -> None:
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        config: EngineConfig,
+        stats: EngineStats,
+        writer: DiskWriter | None = None,
+    ) -> None:
         self.loaded = loaded
         self.config = config
         self.stats = stats
@@ -100,8 +108,13 @@ class Runner:
         self._stop_tokens = StopSequences([(t,) for t in tokenizer.eos_token_ids])
         # XTC must never cut the newline or end-of-sequence tokens (mlx_lm.server).
         self._xtc_special = tokenizer.encode("\n") + list(tokenizer.eos_token_ids)
+        self.identity = model_identity(loaded)
         self.prompt_cache = PromptCache(
-            config.prompt_cache, key=str(loaded.path), tokenizer=tokenizer
+            config.prompt_cache,
+            key=str(loaded.path),
+            tokenizer=tokenizer,
+            identity=self.identity,
+            writer=writer,
         )
         self._lanes: Lanes | None = None
         self._active: dict[int, Sequence] = {}  # BatchGenerator uid -> sequence
@@ -180,7 +193,7 @@ class Runner:
         activate(self.loaded.model, plan.adapter_key)
         self._adapter_key = plan.adapter_key
         # Caches made under other adapters must never be reused under these.
-        self.prompt_cache.key = (str(self.loaded.path), *plan.adapter_key)
+        self.prompt_cache.use_adapters(plan.admit[0].request.adapters)
         return True
 
     def _insert(self, pending: Pending, *, share: bool = False) -> int | None:

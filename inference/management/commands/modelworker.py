@@ -24,6 +24,8 @@ def engine_config() -> EngineConfig:
             max_entries=lab_settings.prompt_cache_entries,
             max_bytes=lab_settings.prompt_cache_mb << 20,
             max_sessions=lab_settings.prompt_cache_sessions,
+            disk_dir=lab_settings.prompt_cache_dir,
+            disk_max_bytes=lab_settings.prompt_cache_disk_mb << 20,
         ),
     )
 

@@ -1,0 +1,162 @@
+"""What a model worker's restart costs a conversation (`make bench`).
+
+    .venv/bin/python bench/durability.py [--repeats N]
+
+One MLX Lab on loopback, its model worker killed (SIGKILL) and restarted by its
+supervisor between the turns of a conversation:
+
+- turn 2 after a restart: the time to first token of a conversation's second turn when
+  its first turn ran on the worker before (its KV cache on disk, the prompt cache's disk
+  tier), against the same figure on a hot worker (in RAM) and against a cold one (a
+  conversation nothing cached: the whole ~650-token prefill, as every restart cost before
+  the disk tier). Target: within 1.5x of hot. Each restart is followed by one short,
+  unrelated request, so that the figure is the cache's and not the new process's first
+  request (which pays for lazy initialisation whatever is cached).
+
+Figures go to var/bench/durability.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import sys
+import time
+import uuid
+
+import httpx
+from conversation import QUESTIONS, stream_messages, system_prompt
+from servers import ROOT, mlxlab_spec, running
+from workload import WARMUP_PROMPT, client_for
+
+OUT = ROOT / "var" / "bench" / "durability.json"
+TURN_TOKENS = 16
+
+
+def worker(url: str, model: str) -> dict | None:
+    report = httpx.get(f"{url}/engine", timeout=10).json()
+    return next((w for w in report["workers"] if w["model"] == model), None)
+
+
+def prompt_cache(url: str, model: str) -> dict:
+    return httpx.get(f"{url}/stats", timeout=10).json()["models"][model]["prompt_cache"]
+
+
+def restart_worker(url: str, model: str) -> float:
+    """SIGKILL the model's worker and wait for its successor; seconds until it is ready."""
+    before = worker(url, model)
+    killed = time.perf_counter()
+    os.kill(before["pid"], signal.SIGKILL)
+    while True:
+        now = worker(url, model)
+        if now and now["state"] == "ready" and now["pid"] != before["pid"]:
+            return time.perf_counter() - killed
+        if time.perf_counter() - killed > 180:
+            raise RuntimeError("the worker did not come back")
+        time.sleep(0.1)
+
+
+def wait_for_disk(url: str, model: str, writes: int) -> None:
+    deadline = time.monotonic() + 60
+    while prompt_cache(url, model)["disk_writes"] < writes:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the disk tier did not write the first turn")
+        time.sleep(0.05)
+
+
+def conversation(reply: str | None = None) -> list[dict]:
+    messages = [
+        {"role": "system", "content": system_prompt(uuid.uuid4().hex[:8])},
+        {"role": "user", "content": QUESTIONS[0]},
+    ]
+    if reply is not None:
+        messages += [
+            {"role": "assistant", "content": reply},
+            {"role": "user", "content": QUESTIONS[1]},
+        ]
+    return messages
+
+
+async def turn2_after_restart(url: str, model: str, repeats: int) -> dict:
+    client = client_for(url)
+    hot, restarted, cold, ready = [], [], [], []
+    try:
+        await stream_messages(client, model, [{"role": "user", "content": WARMUP_PROMPT}], 4)
+        for _ in range(repeats):
+            # Hot: both turns on one worker.
+            messages = conversation()
+            _, reply = await stream_messages(client, model, messages, TURN_TOKENS)
+            messages += [
+                {"role": "assistant", "content": reply},
+                {"role": "user", "content": QUESTIONS[1]},
+            ]
+            result, _ = await stream_messages(client, model, messages, TURN_TOKENS)
+            hot.append(result)
+            # Cold: a second turn nothing has cached (the whole prompt prefilled).
+            result, _ = await stream_messages(client, model, conversation(reply), TURN_TOKENS)
+            cold.append(result)
+            # After a restart: turn 1, its cache written to disk, the worker killed.
+            writes = prompt_cache(url, model)["disk_writes"]
+            messages = conversation()
+            _, reply = await stream_messages(client, model, messages, TURN_TOKENS)
+            wait_for_disk(url, model, writes + 2)
+            ready.append(restart_worker(url, model))
+            await stream_messages(client, model, [{"role": "user", "content": WARMUP_PROMPT}], 4)
+            messages += [
+                {"role": "assistant", "content": reply},
+                {"role": "user", "content": QUESTIONS[1]},
+            ]
+            result, _ = await stream_messages(client, model, messages, TURN_TOKENS)
+            restarted.append(result)
+    finally:
+        await client.close()
+
+    def median(results) -> float:
+        return statistics.median(r.ttft for r in results)
+
+    return {
+        "hot_ttft_s": median(hot),
+        "after_restart_ttft_s": median(restarted),
+        "cold_ttft_s": median(cold),
+        "restart_over_hot": median(restarted) / median(hot),
+        "worker_ready_s": statistics.median(ready),
+        "prompt_tokens": restarted[0].prompt_tokens,
+        "ttft_s": {
+            "hot": [r.ttft for r in hot],
+            "after_restart": [r.ttft for r in restarted],
+            "cold": [r.ttft for r in cold],
+        },
+        "cached_tokens": {
+            "hot": [r.cached_tokens for r in hot],
+            "after_restart": [r.cached_tokens for r in restarted],
+            "cold": [r.cached_tokens for r in cold],
+        },
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    spec = mlxlab_spec()
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    with running(spec, OUT.parent / "durability.log") as (url, _pid):
+        turn2 = asyncio.run(turn2_after_restart(url, spec.model, args.repeats))
+    report = {"turn2_after_restart": turn2}
+    OUT.write_text(json.dumps(report, indent=2) + "\n")
+    print(
+        f"turn-2 time to first token ({turn2['prompt_tokens']}-token prompt, median of "
+        f"{args.repeats}): hot {turn2['hot_ttft_s']:.3f} s, after a worker restart "
+        f"{turn2['after_restart_ttft_s']:.3f} s ({turn2['restart_over_hot']:.2f}x hot; "
+        f"target <= 1.5x), cold {turn2['cold_ttft_s']:.3f} s"
+    )
+    print(f"results in {OUT.relative_to(ROOT)}")
+    return 0 if turn2["restart_over_hot"] <= 1.5 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
