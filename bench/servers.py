@@ -38,6 +38,7 @@ def mlxlab_env(home: Path) -> dict[str, str]:
     return {
         "MLXLAB_DB_PATH": str(home / "db.sqlite3"),
         "MLXLAB_PROMPT_CACHE_DIR": str(home / "prompt-cache"),
+        "MLXLAB_CHECKPOINT_DIR": str(home / "checkpoints"),
         "MLXLAB_MODELS_DIR": str(MODEL_DIR.parent),
         "MLXLAB_DEFAULT_MODEL": MODEL_NAME,
         "MLXLAB_PRELOAD": "1",

@@ -28,6 +28,9 @@ from .workers.streams import Choices, EngineUnavailable, Rejected, RequestStream
 log = logging.getLogger(__name__)
 
 # A renderer has one shape on every surface: start(), feed(event), result(), failure.
+# Says that the answer resumed an interrupted generation, and from which completion token.
+RESUMED_HEADER = "X-Resumed-From"
+
 RendererFactory = Callable[[wire.Accepted], object]
 OnResult = Callable[[object], Awaitable[None]] | None
 
@@ -104,6 +107,8 @@ async def serve(
         response = await _collect(plan, events, renderer, surface, on_result)
     if accepted.warning:
         response["Warning"] = f'299 mlxlab "{accepted.warning}"'
+    if accepted.resumed_from:  # an earlier attempt's checkpoint: replayed, then continued
+        response[RESUMED_HEADER] = str(accepted.resumed_from)
     return response
 
 

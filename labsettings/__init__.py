@@ -230,6 +230,21 @@ class LabSettings:
         "MLXLAB_KV_BY_MODEL", parse_kv_by_model, {}, "Per model: NAME=BITS[/GROUP[/START]],..."
     )
 
+    # Resumable generation (inference/engine/checkpoints.py): an identical retry resumes.
+    checkpoint_dir: Path = setting(
+        "MLXLAB_CHECKPOINT_DIR", Path, under_var("checkpoints"), "Generations' checkpoints."
+    )
+    checkpoint_every: int = setting(
+        "MLXLAB_CHECKPOINT_EVERY", parse_int, 8,
+        "Tokens between a generation's checkpoints (and one when interrupted); 0: none.",
+    )  # fmt: skip
+    checkpoint_mb: int = setting(
+        "MLXLAB_CHECKPOINT_MB", parse_int, 64, "Bytes of checkpoints per model, oldest out."
+    )
+    checkpoint_max_age_seconds: float = setting(
+        "MLXLAB_CHECKPOINT_MAX_AGE_SECONDS", parse_float, 86400.0, "A checkpoint kept this long."
+    )
+
     # Stored /v1/responses.
     responses_ttl_seconds: int = setting(
         "MLXLAB_RESPONSES_TTL_SECONDS", parse_int, 30 * 86400, "How long a response is kept."

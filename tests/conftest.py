@@ -234,6 +234,7 @@ def server_home(home: Path, model_folder: Path, **settings: str) -> dict:
         "MLXLAB_WORKER_SOCKET_DIR": str(home / "run"),
         # What the model workers keep on disk stays in the lab's home, not the checkout.
         "MLXLAB_PROMPT_CACHE_DIR": str(home / "prompt-cache"),
+        "MLXLAB_CHECKPOINT_DIR": str(home / "checkpoints"),
         "MLXLAB_DEFAULT_MODEL": DEFAULT_MODEL,
         "MLXLAB_PRELOAD": "1",
         **{f"MLXLAB_{name}": value for name, value in settings.items()},

@@ -10,6 +10,7 @@ from django.http import JsonResponse
 from ..engine import Failed, Finished, TextDelta
 from ..engine.request import Event, ReasoningDelta, ToolCall
 from ..errors import ApiError
+from .openai_render import resumed
 
 # Anthropic's error type for each status (https://docs.anthropic.com/en/api/errors).
 ERROR_TYPES = {
@@ -167,6 +168,7 @@ class MessageBuilder:
             input_tokens=finished.prompt_tokens - finished.cached_tokens,
             cache_read_input_tokens=finished.cached_tokens,
             output_tokens=finished.completion_tokens,
+            **resumed(finished),
         )
         delta = {"stop_reason": self.stop_reason, "stop_sequence": self.stop_sequence}
         return [

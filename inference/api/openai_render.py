@@ -37,12 +37,19 @@ def usage(finished: list[Finished]) -> dict:
     """One prompt, and the tokens of every choice generated from it."""
     prompt = finished[0].prompt_tokens
     completion = sum(each.completion_tokens for each in finished)
-    return {
+    counts = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": finished[0].cached_tokens},
     }
+    return {**counts, **resumed(finished[0])}
+
+
+def resumed(finished: Finished) -> dict:
+    """`resumed_from` for a usage object: the completion tokens an earlier, interrupted
+    attempt had generated (replayed from its checkpoint); absent when not resumed."""
+    return {"resumed_from": finished.resumed_from} if finished.resumed_from else {}
 
 
 def chat_logprobs(entries: list[TokenLogprob]) -> dict:

@@ -7,6 +7,7 @@ import uuid
 
 from ..engine import Failed, Finished, TextDelta
 from ..engine.request import ReasoningDelta, ToolCall
+from .openai_render import resumed
 from .responses_request import item_id
 
 ECHOED = ("instructions", "max_output_tokens", "temperature", "top_p", "previous_response_id")
@@ -200,6 +201,7 @@ class ResponseBuilder:
             "output_tokens": finished.completion_tokens,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": finished.prompt_tokens + finished.completion_tokens,
+            **resumed(finished),
         }
         if finished.finish_reason == "length":
             self.status = "incomplete"

@@ -102,5 +102,7 @@ async def plan_generation(
         cache_scope=cache_scope(caller),
         cache_session=request.cache_session,
         kv=kv_scheme(request.kv, record.name),
+        # n choices of one prompt would share one checkpoint key: none of them resumes.
+        resumable=request.n == 1,
     )
     return PlannedGeneration(record, request, call)

@@ -145,11 +145,14 @@ class GrammarProcessor:
     previous step sampled, which the matcher must accept before masking.
     """
 
-    def __init__(self, compiled: xgrammar.CompiledGrammar) -> None:
+    def __init__(self, compiled: xgrammar.CompiledGrammar, replayed: tuple[int, ...] = ()) -> None:
+        """`replayed`: tokens a resumed generation already holds, accepted first."""
         self._matcher = xgrammar.GrammarMatcher(compiled)
         self._vocab_size = compiled.tokenizer_info.vocab_size
         self._bitmask = xgrammar.allocate_token_bitmask(1, self._vocab_size)
         self._started = False
+        for token in replayed:
+            self._matcher.accept_token(token)
 
     def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
         if self._started:

@@ -304,6 +304,11 @@ class PromptCache:
         else:
             self._store(response.all_tokens, response.prompt_cache, scope)
 
+    def save_interrupted(self, uid: int, tokens: list[int], cache: list) -> None:
+        """Store the KV state of `uid`, cancelled mid-generation, for its resumed retry."""
+        plan, _ = self._owners.get(uid, (None, None))
+        self._store(list(tokens), cache, plan.scope if plan is not None else "")
+
     def forget(self, uid: int) -> None:
         """`uid` left the batch without finishing (cancelled, failed)."""
         self._owners.pop(uid, None)

@@ -88,6 +88,16 @@ class KVScheme:
 
 
 @dataclass(frozen=True)
+class Resume:
+    """A resumable generation (checkpoints.py): its checkpoint key, the tokens an earlier
+    attempt generated (replayed, then continued) and the seed its sampling runs on."""
+
+    key: str
+    tokens: tuple[int, ...] = ()
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
 class GenerationRequest:
     """One sequence to generate: already tokenized, already validated."""
 
@@ -103,6 +113,7 @@ class GenerationRequest:
     cache_scope: str = ""  # whose prompt-cache entries it may reuse (prompt_cache.py)
     cache_session: str | None = None  # the prompt-cache session it continues (prompt_cache.py)
     kv: KVScheme | None = None  # None: a plain KV cache (the model's dtype)
+    resume: Resume | None = None  # checkpointed, and resumed from an earlier attempt's
 
     def __post_init__(self) -> None:
         if not self.prompt_tokens:
@@ -166,6 +177,7 @@ class Finished:
     completion_tokens: int
     cached_tokens: int = 0
     stop_sequence: str | None = None
+    resumed_from: int = 0  # completion tokens replayed from a checkpoint (0: not resumed)
 
 
 @dataclass(frozen=True)

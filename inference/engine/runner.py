@@ -14,6 +14,7 @@ from mlx_lm.sample_utils import greedy_sampler
 
 from . import decode_mask
 from .adapters import activate, load_adapter
+from .checkpoints import CheckpointConfig, CheckpointStore
 from .disk_writer import DiskWriter
 from .grammar import GrammarProcessor
 from .identity import model_identity
@@ -22,6 +23,7 @@ from .kv_lanes import LaneKey, Lanes
 from .loader import LoadedModel
 from .prompt_cache import PromptCache, PromptCacheConfig
 from .request import Failed, SamplingParams
+from .resuming import Resuming
 from .sampling import Sampler, build_logits_processors, build_sampler, sampler_key
 from .scheduler import Pending, Plan
 from .sequence import Sequence
@@ -63,6 +65,7 @@ class EngineConfig:
     prefill_batch_size: int = 4
     prefill_step_size: int = 512
     prompt_cache: PromptCacheConfig = field(default_factory=PromptCacheConfig)
+    checkpoints: CheckpointConfig = field(default_factory=CheckpointConfig)
     warm_up: bool | None = None  # compile the serving shapes before ready; None: on a GPU only
 
     def __post_init__(self) -> None:
@@ -116,6 +119,12 @@ class Runner:
             identity=self.identity,
             writer=writer,
         )
+        self.checkpoints = (
+            CheckpointStore(config.checkpoints, writer)
+            if config.checkpoints.enabled and writer is not None
+            else None
+        )
+        self._resuming = Resuming(self.checkpoints, config.checkpoints.every)
         self._lanes: Lanes | None = None
         self._active: dict[int, Sequence] = {}  # BatchGenerator uid -> sequence
         self._uid_of: dict[int, int] = {}  # request id -> uid
@@ -168,7 +177,7 @@ class Runner:
         groups: dict[tuple, list[Pending]] = {}
         for pending in admitted:
             request = pending.request
-            key = (tuple(request.prompt_tokens), request.cache_scope, request.kv)
+            key = (tuple(_prompt(request)), request.cache_scope, request.kv)
             groups.setdefault(key if len(key[0]) > 1 else (id(pending),), []).append(pending)
         return list(groups.values())
 
@@ -200,13 +209,16 @@ class Runner:
         """The request's uid in the batch, or None (it failed, and was told so)."""
         request = pending.request
         sequence = Sequence(pending.request_id, request, pending.emit, self.loaded.tokenizer)
+        # A resumed generation: its earlier tokens are prefilled after the prompt.
+        replayed = request.resume.tokens if request.resume is not None else ()
+        prompt = _prompt(request)
         try:
-            sampler = self._sampler(request.sampling, sequence)
+            sampler = self._sampler(request.sampling, sequence, step=len(replayed))
             processors = build_logits_processors(request.sampling)
             if request.grammar is not None:  # last, so bias can't revive a masked token
-                processors.append(GrammarProcessor(request.grammar))
+                processors.append(GrammarProcessor(request.grammar, replayed))
             plan = self.prompt_cache.lookup(
-                request.prompt_tokens,
+                prompt,
                 request.cache_scope,
                 share=share,
                 session=request.cache_session,
@@ -217,8 +229,8 @@ class Runner:
                 lane,
                 segments=[plan.segments],
                 caches=[cache],
-                all_tokens=[request.prompt_tokens[: plan.cached_tokens]],
-                max_tokens=[request.max_tokens],
+                all_tokens=[prompt[: plan.cached_tokens]],
+                max_tokens=[request.max_tokens - len(replayed)],
                 samplers=[sampler],
                 logits_processors=[[guarded(p, sequence, fallback=_unchanged) for p in processors]],
                 stop_sequences=[self._stop_tokens],
@@ -229,13 +241,17 @@ class Runner:
             pending.emit(Failed(str(exc)))
             return None
         self.prompt_cache.expect(uid, plan)
-        sequence.cached_tokens = plan.cached_tokens
+        sequence.cached_tokens = min(plan.cached_tokens, len(request.prompt_tokens))
         self._active[uid] = sequence
         self._uid_of[pending.request_id] = uid
         self.stats.prompt_tokens += len(request.prompt_tokens)
+        self._resuming.claim(sequence)
+        sequence.replay(replayed)
         return uid
 
-    def _sampler(self, params: SamplingParams, sequence: Sequence) -> Sampler | None:
+    def _sampler(
+        self, params: SamplingParams, sequence: Sequence, *, step: int = 0
+    ) -> Sampler | None:
         """The row's sampler; rows that sample alike share one, so the batch samples once.
 
         mlx-lm samples the whole batch in one call when every row holds the same
@@ -246,7 +262,7 @@ class Runner:
         if params.is_greedy:
             return None
         if params.seed is not None:
-            sampler = build_sampler(params, xtc_special_tokens=self._xtc_special)
+            sampler = build_sampler(params, xtc_special_tokens=self._xtc_special, step=step)
             return guarded(sampler, sequence, fallback=greedy_sampler)
         key = sampler_key(params)
         if key not in self._shared_samplers:
@@ -279,6 +295,7 @@ class Runner:
             if uid is None or uid not in self._active:
                 removed += self._drop_follower(request_id)
                 continue  # already finished, never admitted, or waiting on a leader
+            self._interrupted(uid, self._active[uid], keep_kv=True)  # the client left
             self._lanes.remove(uid)
             self._release(uid)
             removed += 1 + self._admit_followers(uid)
@@ -361,12 +378,15 @@ class Runner:
                 log.exception("postprocessing failed for request %s", sequence.request_id)
                 ended += self._fail(sequence, f"generation failed: {exc}")
                 continue
-            if done:
-                if response.finish_reason is None:  # a text stop the generator can't see
-                    self._lanes.remove(response.uid)
-                self._release(response.uid)
-                self.stats.requests_completed += 1
-                ended += 1
+            if not done:
+                self._resuming.save(sequence, due=True)
+                continue
+            self._resuming.finished(sequence)
+            if response.finish_reason is None:  # a text stop the generator can't see
+                self._lanes.remove(response.uid)
+            self._release(response.uid)
+            self.stats.requests_completed += 1
+            ended += 1
         return ended
 
     def fail_all(self, message: str) -> int:
@@ -382,6 +402,7 @@ class Runner:
         uid = self._uid_of.get(sequence.request_id)
         if uid is None:
             return 0
+        self._interrupted(uid, sequence)
         try:
             self._lanes.remove(uid)
         except Exception:  # the generator may be the broken part
@@ -391,9 +412,35 @@ class Runner:
         sequence.emit(Failed(message))
         return 1 + self._admit_followers(uid)
 
+    def _interrupted(self, uid: int, sequence: Sequence, *, keep_kv: bool = False) -> None:
+        """Checkpoint an interrupted sequence; with `keep_kv` (a sound batch: a cancel, not
+        a failure) keep its KV state in the prompt cache too, so that its retry prefills no
+        replayed token again (and computes none differently)."""
+        if not sequence.checkpointing:
+            return
+        self._resuming.save(sequence)
+        if not keep_kv:
+            return
+        try:
+            generator = self._lanes.generator(self._lanes.lane_of(uid))
+            cache, tokens = generator.extract_cache([uid])[uid]
+        except Exception:  # the checkpoint alone is enough
+            log.debug("no KV state kept for interrupted uid %s", uid, exc_info=True)
+            return
+        if cache is not None and tokens:
+            self.prompt_cache.save_interrupted(uid, tokens, cache)
+
     def _release(self, uid: int) -> None:
         self.prompt_cache.forget(uid)
         self._lanes.forget(uid)
         sequence = self._active.pop(uid, None)
         if sequence is not None:
             self._uid_of.pop(sequence.request_id, None)
+            self._resuming.released(sequence, self._active.values())
+
+
+def _prompt(request) -> list[int]:
+    """What the batch prefills: the prompt, and a resumed generation's earlier tokens."""
+    if request.resume is None or not request.resume.tokens:
+        return request.prompt_tokens
+    return [*request.prompt_tokens, *request.resume.tokens]

@@ -17,13 +17,16 @@ LogitsProcessor = Callable[[mx.array, mx.array], mx.array]
 _entropy = random.SystemRandom()
 
 
-def build_sampler(params: SamplingParams, *, xtc_special_tokens: list[int]) -> Sampler:
+def build_sampler(
+    params: SamplingParams, *, xtc_special_tokens: list[int], step: int = 0
+) -> Sampler:
     """mlx-lm's sampler, made reproducible per request when a seed is given.
 
     mlx_lm.server serves seeded requests one at a time because its samplers
     draw from the global key. Here a seeded request re-seeds the global key
     from (seed, step) just for its own row, so its draws do not depend on what
-    else shares the batch.
+    else shares the batch, and a generation resumed at `step` (checkpoints.py) draws
+    as the uninterrupted one did.
     """
     sampler = make_sampler(
         params.temperature,
@@ -36,7 +39,7 @@ def build_sampler(params: SamplingParams, *, xtc_special_tokens: list[int]) -> S
     )
     if params.seed is None or params.is_greedy:
         return sampler
-    return _seeded(sampler, params.seed)
+    return _seeded(sampler, params.seed, step)
 
 
 def sampler_key(params: SamplingParams) -> tuple:
@@ -51,9 +54,7 @@ def sampler_key(params: SamplingParams) -> tuple:
     )
 
 
-def _seeded(sampler: Sampler, seed: int) -> Sampler:
-    step = 0
-
+def _seeded(sampler: Sampler, seed: int, step: int) -> Sampler:
     def sample(logprobs: mx.array) -> mx.array:
         nonlocal step
         mx.random.seed((seed * 1_000_003 + step) % (1 << 63))

@@ -44,6 +44,10 @@ class Sequence:
     stop: StopMatcher = None
     completion_tokens: int = 0
     cached_tokens: int = 0
+    tokens: list[int] = field(default_factory=list)  # generated, for its checkpoints
+    resumed_from: int = 0  # tokens replayed from a checkpoint
+    saved: int = 0  # tokens its checkpoint holds on disk (or queued for it)
+    checkpointing: bool = False  # the runner writes its checkpoints
     pending_logprobs: list[TokenLogprob] = field(default_factory=list)
     done: bool = False
     error: Exception | None = None  # set by a failing sampler or logits processor
@@ -61,6 +65,7 @@ class Sequence:
         never shown; a text stop sequence ends the sequence here instead.
         """
         self.completion_tokens += 1
+        self.tokens.append(token)
         is_eos = finish_reason == "stop"
         if not is_eos:
             self.detokenizer.add_token(token)
@@ -75,6 +80,12 @@ class Sequence:
             self._release(self.stop.flush())
             self._finish(finish_reason)
         return self.done
+
+    def replay(self, tokens: tuple[int, ...]) -> None:
+        """Emit what an earlier attempt generated, at once, as it streamed then."""
+        for token in tokens:
+            self.on_token(token, None, None)
+        self.resumed_from = self.saved = len(tokens)
 
     def _release(self, text: str) -> None:
         if text:
@@ -93,6 +104,7 @@ class Sequence:
                 completion_tokens=self.completion_tokens,
                 cached_tokens=self.cached_tokens,
                 stop_sequence=self.stop.matched,
+                resumed_from=self.resumed_from,
             )
         )
 

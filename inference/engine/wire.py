@@ -59,6 +59,7 @@ class GenerateCall:
     cache_scope: str = ""  # the caller, unless the prompt cache is shared (global)
     cache_session: str | None = None  # a prompt-cache session the client named
     kv: KVScheme | None = None  # a quantized KV cache; None: plain
+    resumable: bool = True  # checkpointed, and resumed by an identical retry (checkpoints.py)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class Accepted:
 
     prompt_tokens: int
     warning: str | None = None
+    resumed_from: int = 0  # completion tokens replayed from an earlier attempt's checkpoint
 
 
 @dataclass(frozen=True)

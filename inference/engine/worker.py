@@ -12,6 +12,7 @@ of their own (ZeroMQ sockets are not thread-safe).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import queue
@@ -156,7 +157,19 @@ class WorkerServer:
             accepted = wire.Accepted(prepared.prompt_tokens, prepared.warning)
             self._send(client, wire.encode("accepted", request_id, accepted))
             return None
-        return prepared
+        return self._with_checkpoint(call, prepared)
+
+    def _with_checkpoint(self, call, prepared):
+        """The request with its checkpoint key, resumed where an earlier attempt stopped."""
+        runner = self.engine.runner
+        if runner.checkpoints is None:
+            return prepared
+        try:
+            request = runner.checkpoints.plan(call, prepared.request, runner.identity)
+        except Exception:  # a checkpoint that cannot be read never fails the request
+            log.exception("reading a checkpoint failed; generating afresh")
+            return prepared
+        return dataclasses.replace(prepared, request=request)
 
     def _emitter(self, key: tuple[bytes, int]) -> Callable:
         client, request_id = key
@@ -175,7 +188,12 @@ class WorkerServer:
             # Those whose client left while their prompts were built are dropped here.
             kept = [(key, prepared) for key, prepared in built if key not in self._cancelled]
             for (client, request_id), prepared in kept:
-                accepted = wire.Accepted(prepared.prompt_tokens, prepared.warning)
+                resume = prepared.request.resume
+                accepted = wire.Accepted(
+                    prepared.prompt_tokens,
+                    prepared.warning,
+                    resumed_from=len(resume.tokens) if resume is not None else 0,
+                )
                 self._send(client, wire.encode("accepted", request_id, accepted))
             calls = [(prepared.request, self._emitter(key)) for key, prepared in kept]
             ids = self.engine.submit_many(calls) if calls else []
@@ -302,6 +320,11 @@ class WorkerServer:
                     else {"enabled": False, "entries": 0, "bytes": 0}
                 ),
                 "kv_cache": kv_cache_report(stats),
+                "checkpoints": (
+                    engine.runner.checkpoints.stats()
+                    if engine.runner is not None and engine.runner.checkpoints is not None
+                    else {"enabled": False}
+                ),
                 "context_length": engine.context_length,
                 "blas": asdict(blas_state()),
                 "device": device_name(),

@@ -251,12 +251,21 @@ def openai_generation_fields(limit: int) -> dict[str, Schema]:
     }
 
 
+RESUMED_FROM = {
+    "type": "integer",
+    "description": (
+        "Present when this answer resumed an interrupted generation (an identical retry): "
+        "the completion tokens replayed from its checkpoint, as the X-Resumed-From header says."
+    ),
+}
+
 USAGE = obj(
     {
         "prompt_tokens": {"type": "integer"},
         "completion_tokens": {"type": "integer"},
         "total_tokens": {"type": "integer"},
         "prompt_tokens_details": obj({"cached_tokens": {"type": "integer"}}),
+        "resumed_from": RESUMED_FROM,
     },
     ("prompt_tokens", "completion_tokens", "total_tokens"),
 )

@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from inference.engine import EngineConfig, load_model
 from inference.engine.accelerator import use_kernel_cache
+from inference.engine.checkpoints import CheckpointConfig
 from inference.engine.dense_weights import FastPathOptions
 from inference.engine.prompt import PromptLimits
 from inference.engine.prompt_cache import PromptCacheConfig
@@ -26,6 +27,12 @@ def engine_config() -> EngineConfig:
             max_sessions=lab_settings.prompt_cache_sessions,
             disk_dir=lab_settings.prompt_cache_dir,
             disk_max_bytes=lab_settings.prompt_cache_disk_mb << 20,
+        ),
+        checkpoints=CheckpointConfig(
+            folder=lab_settings.checkpoint_dir,
+            every=lab_settings.checkpoint_every,
+            max_bytes=lab_settings.checkpoint_mb << 20,
+            max_age_seconds=lab_settings.checkpoint_max_age_seconds,
         ),
     )
 
