@@ -123,6 +123,77 @@ class Host:
         _ip("netns", "del", self.name, check=False)
 
 
+@dataclass
+class SwitchedHost(Host):
+    """A host on a shared segment (a Network's bridge), at 10.231.N.(index + 2)."""
+
+    index: int = 0
+
+    @property
+    def address(self) -> str:
+        return f"10.231.{self.number}.{self.index + 2}"
+
+    @property
+    def gateway(self) -> str:
+        return f"10.231.{self.number}.1"
+
+    def up(self) -> SwitchedHost:
+        raise NotImplementedError("made by Network")
+
+    def down(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+        _ip("netns", "del", self.name, check=False)
+
+
+class Network:
+    """Several hosts on one segment (a bridge in a namespace of its own), which this host
+    joins at 10.231.N.1: the hosts reach each other, and this host reaches them all."""
+
+    def __init__(self, label: str, count: int) -> None:
+        _fence()
+        self.number = next(_numbers)
+        tag = f"{os.getpid() % 10000}n{self.number}"
+        self.switch = f"mlxlab-{label}-sw-{os.getpid()}-{self.number}"
+        self.hosts: list[SwitchedHost] = []
+        self.outer = f"mlxh{tag}"
+        _ip("netns", "add", self.switch)
+        _ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
+        _ip("-n", self.switch, "link", "set", "br0", "up")
+        self._plug(self.outer, f"mlxs{tag}", None)
+        _ip("addr", "add", f"10.231.{self.number}.1/24", "dev", self.outer)
+        _ip("link", "set", self.outer, "up")
+        for index in range(count):
+            name = f"mlxlab-{label}-{os.getpid()}-{self.number}-{index}"
+            host = SwitchedHost(name, self.number, index=index)
+            _ip("netns", "add", name)
+            _ip("-n", name, "link", "set", "lo", "up")
+            inner = f"mlxi{tag}x{index}"
+            self._plug(inner, f"mlxs{tag}x{index}", name)
+            _ip("-n", name, "addr", "add", f"{host.address}/24", "dev", inner)
+            _ip("-n", name, "link", "set", inner, "up")
+            self.hosts.append(host)
+        route = _ip("route", "get", self.hosts[0].address).stdout
+        assert f"dev {self.outer}" in route, route
+
+    def _plug(self, end: str, port: str, namespace: str | None) -> None:
+        """A veth pair: `end` here or in `namespace`, `port` on the bridge."""
+        _ip("link", "add", end, "type", "veth", "peer", "name", port)
+        _ip("link", "set", port, "netns", self.switch)
+        _ip("-n", self.switch, "link", "set", port, "master", "br0")
+        _ip("-n", self.switch, "link", "set", port, "up")
+        if namespace is not None:
+            _ip("link", "set", end, "netns", namespace)
+
+    def down(self) -> None:
+        for host in self.hosts:
+            host.down()
+        _ip("link", "del", self.outer, check=False)
+        _ip("netns", "del", self.switch, check=False)
+
+
 def new_host(label: str) -> Host:
     number = next(_numbers)
     return Host(f"mlxlab-{label}-{os.getpid()}-{number}", number).up()

@@ -67,6 +67,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--exit-with-parent", action="store_true", help="exit when the parent process exits"
         )
+        parser.add_argument(
+            "--distributed", action="store_true",
+            help="one rank of an mx.distributed ring (mlx.launch --backend ring): the model is "
+            "sharded across the ranks; rank 0 serves at --listen",
+        )  # fmt: skip
 
     def handle(self, *args, model: str, listen: str, path: str | None, **options):
         secret = lab_settings.worker_secret
@@ -82,6 +87,15 @@ class Command(BaseCommand):
             if record is None:
                 raise CommandError(f"no model named {model!r} in the registry")
             path = record.path
+        if options["distributed"]:
+            from inference.engine.distributed import DistributedWorker
+
+            DistributedWorker(
+                model=model, path=path, address=listen,
+                secret=secret if listen.startswith("tcp://") else "",
+                link_timeout=lab_settings.worker_link_timeout_seconds,
+            ).serve_forever()  # fmt: skip
+            return
         fast_path = fast_path_options()
         use_kernel_cache(lab_settings.kernel_cache_dir)
         WorkerServer(
