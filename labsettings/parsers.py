@@ -112,7 +112,7 @@ def parse_kv_by_model(text: str) -> dict[str, dict[str, int | None]]:
     return schemes
 
 
-# The shortest MLXLAB_WORKER_SECRET taken (inference/workers/link.py derives keys from it).
+# The shortest MLXLAB_WORKER_SECRET taken (inference/engine/link.py derives keys from it).
 MIN_SECRET_CHARS = 16
 
 

@@ -22,8 +22,7 @@ from mlx_lm.generate import generate_step, generation_stream
 from mlx_lm.sample_utils import make_sampler
 from mlx_lm.utils import sharded_load
 
-from ..workers import link
-from . import wire
+from . import link, wire
 from .request import Failed, Finished, TextDelta
 
 log = logging.getLogger(__name__)

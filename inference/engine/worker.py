@@ -24,8 +24,7 @@ from dataclasses import asdict
 import mlx.core as mx
 import zmq
 
-from ..workers import link
-from . import wire
+from . import link, wire
 from .accelerator import device_name
 from .cpu_fast_path import blas_state
 from .engine import Engine
@@ -42,7 +41,7 @@ OUTBOX = "inproc://outbox"
 class WorkerServer:
     """Serves one model at `address` (ipc://path or tcp://host:port) until SIGTERM.
 
-    With a `secret`, only peers holding it are served (workers/link.py: CURVE); on TCP,
+    With a `secret`, only peers holding it are served (link.py: CURVE); on TCP,
     ZMTP heartbeats drop a peer silent for `link_timeout` seconds.
     """
 
