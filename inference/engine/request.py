@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .drafting import DraftPlan
+
 # mlx_lm.server caps top_logprobs at 11 (it mirrors the OpenAI API's old limit).
 MAX_TOP_LOGPROBS = 11
 
@@ -103,6 +105,7 @@ class GenerationRequest:
     cache_scope: str = ""  # whose prompt-cache entries it may reuse (prompt_cache.py)
     cache_session: str | None = None  # the prompt-cache session it continues (prompt_cache.py)
     kv: KVScheme | None = None  # None: a plain KV cache (the model's dtype)
+    draft: DraftPlan | None = None  # speculative decoding (drafting.py); None: none
 
     def __post_init__(self) -> None:
         if not self.prompt_tokens:
@@ -166,6 +169,11 @@ class Finished:
     completion_tokens: int
     cached_tokens: int = 0
     stop_sequence: str | None = None
+    # Speculative decoding: whether the request drafted, and its drafted tokens that are
+    # in the completion (accepted) or not (rejected); the two add up to all it drafted.
+    speculative: bool = False
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -51,19 +51,30 @@ def sampler_key(params: SamplingParams) -> tuple:
     )
 
 
-def _seeded(sampler: Sampler, seed: int) -> Sampler:
-    step = 0
+class _Seeded:
+    """Draw the n-th token of a request from a key made of (seed, n), whatever the batch.
 
-    def sample(logprobs: mx.array) -> mx.array:
-        nonlocal step
-        mx.random.seed((seed * 1_000_003 + step) % (1 << 63))
-        step += 1
+    `rewind` steps the count back over draws whose tokens were not kept (a verifying
+    step samples every drafted position; speculative.py).
+    """
+
+    def __init__(self, sampler: Sampler, seed: int) -> None:
+        self.sampler, self.seed, self.step = sampler, seed, 0
+
+    def __call__(self, logprobs: mx.array) -> mx.array:
+        mx.random.seed((self.seed * 1_000_003 + self.step) % (1 << 63))
+        self.step += 1
         try:
-            return sampler(logprobs)
+            return self.sampler(logprobs)
         finally:
             mx.random.seed(_entropy.getrandbits(63))
 
-    return sample
+    def rewind(self, draws: int) -> None:
+        self.step -= draws
+
+
+def _seeded(sampler: Sampler, seed: int) -> Sampler:
+    return _Seeded(sampler, seed)
 
 
 def build_logits_processors(params: SamplingParams) -> list[LogitsProcessor]:

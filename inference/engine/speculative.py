@@ -1,0 +1,364 @@
+"""Speculative decoding inside continuous batching: drafted tokens verified in the shared step.
+
+mlx-lm's `speculative_generate_step` serves one sequence (mlx_lm.server turns batching off
+for it). Here a row with drafts (drafting.py) and rows without share one forward pass: the
+batch's input is `1 + k` positions wide, each row holding the token it was about to feed,
+then its drafts, then padding. Every position is sampled as a plain step would sample it
+(same processors, same sampler; a seeded row's draws keyed by the token's index); a row
+keeps its drafts up to the first that differs from the model's own token, and that token
+becomes its next input. For drafts that are fixed tokens (prompt lookup, a prediction),
+this is the standard accept/resample rule: a draft `d` is kept with probability p(d), and
+otherwise the token is drawn from p without d, since a draw from p that differs from d is
+exactly that. So the output is the target model's own: greedy rows give the same tokens,
+seeded rows the same draws, as without drafts.
+
+After the pass each row drops what it did not keep from the KV cache. Rows share one
+cache index, so the batch trims what every row dropped, and the rows that dropped more are
+shifted right inside the cache (mlx-lm's own right-padding finalize), their left padding
+growing by as much.
+
+Exactness on the CPU: the quantized matmul kernel computes each row alike whatever the
+row count (below its BLAS threshold), but the attention of `k + 1` queries sums in
+another order than one query's (OpenBLAS blocks differently), which moved logits by
+~1e-4. So a verifying pass computes attention one query at a time, each over the keys a
+plain step would see (`exact_attention`): the logits are then bit-identical to decoding
+token by token (tests/engine/test_speculative.py). The rows of a pass (batch x positions)
+stay below the kernel's BLAS threshold for the same reason (EngineConfig.max_verify_rows).
+
+A row decodes normally, without drafts, when: nothing matches its history; its request
+uses a grammar (the matcher cannot take tokens back); or the batch is too wide for even
+one draft per row within max_verify_rows. A model whose KV cache cannot be trimmed
+(sliding windows, state-space layers) never drafts.
+
+This reaches into mlx-lm 0.32.2's GenerationBatch: it has no public hook for a step.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import mlx.core as mx
+from mlx_lm.generate import BatchGenerator, GenerationBatch
+from mlx_lm.models import base
+from mlx_lm.models.cache import KVCache, make_prompt_cache
+
+from .drafting import Drafter
+
+_exact = threading.local()
+
+
+@contextmanager
+def exact_attention(enabled: bool = True):
+    """Inside: attention over several new queries runs one query at a time (see above)."""
+    previous = getattr(_exact, "on", False)
+    _exact.on = enabled
+    try:
+        yield
+    finally:
+        _exact.on = previous
+
+
+def _per_query(attention: Callable) -> Callable:
+    def attend(queries, keys, values, cache, scale, mask, sinks=None):
+        if queries.shape[2] == 1 or not getattr(_exact, "on", False):
+            return attention(queries, keys, values, cache, scale, mask, sinks)
+        if _broadcastable(keys, mask, sinks):
+            return _each_query(queries, keys, values, scale, mask)
+        return _query_by_query(attention, queries, keys, values, cache, scale, mask, sinks)
+
+    attend.exact_attention = True
+    return attend
+
+
+def _broadcastable(keys, mask, sinks) -> bool:
+    return (
+        not isinstance(keys, tuple)
+        and sinks is None
+        and isinstance(mask, mx.array)
+        and mask.dtype == mx.bool_
+        and mask.ndim == 4
+        and mask.shape[1] == 1
+    )
+
+
+def _each_query(queries, keys, values, scale: float, mask):
+    """MLX's CPU attention (its fallback: scale, matmul, masked precise softmax, matmul),
+    with every query a batch entry of its own: each product is then one query's, as in a
+    plain step, over keys masked past its position (their weights are exactly zero)."""
+    batch, heads, length, dims = queries.shape
+    kv_heads, total = keys.shape[1], keys.shape[2]
+    q = mx.array(scale, queries.dtype) * queries
+    q = q.reshape(batch, kv_heads, heads // kv_heads, length, 1, dims)
+    k, v = keys[:, :, None, None], values[:, :, None, None]
+    scores = q @ k.swapaxes(-1, -2)
+    visible = mask.reshape(mask.shape[0], 1, 1, length, 1, total)
+    scores = mx.where(visible, scores, mx.array(-mx.inf, scores.dtype))
+    weights = mx.softmax(scores, axis=-1, precise=True)
+    return (weights @ v).reshape(batch, heads, length, values.shape[-1])
+
+
+def _query_by_query(attention, queries, keys, values, cache, scale, mask, sinks):
+    """One attention call a query, over the keys up to it (quantized caches, sinks)."""
+    length = queries.shape[2]
+    total = (keys[0] if isinstance(keys, tuple) else keys).shape[2]
+    outputs = []
+    for j in range(length):
+        end = total - length + j + 1
+        outputs.append(
+            attention(
+                queries[:, :, j : j + 1],
+                _until(keys, end),
+                _until(values, end),
+                cache,
+                scale,
+                _mask_row(mask, j, end),
+                sinks,
+            )
+        )
+    return mx.concatenate(outputs, axis=2)
+
+
+def _until(tensor, end: int):
+    if isinstance(tensor, tuple):  # a quantized cache's (packed, scales, biases)
+        return tuple(part[..., :end, :] for part in tensor)
+    return tensor[..., :end, :]
+
+
+def _mask_row(mask, row: int, end: int):
+    if mask is None or isinstance(mask, str):  # "causal": one query sees every key up to it
+        return None
+    rows = mask.shape[-2]
+    return mask[..., row : row + 1, :end] if rows > 1 else mask[..., :end]
+
+
+def install_exact_attention(model) -> bool:
+    """Route the attention of `model`'s modules through `_per_query`; False if the model's
+    code calls no mlx-lm attention we can wrap (its verify passes then attend at once)."""
+    installed = False
+    for module_name in {type(m).__module__ for m in model.modules()}:
+        module = sys.modules.get(module_name)
+        attention = getattr(module, "scaled_dot_product_attention", None)
+        if attention is None:
+            continue
+        if getattr(attention, "exact_attention", False):
+            installed = True
+        elif attention is base.scaled_dot_product_attention:
+            module.scaled_dot_product_attention = _per_query(attention)
+            installed = True
+    return installed
+
+
+def can_speculate(model) -> bool:
+    """Whether the model's KV cache can drop tokens again (plain KV layers only)."""
+    try:
+        return all(type(cache) is KVCache for cache in make_prompt_cache(model))
+    except Exception:
+        return False
+
+
+@dataclass
+class DraftStats:
+    steps: int = 0  # verifying passes
+    drafted: int = 0
+    accepted: int = 0
+
+
+@dataclass
+class Speculation:
+    """What the runner shares with its generators' batches: drafters by uid, and limits."""
+
+    max_rows: int = 15  # batch x positions of one verifying pass
+    exact: bool = True
+    enabled: bool = True  # False: the model cannot speculate (can_speculate)
+    drafters: dict[int, Drafter] = field(default_factory=dict)
+    stats: DraftStats = field(default_factory=DraftStats)
+
+
+class DraftedResponse(GenerationBatch.Response):
+    """A generated token, and whether it was a kept draft."""
+
+    def __init__(self, *args, drafted: bool = False, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.drafted = drafted
+
+
+class VerifyingBatch(GenerationBatch):
+    """mlx-lm's generation batch, with a verifying step for the rows that have drafts."""
+
+    speculation: Speculation | None = None
+
+    def next(self) -> list:
+        if not self.uids:
+            return []
+        plan = self._drafts()
+        if plan is None:
+            return super().next()
+        return self._verify(*plan)
+
+    # -- drafting -------------------------------------------------------------------
+
+    def _drafts(self) -> tuple[list[int], list[list[int]]] | None:
+        """The rows' pending tokens and drafts, or None for a plain step."""
+        speculation = self.speculation
+        if speculation is None or not speculation.enabled or not speculation.drafters:
+            return None
+        drafters = [speculation.drafters.get(uid) for uid in self.uids]
+        if not any(drafters):
+            return None
+        width = speculation.max_rows // len(self.uids)  # positions a row may take
+        if width < 2:
+            return None
+        mx.eval(self._next_tokens)
+        pending = self._next_tokens.tolist()
+        drafts = []
+        for i, drafter in enumerate(drafters):
+            # The pending token counts toward max_tokens, and so does each kept draft.
+            room = min(width - 1, self.max_tokens[i] - self._num_tokens[i] - 1)
+            if drafter is None or room < 1:
+                drafts.append([])
+                continue
+            drafts.append(drafter.propose(self.tokens[i] + [pending[i]], room))
+        if not any(drafts):
+            return None
+        return pending, drafts
+
+    # -- the verifying step ------------------------------------------------------------
+
+    def _verify(self, pending: list[int], drafts: list[list[int]]) -> list:
+        speculation = self.speculation
+        width = 1 + max(map(len, drafts))
+        inputs = mx.array(
+            [[p, *d, *[0] * (width - 1 - len(d))] for p, d in zip(pending, drafts, strict=True)]
+        )
+        with exact_attention(speculation.exact):
+            logits = self.model(inputs, cache=self.prompt_cache)
+        sampled, logprobs = [], []
+        for i, (token, draft) in enumerate(zip(pending, drafts, strict=True)):
+            row_tokens, row_logprobs = self._sample_row(
+                i, logits[i, : 1 + len(draft)], token, draft
+            )
+            sampled.append(row_tokens)
+            logprobs.append(row_logprobs)
+        mx.eval(sampled)
+        kept = []
+        for i, (row, draft) in enumerate(zip(sampled, drafts, strict=True)):
+            row = row.tolist()
+            count = 0
+            while count < len(draft) and row[count] == draft[count]:
+                count += 1
+            kept.append(count)
+            self._settle_row(i, len(draft), count)
+            drafter = speculation.drafters.get(self.uids[i])
+            if drafter is not None and draft:
+                drafter.observe(len(draft), count)
+            sampled[i] = row
+        speculation.stats.steps += 1
+        speculation.stats.drafted += sum(map(len, drafts))
+        speculation.stats.accepted += sum(kept)
+        self._drop_refused([width - 1 - count for count in kept])
+        return self._respond(pending, drafts, kept, sampled, logprobs)
+
+    def _sample_row(self, i: int, logits: mx.array, token: int, draft: list[int]):
+        """Every position of row `i` sampled as plain steps would, in order."""
+        positions = logits.shape[0]
+        processors = self.logits_processors[i] if self.logits_processors else ()
+        if processors:
+            context = self._token_context[i].update_and_fetch(mx.array([token, *draft]))
+            base_length = context.shape[0] - positions
+            rows = []
+            for j in range(positions):
+                row = logits[j : j + 1]
+                for processor in processors:
+                    row = processor(context[: base_length + j + 1], row)
+                rows.append(row)
+            logits = mx.concatenate(rows, axis=0)
+        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        sampler = (self.samplers[i] if self.samplers else None) or self.fallback_sampler
+        if getattr(sampler, "rewind", None) is not None:  # seeded: one draw per position
+            tokens = mx.concatenate([sampler(logprobs[j : j + 1]) for j in range(positions)])
+        else:
+            tokens = sampler(logprobs)
+        return tokens, logprobs
+
+    def _settle_row(self, i: int, drafted: int, kept: int) -> None:
+        """Take back what row `i`'s processors and sampler saw of its refused positions."""
+        refused = drafted - kept
+        if not refused:
+            return
+        if self.logits_processors and self.logits_processors[i]:
+            self._token_context[i]._size -= refused
+        rewind = getattr(self.samplers[i] if self.samplers else None, "rewind", None)
+        if rewind is not None:
+            rewind(refused)
+
+    def _drop_refused(self, refused: list[int]) -> None:
+        """Drop each row's refused positions (and padding) from the end of its cache."""
+        common = min(refused)
+        shifts = [count - common for count in refused]
+        for cache in self.prompt_cache:
+            if common:
+                cache.trim(common)
+            if any(shifts):
+                cache.prepare(right_padding=shifts)
+                cache.finalize()
+
+    def _respond(self, pending, drafts, kept, sampled, logprobs) -> list:
+        responses, keep, next_tokens, next_logprobs = [], [], [], []
+        for i in range(len(self.uids)):
+            emitted = [pending[i], *drafts[i][: kept[i]]]
+            rows = [self._next_logprobs[i], *(logprobs[i][j] for j in range(kept[i]))]
+            next_tokens.append(sampled[i][kept[i]])
+            next_logprobs.append(logprobs[i][kept[i]])
+            finished = False
+            for position, (token, row) in enumerate(zip(emitted, rows, strict=True)):
+                self.tokens[i].append(token)
+                self._num_tokens[i] += 1
+                reason = "length" if self._num_tokens[i] >= self.max_tokens[i] else None
+                if self._matchers[i].advance(token):
+                    reason = "stop"
+                cache = None
+                if reason is not None:
+                    finished = True
+                    cache = self._finished_cache(i, unused=len(emitted) - 1 - position)
+                responses.append(
+                    DraftedResponse(
+                        uid=self.uids[i],
+                        token=token,
+                        logprobs=row,
+                        finish_reason=reason,
+                        prompt_cache=cache,
+                        all_tokens=self.tokens[i] if reason is not None else None,
+                        drafted=position > 0,
+                    )
+                )
+                if finished:
+                    break
+            if not finished:
+                keep.append(i)
+        self._next_tokens = mx.array(next_tokens)
+        self._next_logprobs = next_logprobs
+        if len(keep) < len(self.uids):
+            self.filter(keep)
+        return responses
+
+    def _finished_cache(self, i: int, *, unused: int) -> list:
+        """Row `i`'s cache, less the kept drafts after the token it finished on."""
+        cache = self.extract_cache(i)
+        if unused:
+            for layer in cache:
+                layer.trim(unused)
+        return cache
+
+
+class SpeculativeGenerator(BatchGenerator):
+    """mlx-lm's BatchGenerator whose generation batch verifies drafts."""
+
+    def __init__(self, model, *, speculation: Speculation, **options) -> None:
+        super().__init__(model, **options)
+        batch = VerifyingBatch.empty(self.model, self.sampler)
+        batch.speculation = speculation
+        self._generation_batch = batch
