@@ -37,12 +37,18 @@ def usage(finished: list[Finished]) -> dict:
     """One prompt, and the tokens of every choice generated from it."""
     prompt = finished[0].prompt_tokens
     completion = sum(each.completion_tokens for each in finished)
-    return {
+    body = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": finished[0].cached_tokens},
     }
+    if any(each.speculative for each in finished):  # drafted: OpenAI's Predicted Outputs
+        body["completion_tokens_details"] = {
+            "accepted_prediction_tokens": sum(e.accepted_prediction_tokens for e in finished),
+            "rejected_prediction_tokens": sum(e.rejected_prediction_tokens for e in finished),
+        }
+    return body
 
 
 def chat_logprobs(entries: list[TokenLogprob]) -> dict:

@@ -102,5 +102,6 @@ async def plan_generation(
         cache_scope=cache_scope(caller),
         cache_session=request.cache_session,
         kv=kv_scheme(request.kv, record.name),
+        **request.draft,
     )
     return PlannedGeneration(record, request, call)

@@ -59,6 +59,9 @@ class GenerateCall:
     cache_scope: str = ""  # the caller, unless the prompt cache is shared (global)
     cache_session: str | None = None  # a prompt-cache session the client named
     kv: KVScheme | None = None  # a quantized KV cache; None: plain
+    draft_model: str | None = None  # "ngram" or "none"; None: ngram when predicting
+    num_draft_tokens: int | None = None
+    prediction: str | None = None  # OpenAI's Predicted Outputs: text to draft from
 
 
 @dataclass(frozen=True)

@@ -266,6 +266,12 @@ class WorkerServer:
                     else {"enabled": False, "entries": 0, "bytes": 0}
                 ),
                 "kv_cache": kv_cache_report(stats),
+                "speculative": {
+                    "verify_steps": stats.verify_steps,
+                    "drafted_tokens": stats.drafted_tokens,
+                    "accepted_tokens": stats.accepted_tokens,
+                    "acceptance_rate": round(stats.acceptance_rate, 4),
+                },
                 "context_length": engine.context_length,
                 "blas": asdict(blas_state()),
                 "device": device_name(),
