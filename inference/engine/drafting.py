@@ -9,13 +9,11 @@ model kept. Drafts never change what is generated, only how many tokens one step
 from __future__ import annotations
 
 import bisect
-import math
 from dataclasses import dataclass
 
 # One extra verified position costs about this share of a decode step on the CPU this lab
 # was measured on (SmolLM2-135M, 4-bit kernel path: 21 ms a step, about 4.5 ms a position
-# more). A draft of j tokens is worth proposing while the chance that all j are kept
-# exceeds it (see Drafter.budget).
+# more). Drafter.budget weighs it against the tokens a longer draft is expected to add.
 POSITION_COST = 0.2
 # Drafts per step when the request names no num_draft_tokens.
 DEFAULT_DRAFT_TOKENS = 12
@@ -85,24 +83,26 @@ class Drafter:
         self._history = NgramIndex(2, 5)
         self._cursor = 0  # where the last kept prediction draft ended
         self._last_prediction_end: int | None = None
-        # Acceptance, decayed: kept drafts, and drafts that were the first refused.
-        self._kept, self._refused = 4.0, 0.0
+        # Acceptance, decayed: kept drafts, and drafts that were the first refused. A
+        # prediction starts trusted; prompt lookup earns it.
+        self._kept, self._refused = (8.0, 0.0) if self.prediction else (3.0, 1.0)
         self.proposed = 0
         self.accepted = 0  # drafted tokens the model kept (a stop may cut a few off later)
 
     def budget(self) -> int:
         """How many tokens to draft now: up to the limit, fewer while drafts are refused.
 
-        With a per-token acceptance `a`, a draft of j tokens is kept whole with chance
-        a**j; the j-th is worth verifying while that beats POSITION_COST.
+        With a per-token acceptance `a`, a draft of k tokens yields (1 - a**(k+1)) / (1 - a)
+        tokens for a pass costing 1 + k * POSITION_COST steps: the k that yields the most
+        per step's cost.
         """
         if self.plan.num_draft_tokens is not None:
             return self.limit
-        rate = (self._kept + 1) / (self._kept + self._refused + 2)
-        if rate >= 1:
-            return self.limit
-        worth = math.floor(math.log(POSITION_COST) / math.log(rate))
-        return max(1, min(self.limit, worth))
+        rate = min((self._kept + 1) / (self._kept + self._refused + 2), 0.999)
+        return max(
+            range(1, self.limit + 1),
+            key=lambda k: (1 - rate ** (k + 1)) / (1 - rate) / (1 + k * POSITION_COST),
+        )
 
     def propose(self, history: list[int], limit: int) -> list[int]:
         """Up to `limit` tokens expected after `history` (the prompt, the text so far and

@@ -134,6 +134,7 @@ class Runner:
             max_rows=config.max_verify_rows,
             exact=exact,
             enabled=config.max_verify_rows >= 2 and can_speculate(loaded.model),
+            stop_tokens=frozenset(tokenizer.eos_token_ids),
         )
         if self.speculation.enabled and exact:
             # Without a wrappable attention, verifying passes attend all queries at once.

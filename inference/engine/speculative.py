@@ -87,18 +87,20 @@ def _broadcastable(keys, mask, sinks) -> bool:
 
 def _each_query(queries, keys, values, scale: float, mask):
     """MLX's CPU attention (its fallback: scale, matmul, masked precise softmax, matmul),
-    with every query a batch entry of its own: each product is then one query's, as in a
-    plain step, over keys masked past its position (their weights are exactly zero)."""
+    with every query a batch entry of its own (its heads sharing a KV head as the rows of
+    one product, as in a plain step), over keys masked past its position (their weights
+    are exactly zero). Measured: 101 ms a 13-position pass, against 111 ms with each head
+    apart and 92.5 ms attending all queries at once (CPU time, SmolLM2-135M)."""
     batch, heads, length, dims = queries.shape
     kv_heads, total = keys.shape[1], keys.shape[2]
     q = mx.array(scale, queries.dtype) * queries
-    q = q.reshape(batch, kv_heads, heads // kv_heads, length, 1, dims)
-    k, v = keys[:, :, None, None], values[:, :, None, None]
-    scores = q @ k.swapaxes(-1, -2)
-    visible = mask.reshape(mask.shape[0], 1, 1, length, 1, total)
+    q = q.reshape(batch, kv_heads, heads // kv_heads, length, dims).transpose(0, 1, 3, 2, 4)
+    scores = q @ keys[:, :, None].swapaxes(-1, -2)
+    visible = mask.reshape(mask.shape[0], 1, length, 1, total)
     scores = mx.where(visible, scores, mx.array(-mx.inf, scores.dtype))
     weights = mx.softmax(scores, axis=-1, precise=True)
-    return (weights @ v).reshape(batch, heads, length, values.shape[-1])
+    out = weights @ values[:, :, None]
+    return out.transpose(0, 1, 3, 2, 4).reshape(batch, heads, length, values.shape[-1])
 
 
 def _query_by_query(attention, queries, keys, values, cache, scale, mask, sinks):
@@ -174,6 +176,7 @@ class Speculation:
     max_rows: int = 15  # batch x positions of one verifying pass
     exact: bool = True
     enabled: bool = True  # False: the model cannot speculate (can_speculate)
+    stop_tokens: frozenset[int] = frozenset()  # a row about to feed one ends: no drafts
     drafters: dict[int, Drafter] = field(default_factory=dict)
     stats: DraftStats = field(default_factory=DraftStats)
 
@@ -218,7 +221,7 @@ class VerifyingBatch(GenerationBatch):
         for i, drafter in enumerate(drafters):
             # The pending token counts toward max_tokens, and so does each kept draft.
             room = min(width - 1, self.max_tokens[i] - self._num_tokens[i] - 1)
-            if drafter is None or room < 1:
+            if drafter is None or room < 1 or pending[i] in speculation.stop_tokens:
                 drafts.append([])
                 continue
             drafts.append(drafter.propose(self.tokens[i] + [pending[i]], room))
