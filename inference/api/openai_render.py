@@ -43,11 +43,14 @@ def usage(finished: list[Finished]) -> dict:
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": finished[0].cached_tokens},
     }
+    details = {}
     if any(each.speculative for each in finished):  # drafted: OpenAI's Predicted Outputs
-        body["completion_tokens_details"] = {
-            "accepted_prediction_tokens": sum(e.accepted_prediction_tokens for e in finished),
-            "rejected_prediction_tokens": sum(e.rejected_prediction_tokens for e in finished),
-        }
+        details["accepted_prediction_tokens"] = sum(e.accepted_prediction_tokens for e in finished)
+        details["rejected_prediction_tokens"] = sum(e.rejected_prediction_tokens for e in finished)
+    if forwarded := sum(each.fast_forwarded_tokens for each in finished):
+        details["fast_forwarded_tokens"] = forwarded  # a grammar's forced tokens (README)
+    if details:
+        body["completion_tokens_details"] = details
     return body
 
 

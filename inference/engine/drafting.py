@@ -9,6 +9,7 @@ model kept. Drafts never change what is generated, only how many tokens one step
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass
 
 # One extra verified position costs about this share of a decode step on the CPU this lab
@@ -131,6 +132,31 @@ class Drafter:
         self._refused = 0.8 * self._refused + (1 if accepted < proposed else 0)
         if self._last_prediction_end is not None:
             self._cursor = self._last_prediction_end + accepted
+
+    @property
+    def rejected(self) -> int:
+        return self.proposed - self.accepted
+
+
+class ForcedDrafter:
+    """Token fast-forwarding: drafts are the tokens a grammar admits as the only way on
+    (`forced(token)`: xgrammar's jump-forward tokens after the token about to be fed).
+    Verified like any draft, so a forced token the model would have spelled otherwise (the
+    grammar's tokenization is not always the model's) is refused, not forced."""
+
+    fast_forward = True
+
+    def __init__(self, forced: Callable[[int], list[int]], limit: int = MAX_DRAFT_TOKENS) -> None:
+        self.forced, self.limit = forced, limit
+        self.proposed = 0
+        self.accepted = 0
+
+    def propose(self, history: list[int], limit: int) -> list[int]:
+        return list(self.forced(history[-1])[: min(limit, self.limit)])
+
+    def observe(self, proposed: int, accepted: int) -> None:
+        self.proposed += proposed
+        self.accepted += accepted
 
     @property
     def rejected(self) -> int:

@@ -174,6 +174,7 @@ class Finished:
     speculative: bool = False
     accepted_prediction_tokens: int = 0
     rejected_prediction_tokens: int = 0
+    fast_forwarded_tokens: int = 0  # a grammar's forced tokens, verified in one pass
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from mlx_lm.generate import StopSequences
 from mlx_lm.sample_utils import greedy_sampler
 
 from .adapters import activate, load_adapter
-from .drafting import Drafter
+from .drafting import Drafter, ForcedDrafter
 from .grammar import GrammarProcessor
 from .kv_cache import QuantizedRowCache
 from .kv_lanes import LaneKey, Lanes
@@ -49,6 +49,7 @@ def guarded(function: Callable, sequence: Sequence, *, fallback: Callable) -> Ca
 
     if hasattr(function, "rewind"):  # a seeded sampler (sampling.py), for verifying steps
         call.rewind = function.rewind
+    call.inner = function  # a grammar's matcher takes refused drafts back (speculative.py)
     return call
 
 
@@ -219,8 +220,10 @@ class Runner:
         try:
             sampler = self._sampler(request.sampling, sequence)
             processors = build_logits_processors(request.sampling)
+            grammar = None
             if request.grammar is not None:  # last, so bias can't revive a masked token
-                processors.append(GrammarProcessor(request.grammar))
+                grammar = GrammarProcessor(request.grammar)
+                processors.append(grammar)
             plan = self.prompt_cache.lookup(
                 request.prompt_tokens,
                 request.cache_scope,
@@ -246,19 +249,26 @@ class Runner:
             return None
         self.prompt_cache.expect(uid, plan)
         sequence.cached_tokens = plan.cached_tokens
-        if request.draft is not None:
-            sequence.drafter = self._drafter_for(uid, request)
+        if request.draft is not None or grammar is not None:
+            sequence.drafter = self._drafter_for(uid, request, grammar)
         self._active[uid] = sequence
         self._uid_of[pending.request_id] = uid
         self.stats.prompt_tokens += len(request.prompt_tokens)
         return uid
 
-    def _drafter_for(self, uid: int, request) -> Drafter | None:
-        """The row's drafter, or None where its drafts could not be verified: a grammar's
-        matcher cannot take tokens back, and some models' caches cannot drop them."""
-        if request.grammar is not None or not self.speculation.enabled:
+    def _drafter_for(self, uid: int, request, grammar: GrammarProcessor | None):
+        """The row's drafter: a grammar's forced tokens (fast-forwarding, not when logprobs
+        are asked for), else prompt lookup; None where no draft could be verified (some
+        models' caches cannot drop tokens)."""
+        if not self.speculation.enabled:
             return None
-        drafter = self.speculation.drafters[uid] = Drafter(request.draft)
+        if grammar is not None:
+            if request.logprobs:
+                return None
+            drafter = ForcedDrafter(grammar.forced_after)
+        else:
+            drafter = Drafter(request.draft)
+        self.speculation.drafters[uid] = drafter
         return drafter
 
     def _sampler(self, params: SamplingParams, sequence: Sequence) -> Sampler | None:

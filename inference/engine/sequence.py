@@ -88,6 +88,7 @@ class Sequence:
             self.pending_logprobs = []
 
     def _finish(self, reason: str) -> None:
+        forced = getattr(self.drafter, "fast_forward", False)
         self.done = True
         self.parser.finish()
         if self.parser.tool_calls and reason == "stop":
@@ -100,10 +101,13 @@ class Sequence:
                 cached_tokens=self.cached_tokens,
                 stop_sequence=self.stop.matched,
                 speculative=self.request.draft is not None,
-                accepted_prediction_tokens=self.accepted_drafts,
+                accepted_prediction_tokens=0 if forced else self.accepted_drafts,
                 rejected_prediction_tokens=(
-                    self.drafter.proposed - self.accepted_drafts if self.drafter else 0
+                    self.drafter.proposed - self.accepted_drafts
+                    if self.drafter and not forced
+                    else 0
                 ),
+                fast_forwarded_tokens=self.accepted_drafts if forced else 0,
             )
         )
 

@@ -124,6 +124,11 @@ def _query_by_query(attention, queries, keys, values, cache, scale, mask, sinks)
     return mx.concatenate(outputs, axis=2)
 
 
+def _taken(processor) -> int | None:
+    """How many tokens a stateful processor (a grammar) has taken; None for the others."""
+    return getattr(getattr(processor, "inner", processor), "accepted", None)
+
+
 def _until(tensor, end: int):
     if isinstance(tensor, tuple):  # a quantized cache's (packed, scales, biases)
         return tuple(part[..., :end, :] for part in tensor)
@@ -239,8 +244,10 @@ class VerifyingBatch(GenerationBatch):
         )
         with exact_attention(speculation.exact):
             logits = self.model(inputs, cache=self.prompt_cache)
-        sampled, logprobs = [], []
+        sampled, logprobs, taken = [], [], []
         for i, (token, draft) in enumerate(zip(pending, drafts, strict=True)):
+            processors = self.logits_processors[i] if self.logits_processors else ()
+            taken.append([_taken(processor) for processor in processors])
             row_tokens, row_logprobs = self._sample_row(
                 i, logits[i, : 1 + len(draft)], token, draft
             )
@@ -254,7 +261,7 @@ class VerifyingBatch(GenerationBatch):
             while count < len(draft) and row[count] == draft[count]:
                 count += 1
             kept.append(count)
-            self._settle_row(i, len(draft), count)
+            self._settle_row(i, len(draft), count, taken[i])
             drafter = speculation.drafters.get(self.uids[i])
             if drafter is not None and draft:
                 drafter.observe(len(draft), count)
@@ -287,12 +294,17 @@ class VerifyingBatch(GenerationBatch):
             tokens = sampler(logprobs)
         return tokens, logprobs
 
-    def _settle_row(self, i: int, drafted: int, kept: int) -> None:
+    def _settle_row(self, i: int, drafted: int, kept: int, taken: list) -> None:
         """Take back what row `i`'s processors and sampler saw of its refused positions."""
         refused = drafted - kept
+        processors = self.logits_processors[i] if self.logits_processors else ()
+        for processor, before in zip(processors, taken, strict=True):
+            inner = getattr(processor, "inner", processor)
+            if before is not None:  # a grammar: keep what it took of p and the kept drafts
+                inner.rollback(inner.accepted - min(inner.accepted, before + 1 + kept))
         if not refused:
             return
-        if self.logits_processors and self.logits_processors[i]:
+        if processors:
             self._token_context[i]._size -= refused
         rewind = getattr(self.samplers[i] if self.samplers else None, "rewind", None)
         if rewind is not None:

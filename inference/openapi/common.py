@@ -297,6 +297,7 @@ USAGE = obj(
             {
                 "accepted_prediction_tokens": {"type": "integer"},
                 "rejected_prediction_tokens": {"type": "integer"},
+                "fast_forwarded_tokens": {"type": "integer"},
             }
         ),
     },

@@ -160,3 +160,23 @@ def test_bad_draft_fields_are_400s_in_each_protocols_shape(http, model):
     )
     assert responses.status_code == 400
     assert responses.json()["error"]["param"] == "draft_model"
+
+
+def test_a_schema_s_forced_tokens_are_counted_as_fast_forwarded(client, model):
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
+        "required": ["city", "country"],
+    }
+    common = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Name a city and its country as JSON."}],
+        "max_tokens": 40,
+        "temperature": 0,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": schema}},
+    }
+    forwarded = client.chat.completions.create(**common)
+    reference = client.chat.completions.create(**common, logprobs=True)  # never fast-forwarded
+    assert forwarded.choices[0].message.content == reference.choices[0].message.content
+    assert forwarded.usage.completion_tokens_details.fast_forwarded_tokens > 0
+    assert reference.usage.completion_tokens_details is None

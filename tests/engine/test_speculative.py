@@ -240,3 +240,35 @@ def test_a_drafter_follows_its_prediction_and_backs_off():
 def test_draft_plans_check_themselves(kwargs, message):
     with pytest.raises(ValueError, match=message):
         DraftPlan(**kwargs)
+
+
+SCHEMA = (
+    '{"type": "object", "properties": {"name": {"type": "string"}, "colour": {"enum": '
+    '["red", "green", "blue"]}, "legs": {"type": "integer"}}, "required": ["name", "colour", '
+    '"legs"]}'
+)
+
+
+def test_a_grammar_s_forced_tokens_are_fast_forwarded_verified(engine, plain):
+    compiler = GrammarCompiler(
+        engine.tokenizer, engine.vocab_size, sorted(engine.tokenizer.eos_token_ids)
+    )
+    grammar = compiler.compile(GrammarSpec("json_schema", SCHEMA))
+    prompt = chat_tokens(engine, "Describe an animal as JSON.")
+    # logprobs asked for: no fast-forwarding (the reference); then without: fast-forwarded.
+    expected = generate(engine, GenerationRequest(prompt, 40, grammar=grammar, logprobs=True))
+    forwarded = generate(engine, GenerationRequest(prompt, 40, grammar=grammar))
+    assert forwarded.text == expected.text
+    assert expected.end.fast_forwarded_tokens == 0
+    assert forwarded.end.fast_forwarded_tokens > 0
+    assert not forwarded.end.speculative
+    assert forwarded.end.accepted_prediction_tokens == forwarded.end.rejected_prediction_tokens
+    # Beside plain and drafting rows, and twice at once (each matcher takes back its own).
+    runs = [
+        submit(engine, GenerationRequest(prompt, 40, grammar=grammar)),
+        submit(engine, request(engine, "list", draft=DraftPlan())),
+        submit(engine, GenerationRequest(prompt, 40, grammar=grammar)),
+    ]
+    assert runs[0].wait().text == expected.text
+    assert token_ids(runs[1].wait()) == token_ids(plain["list"])
+    assert runs[2].wait().text == expected.text
