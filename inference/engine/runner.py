@@ -13,7 +13,6 @@ from mlx_lm.generate import StopSequences
 from mlx_lm.sample_utils import greedy_sampler
 
 from .adapters import activate, load_adapter
-from .drafting import Drafter, ForcedDrafter
 from .grammar import GrammarProcessor
 from .kv_cache import QuantizedRowCache
 from .kv_lanes import LaneKey, Lanes
@@ -23,7 +22,7 @@ from .request import Failed, SamplingParams
 from .sampling import Sampler, build_logits_processors, build_sampler, sampler_key
 from .scheduler import Pending, Plan
 from .sequence import Sequence
-from .speculative import Speculation, SpeculativeGenerator, can_speculate, install_exact_attention
+from .speculative import SpeculativeGenerator, speculation_for
 
 log = logging.getLogger(__name__)
 
@@ -128,18 +127,9 @@ class Runner:
         # leader uid -> requests for the same prompt, admitted once its prefill is cached
         self._followers: dict[int, list[Pending]] = {}
         self._shared_samplers: dict[tuple, Sampler] = {}
-        # Query-by-query attention buys bit-exact verification only where every matmul
-        # computes a row alike whatever the row count: the quantized kernel (speculative.py).
-        exact = config.exact_verification and loaded.fast_path.path == "kernel"
-        self.speculation = Speculation(
-            max_rows=config.max_verify_rows,
-            exact=exact,
-            enabled=config.max_verify_rows >= 2 and can_speculate(loaded.model),
-            stop_tokens=frozenset(tokenizer.eos_token_ids),
+        self.speculation = speculation_for(
+            loaded, max_rows=config.max_verify_rows, exact=config.exact_verification
         )
-        if self.speculation.enabled and exact:
-            # Without a wrappable attention, verifying passes attend all queries at once.
-            self.speculation.exact = install_exact_attention(loaded.model)
 
     @property
     def size(self) -> int:
@@ -250,26 +240,11 @@ class Runner:
         self.prompt_cache.expect(uid, plan)
         sequence.cached_tokens = plan.cached_tokens
         if request.draft is not None or grammar is not None:
-            sequence.drafter = self._drafter_for(uid, request, grammar)
+            sequence.drafter = self.speculation.register(uid, request, grammar)
         self._active[uid] = sequence
         self._uid_of[pending.request_id] = uid
         self.stats.prompt_tokens += len(request.prompt_tokens)
         return uid
-
-    def _drafter_for(self, uid: int, request, grammar: GrammarProcessor | None):
-        """The row's drafter: a grammar's forced tokens (fast-forwarding, not when logprobs
-        are asked for), else prompt lookup; None where no draft could be verified (some
-        models' caches cannot drop tokens)."""
-        if not self.speculation.enabled:
-            return None
-        if grammar is not None:
-            if request.logprobs:
-                return None
-            drafter = ForcedDrafter(grammar.forced_after)
-        else:
-            drafter = Drafter(request.draft)
-        self.speculation.drafters[uid] = drafter
-        return drafter
 
     def _sampler(self, params: SamplingParams, sequence: Sequence) -> Sampler | None:
         """The row's sampler; rows that sample alike share one, so the batch samples once.

@@ -35,128 +35,19 @@ This reaches into mlx-lm 0.32.2's GenerationBatch: it has no public hook for a s
 
 from __future__ import annotations
 
-import sys
-import threading
-from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, GenerationBatch
-from mlx_lm.models import base
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
-from .drafting import Drafter
-
-_exact = threading.local()
-
-
-@contextmanager
-def exact_attention(enabled: bool = True):
-    """Inside: attention over several new queries runs one query at a time (see above)."""
-    previous = getattr(_exact, "on", False)
-    _exact.on = enabled
-    try:
-        yield
-    finally:
-        _exact.on = previous
-
-
-def _per_query(attention: Callable) -> Callable:
-    def attend(queries, keys, values, cache, scale, mask, sinks=None):
-        if queries.shape[2] == 1 or not getattr(_exact, "on", False):
-            return attention(queries, keys, values, cache, scale, mask, sinks)
-        if _broadcastable(keys, mask, sinks):
-            return _each_query(queries, keys, values, scale, mask)
-        return _query_by_query(attention, queries, keys, values, cache, scale, mask, sinks)
-
-    attend.exact_attention = True
-    return attend
-
-
-def _broadcastable(keys, mask, sinks) -> bool:
-    return (
-        not isinstance(keys, tuple)
-        and sinks is None
-        and isinstance(mask, mx.array)
-        and mask.dtype == mx.bool_
-        and mask.ndim == 4
-        and mask.shape[1] == 1
-    )
-
-
-def _each_query(queries, keys, values, scale: float, mask):
-    """MLX's CPU attention (its fallback: scale, matmul, masked precise softmax, matmul),
-    with every query a batch entry of its own (its heads sharing a KV head as the rows of
-    one product, as in a plain step), over keys masked past its position (their weights
-    are exactly zero). Measured: 101 ms a 13-position pass, against 111 ms with each head
-    apart and 92.5 ms attending all queries at once (CPU time, SmolLM2-135M)."""
-    batch, heads, length, dims = queries.shape
-    kv_heads, total = keys.shape[1], keys.shape[2]
-    q = mx.array(scale, queries.dtype) * queries
-    q = q.reshape(batch, kv_heads, heads // kv_heads, length, dims).transpose(0, 1, 3, 2, 4)
-    scores = q @ keys[:, :, None].swapaxes(-1, -2)
-    visible = mask.reshape(mask.shape[0], 1, length, 1, total)
-    scores = mx.where(visible, scores, mx.array(-mx.inf, scores.dtype))
-    weights = mx.softmax(scores, axis=-1, precise=True)
-    out = weights @ values[:, :, None]
-    return out.transpose(0, 1, 3, 2, 4).reshape(batch, heads, length, values.shape[-1])
-
-
-def _query_by_query(attention, queries, keys, values, cache, scale, mask, sinks):
-    """One attention call a query, over the keys up to it (quantized caches, sinks)."""
-    length = queries.shape[2]
-    total = (keys[0] if isinstance(keys, tuple) else keys).shape[2]
-    outputs = []
-    for j in range(length):
-        end = total - length + j + 1
-        outputs.append(
-            attention(
-                queries[:, :, j : j + 1],
-                _until(keys, end),
-                _until(values, end),
-                cache,
-                scale,
-                _mask_row(mask, j, end),
-                sinks,
-            )
-        )
-    return mx.concatenate(outputs, axis=2)
+from .drafting import Drafter, ForcedDrafter
+from .exact_attention import exact_attention, install_exact_attention
 
 
 def _taken(processor) -> int | None:
     """How many tokens a stateful processor (a grammar) has taken; None for the others."""
     return getattr(getattr(processor, "inner", processor), "accepted", None)
-
-
-def _until(tensor, end: int):
-    if isinstance(tensor, tuple):  # a quantized cache's (packed, scales, biases)
-        return tuple(part[..., :end, :] for part in tensor)
-    return tensor[..., :end, :]
-
-
-def _mask_row(mask, row: int, end: int):
-    if mask is None or isinstance(mask, str):  # "causal": one query sees every key up to it
-        return None
-    rows = mask.shape[-2]
-    return mask[..., row : row + 1, :end] if rows > 1 else mask[..., :end]
-
-
-def install_exact_attention(model) -> bool:
-    """Route the attention of `model`'s modules through `_per_query`; False if the model's
-    code calls no mlx-lm attention we can wrap (its verify passes then attend at once)."""
-    installed = False
-    for module_name in {type(m).__module__ for m in model.modules()}:
-        module = sys.modules.get(module_name)
-        attention = getattr(module, "scaled_dot_product_attention", None)
-        if attention is None:
-            continue
-        if getattr(attention, "exact_attention", False):
-            installed = True
-        elif attention is base.scaled_dot_product_attention:
-            module.scaled_dot_product_attention = _per_query(attention)
-            installed = True
-    return installed
 
 
 def can_speculate(model) -> bool:
@@ -182,8 +73,33 @@ class Speculation:
     exact: bool = True
     enabled: bool = True  # False: the model cannot speculate (can_speculate)
     stop_tokens: frozenset[int] = frozenset()  # a row about to feed one ends: no drafts
-    drafters: dict[int, Drafter] = field(default_factory=dict)
+    drafters: dict[int, Drafter | ForcedDrafter] = field(default_factory=dict)
     stats: DraftStats = field(default_factory=DraftStats)
+
+    def register(self, uid: int, request, grammar) -> Drafter | ForcedDrafter | None:
+        """The row's drafter: a grammar's forced tokens (fast-forwarding, not when logprobs
+        are asked for), else prompt lookup; None where no draft could be verified."""
+        if not self.enabled or (grammar is not None and request.logprobs):
+            return None
+        drafter = ForcedDrafter(grammar.forced_after) if grammar else Drafter(request.draft)
+        self.drafters[uid] = drafter
+        return drafter
+
+
+def speculation_for(loaded, *, max_rows: int, exact: bool) -> Speculation:
+    """A loaded model's speculation. Query-by-query attention buys bit-exact verification
+    only where every matmul computes a row alike whatever the row count: the quantized
+    kernel path; without a wrappable attention, verifying passes attend all at once."""
+    exact = exact and loaded.fast_path.path == "kernel"
+    speculation = Speculation(
+        max_rows=max_rows,
+        exact=exact,
+        enabled=max_rows >= 2 and can_speculate(loaded.model),
+        stop_tokens=frozenset(loaded.tokenizer.eos_token_ids),
+    )
+    if speculation.enabled and exact:
+        speculation.exact = install_exact_attention(loaded.model)
+    return speculation
 
 
 class DraftedResponse(GenerationBatch.Response):
