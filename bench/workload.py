@@ -38,6 +38,8 @@ class StreamResult:
     cached_tokens: int | None  # prompt tokens a server reported as served from its cache
     usage_reported: bool
     elapsed: float
+    accepted: int | None = None  # drafted tokens in the reply (speculative decoding)
+    rejected: int | None = None
 
 
 def client_for(base_url: str) -> AsyncOpenAI:
@@ -75,6 +77,7 @@ async def stream_chat(
     # counting chunks is only the fallback for a server that omits it.
     tokens = usage.completion_tokens if usage else chunks
     details = getattr(usage, "prompt_tokens_details", None) if usage else None
+    drafted = getattr(usage, "completion_tokens_details", None) if usage else None
     return StreamResult(
         ttft=first - sent,
         decode_tps=(tokens - 1) / (last - first) if tokens > 1 and last > first else None,
@@ -83,6 +86,8 @@ async def stream_chat(
         cached_tokens=getattr(details, "cached_tokens", None),
         usage_reported=usage is not None,
         elapsed=done - sent,
+        accepted=getattr(drafted, "accepted_prediction_tokens", None),
+        rejected=getattr(drafted, "rejected_prediction_tokens", None),
     )
 
 

@@ -180,6 +180,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             **reply.stats.snapshot(finish.completion_tokens if finish else None),
             "prompt_tokens": finish.prompt_tokens if finish else prompt_tokens,
             "cached_tokens": finish.cached_tokens if finish else 0,
+            # Speculative decoding (README, "Faster decoding"): drafts kept and refused,
+            # and a grammar's forced tokens verified in one pass.
+            "accepted_prediction_tokens": finish.accepted_prediction_tokens if finish else 0,
+            "rejected_prediction_tokens": finish.rejected_prediction_tokens if finish else 0,
+            "fast_forwarded_tokens": finish.fast_forwarded_tokens if finish else 0,
             "finish_reason": finish.finish_reason
             if finish
             else ("interrupted" if interrupted else "cancelled"),

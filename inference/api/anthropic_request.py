@@ -306,4 +306,5 @@ def parse_messages_request(body: dict, *, count_only: bool = False) -> ChatCall:
         adapter=fields.adapter(body),
         cache_session=fields.cache_session(body),
         kv=fields.kv_cache(body),
+        draft=fields.drafting(body),
     )

@@ -37,13 +37,21 @@ def usage(finished: list[Finished]) -> dict:
     """One prompt, and the tokens of every choice generated from it."""
     prompt = finished[0].prompt_tokens
     completion = sum(each.completion_tokens for each in finished)
-    counts = {
+    body = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": finished[0].cached_tokens},
     }
-    return {**counts, **resumed(finished[0])}
+    details = {}
+    if any(each.speculative for each in finished):  # drafted: OpenAI's Predicted Outputs
+        details["accepted_prediction_tokens"] = sum(e.accepted_prediction_tokens for e in finished)
+        details["rejected_prediction_tokens"] = sum(e.rejected_prediction_tokens for e in finished)
+    if forwarded := sum(each.fast_forwarded_tokens for each in finished):
+        details["fast_forwarded_tokens"] = forwarded  # a grammar's forced tokens (README)
+    if details:
+        body["completion_tokens_details"] = details
+    return {**body, **resumed(finished[0])}
 
 
 def resumed(finished: Finished) -> dict:

@@ -34,7 +34,7 @@ def parse_prompt(body: dict) -> str:
     return prompt
 
 
-def _generation_fields(body: dict, logprobs: tuple[bool, int]) -> dict:
+def _generation_fields(body: dict, logprobs: tuple[bool, int], *, prediction: bool = False) -> dict:
     """The fields chat and text completions share, in mlx_lm.server's order; `logprobs`
     is checked first, apart, for mlx-bun's order of checks."""
     logprobs, top_logprobs = logprobs
@@ -50,6 +50,7 @@ def _generation_fields(body: dict, logprobs: tuple[bool, int]) -> dict:
         n=fields.n(body),
         adapter=fields.adapter(body),
         kv=fields.kv_cache(body),
+        draft=fields.drafting(body, prediction=prediction),
     )
 
 
@@ -60,7 +61,7 @@ def parse_chat_completion(body: dict) -> ChatCall:
     messages = parse_messages(body)
     logprobs = fields.check_logprobs(body)
     effort = check_reasoning_effort(body)
-    shared = _generation_fields(body, logprobs)
+    shared = _generation_fields(body, logprobs, prediction=True)
     return ChatCall(
         messages=messages,
         tools=parse_tools(body),

@@ -29,6 +29,7 @@ SHARED_FIELDS = (
     "repetition_penalty", "repetition_context_size", "presence_penalty", "presence_context_size",
     "frequency_penalty", "frequency_context_size", "xtc_probability", "xtc_threshold",
     "adapter", "chat_template_kwargs", "kv_bits", "kv_group_size", "quantized_kv_start",
+    "draft_model", "num_draft_tokens",
 )  # fmt: skip
 VLLM_FIELDS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
 
@@ -274,4 +275,5 @@ def responses_chat_call(call: ResponsesCall, history: list[dict]) -> ChatCall:
         adapter=fields.adapter(shared),
         cache_session=fields.cache_session({"prompt_cache_key": body.get("prompt_cache_key")}),
         kv=fields.kv_cache(shared),
+        draft=fields.drafting(shared),
     )

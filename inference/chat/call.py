@@ -35,6 +35,7 @@ class ChatCall:
     adapter: str | None = None  # as sent; plan_generation resolves it
     cache_session: str | None = None  # session_id / prompt_cache_key
     kv: dict = field(default_factory=dict)  # the KV-cache fields the request set, checked
+    draft: dict = field(default_factory=dict)  # draft_model, num_draft_tokens, prediction
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.prompt is None):

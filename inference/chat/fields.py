@@ -11,6 +11,7 @@ from __future__ import annotations
 from labsettings import lab_settings
 
 from .. import adapter_registry
+from ..engine.drafting import MAX_DRAFT_TOKENS
 from ..engine.request import KV_BITS, KV_GROUP_SIZES, MAX_TOP_LOGPROBS
 from ..errors import ApiError
 
@@ -139,6 +140,46 @@ def kv_cache(body: dict) -> dict:
     if fields["group_size"] is not None and fields["group_size"] not in KV_GROUP_SIZES:
         raise ApiError("kv_group_size must be 32, 64 or 128", param="kv_group_size")
     return {name: value for name, value in fields.items() if value is not None}
+
+
+DRAFT_METHODS = ("ngram", "none")
+
+
+def drafting(body: dict, *, prediction: bool = False) -> dict:
+    """Speculative decoding's fields as set: `draft_model` ("ngram": prompt lookup, or
+    "none"), mlx_lm.server's `num_draft_tokens`, and (chat completions) OpenAI's
+    `prediction`, whose text drafts are looked up in first."""
+    fields = dict(
+        draft_model=field(body, "draft_model", str),
+        num_draft_tokens=field(body, "num_draft_tokens", int, low=1, high=MAX_DRAFT_TOKENS),
+        prediction=predicted_text(body.get("prediction")) if prediction else None,
+    )
+    method = fields["draft_model"]
+    if method is not None and method not in DRAFT_METHODS:
+        raise ApiError(
+            f"draft_model {method!r} is not available: draft models are not served yet; "
+            "use 'ngram' (prompt lookup) or 'none'",
+            param="draft_model",
+        )
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+def predicted_text(prediction) -> str | None:
+    """OpenAI's `prediction`: {"type": "content", "content": a string or text parts}."""
+    if prediction is None:
+        return None
+    usage = 'prediction must be {"type": "content", "content": <string or text parts>}'
+    if not isinstance(prediction, dict) or prediction.get("type") != "content":
+        raise ApiError(usage, param="prediction")
+    content = prediction.get("content")
+    if isinstance(content, list) and all(
+        isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+        for part in content
+    ):
+        content = "".join(part["text"] for part in content)
+    if not isinstance(content, str):
+        raise ApiError(usage, param="prediction")
+    return content
 
 
 def check_logprobs(body: dict) -> tuple[bool, int]:

@@ -104,5 +104,6 @@ async def plan_generation(
         kv=kv_scheme(request.kv, record.name),
         # n choices of one prompt would share one checkpoint key: none of them resumes.
         resumable=request.n == 1,
+        **request.draft,
     )
     return PlannedGeneration(record, request, call)

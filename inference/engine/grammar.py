@@ -153,10 +153,11 @@ class GrammarProcessor:
         self._started = False
         for token in replayed:
             self._matcher.accept_token(token)
+        self.accepted = 0  # tokens the matcher took, so a verifying step can take some back
 
     def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
-        if self._started:
-            self._matcher.accept_token(tokens[-1].item())
+        if self._started and self._matcher.accept_token(tokens[-1].item()):
+            self.accepted += 1
         self._started = True
         if self._matcher.is_terminated():
             return logits
@@ -167,6 +168,24 @@ class GrammarProcessor:
             padding = mx.full((1, logits.shape[-1] - self._vocab_size), -mx.inf, logits.dtype)
             masked = mx.concatenate([masked, padding], axis=-1)
         return masked
+
+    def forced_after(self, token: int) -> list[int]:
+        """The tokens the grammar admits as the only continuation once `token` (sampled, not
+        yet taken) is taken: xgrammar's jump-forward tokens; the matcher left as it was."""
+        if not self._started or self._matcher.is_terminated():
+            return []
+        if not self._matcher.accept_token(token):
+            return []
+        try:
+            return self._matcher.find_jump_forward_tokens()
+        finally:
+            self._matcher.rollback(1)
+
+    def rollback(self, count: int) -> None:
+        """Take back the last `count` tokens taken (drafts a verifying step refused)."""
+        if count > 0:
+            self._matcher.rollback(count)
+            self.accepted -= count
 
 
 def schema_text(schema: dict | str) -> str:

@@ -13,6 +13,7 @@ import signal
 import threading
 from dataclasses import dataclass
 
+from .drafting import DraftPlan
 from .grammar import GrammarCompiler, GrammarError, GrammarSpec, degrade_instruction, schema_text
 from .kv_cache import kv_scheme_problem
 from .loader import LoadedModel
@@ -275,6 +276,19 @@ class PromptBuilder:
             )
         return room
 
+    def _draft_plan(self, call) -> DraftPlan | None:
+        """Prompt lookup when asked for, or by default for a request that predicts."""
+        method = call.draft_model or ("ngram" if call.prediction is not None else "none")
+        if method == "none":
+            return None
+        predicted = call.prediction or ""
+        if len(predicted) > self.loaded.context_length * CHARS_PER_TOKEN:
+            raise PromptRejected(
+                "prediction is far longer than this model's context length", param="prediction"
+            )
+        tokens = self.loaded.tokenizer.encode(predicted, add_special_tokens=False)
+        return DraftPlan(method, call.num_draft_tokens, tuple(tokens))
+
     def _request(self, call, prompt: list[int], grammar, output) -> GenerationRequest:
         """Fit the request into the context window, or say plainly why it cannot."""
         vocab_size = self.loaded.vocab_size
@@ -318,6 +332,7 @@ class PromptBuilder:
                 cache_scope=call.cache_scope,
                 cache_session=call.cache_session,
                 kv=call.kv,
+                draft=self._draft_plan(call),
             )
         except ValueError as exc:
             raise PromptRejected(str(exc)) from None

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .drafting import DraftPlan
+
 # mlx_lm.server caps top_logprobs at 11 (it mirrors the OpenAI API's old limit).
 MAX_TOP_LOGPROBS = 11
 
@@ -114,6 +116,7 @@ class GenerationRequest:
     cache_session: str | None = None  # the prompt-cache session it continues (prompt_cache.py)
     kv: KVScheme | None = None  # None: a plain KV cache (the model's dtype)
     resume: Resume | None = None  # checkpointed, and resumed from an earlier attempt's
+    draft: DraftPlan | None = None  # speculative decoding (drafting.py); None: none
 
     def __post_init__(self) -> None:
         if not self.prompt_tokens:
@@ -178,6 +181,12 @@ class Finished:
     cached_tokens: int = 0
     stop_sequence: str | None = None
     resumed_from: int = 0  # completion tokens replayed from a checkpoint (0: not resumed)
+    # Speculative decoding: whether the request drafted, and its drafted tokens that are
+    # in the completion (accepted) or not (rejected); the two add up to all it drafted.
+    speculative: bool = False
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
+    fast_forwarded_tokens: int = 0  # a grammar's forced tokens, verified in one pass
 
 
 @dataclass(frozen=True)

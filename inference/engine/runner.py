@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from mlx_lm.generate import BatchGenerator, StopSequences
+from mlx_lm.generate import StopSequences
 from mlx_lm.sample_utils import greedy_sampler
 
 from . import decode_mask
@@ -27,6 +27,7 @@ from .resuming import Resuming
 from .sampling import Sampler, build_logits_processors, build_sampler, sampler_key
 from .scheduler import Pending, Plan
 from .sequence import Sequence
+from .speculative import SpeculativeGenerator, speculation_for
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,9 @@ def guarded(function: Callable, sequence: Sequence, *, fallback: Callable) -> Ca
                 sequence.error = exc
         return fallback(*args)
 
+    if hasattr(function, "rewind"):  # a seeded sampler (sampling.py), for verifying steps
+        call.rewind = function.rewind
+    call.inner = function  # a grammar's matcher takes refused drafts back (speculative.py)
     return call
 
 
@@ -67,12 +71,19 @@ class EngineConfig:
     prompt_cache: PromptCacheConfig = field(default_factory=PromptCacheConfig)
     checkpoints: CheckpointConfig = field(default_factory=CheckpointConfig)
     warm_up: bool | None = None  # compile the serving shapes before ready; None: on a GPU only
+    # Speculative decoding (speculative.py): the most batch rows x positions one verifying
+    # pass may hold (below the quantized kernel's BLAS threshold, so that a pass computes
+    # each position as a plain step would), and whether attention runs query by query.
+    max_verify_rows: int = 15
+    exact_verification: bool = True
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1 or self.prefill_batch_size < 1:
             raise ValueError("batch sizes must be at least 1")
         if self.prefill_step_size < 1:
             raise ValueError("prefill_step_size must be at least 1")
+        if self.max_verify_rows < 0:
+            raise ValueError("max_verify_rows must be at least 0")
 
 
 @dataclass
@@ -87,10 +98,17 @@ class EngineStats:
     kv_bytes: dict[str, int] = field(default_factory=dict)  # live KV cache bytes by scheme
     kv_peak_bytes: dict[str, int] = field(default_factory=dict)
     kv_peak_total: int = 0
+    verify_steps: int = 0  # speculative decoding: verifying passes, drafted and kept tokens
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
 
     @property
     def tokens_per_second(self) -> float:
         return self.generated_tokens / self.decode_seconds if self.decode_seconds else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
 
 
 class Runner:
@@ -133,6 +151,9 @@ class Runner:
         # leader uid -> requests for the same prompt, admitted once its prefill is cached
         self._followers: dict[int, list[Pending]] = {}
         self._shared_samplers: dict[tuple, Sampler] = {}
+        self.speculation = speculation_for(
+            loaded, max_rows=config.max_verify_rows, exact=config.exact_verification
+        )
 
     @property
     def size(self) -> int:
@@ -141,9 +162,10 @@ class Runner:
     def start(self, stream) -> None:
         self._lanes = Lanes(lambda: self._new_generator(stream))
 
-    def _new_generator(self, stream) -> BatchGenerator:
-        return BatchGenerator(
+    def _new_generator(self, stream) -> SpeculativeGenerator:
+        return SpeculativeGenerator(
             self.loaded.model,
+            speculation=self.speculation,
             stop_tokens=None,
             completion_batch_size=self.config.max_batch_size,
             prefill_batch_size=self.config.prefill_batch_size,
@@ -215,8 +237,10 @@ class Runner:
         try:
             sampler = self._sampler(request.sampling, sequence, step=len(replayed))
             processors = build_logits_processors(request.sampling)
+            grammar = None
             if request.grammar is not None:  # last, so bias can't revive a masked token
-                processors.append(GrammarProcessor(request.grammar, replayed))
+                grammar = GrammarProcessor(request.grammar, replayed)
+                processors.append(grammar)
             plan = self.prompt_cache.lookup(
                 prompt,
                 request.cache_scope,
@@ -242,6 +266,8 @@ class Runner:
             return None
         self.prompt_cache.expect(uid, plan)
         sequence.cached_tokens = min(plan.cached_tokens, len(request.prompt_tokens))
+        if request.draft is not None or grammar is not None:
+            sequence.drafter = self.speculation.register(uid, request, grammar)
         self._active[uid] = sequence
         self._uid_of[pending.request_id] = uid
         self.stats.prompt_tokens += len(request.prompt_tokens)
@@ -327,6 +353,9 @@ class Runner:
         if responses:
             self.stats.decode_seconds += time.perf_counter() - started
             self.stats.generated_tokens += len(responses)
+        drafts = self.speculation.stats
+        self.stats.verify_steps = drafts.steps
+        self.stats.drafted_tokens, self.stats.accepted_tokens = drafts.drafted, drafts.accepted
         ended = self._postprocess(responses)
         try:
             self._lanes.move_due(self._schemes_below_start())
@@ -373,7 +402,12 @@ class Runner:
             if response.finish_reason is not None:  # stored before Finished goes out
                 self.prompt_cache.save_finished(response)
             try:
-                done = sequence.on_token(response.token, response.logprobs, response.finish_reason)
+                done = sequence.on_token(
+                    response.token,
+                    response.logprobs,
+                    response.finish_reason,
+                    drafted=getattr(response, "drafted", False),
+                )
             except Exception as exc:
                 log.exception("postprocessing failed for request %s", sequence.request_id)
                 ended += self._fail(sequence, f"generation failed: {exc}")
@@ -433,6 +467,7 @@ class Runner:
     def _release(self, uid: int) -> None:
         self.prompt_cache.forget(uid)
         self._lanes.forget(uid)
+        self.speculation.drafters.pop(uid, None)
         sequence = self._active.pop(uid, None)
         if sequence is not None:
             self._uid_of.pop(sequence.request_id, None)

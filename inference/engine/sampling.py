@@ -54,17 +54,31 @@ def sampler_key(params: SamplingParams) -> tuple:
     )
 
 
-def _seeded(sampler: Sampler, seed: int, step: int) -> Sampler:
-    def sample(logprobs: mx.array) -> mx.array:
-        nonlocal step
-        mx.random.seed((seed * 1_000_003 + step) % (1 << 63))
-        step += 1
+class _Seeded:
+    """Draw the n-th token of a request from a key made of (seed, n), whatever the batch.
+
+    `step` starts past the tokens a resumed generation already holds (checkpoints.py);
+    `rewind` steps the count back over draws whose tokens were not kept (a verifying
+    step samples every drafted position; speculative.py).
+    """
+
+    def __init__(self, sampler: Sampler, seed: int, step: int = 0) -> None:
+        self.sampler, self.seed, self.step = sampler, seed, step
+
+    def __call__(self, logprobs: mx.array) -> mx.array:
+        mx.random.seed((self.seed * 1_000_003 + self.step) % (1 << 63))
+        self.step += 1
         try:
-            return sampler(logprobs)
+            return self.sampler(logprobs)
         finally:
             mx.random.seed(_entropy.getrandbits(63))
 
-    return sample
+    def rewind(self, draws: int) -> None:
+        self.step -= draws
+
+
+def _seeded(sampler: Sampler, seed: int, step: int) -> Sampler:
+    return _Seeded(sampler, seed, step)
 
 
 def build_logits_processors(params: SamplingParams) -> list[LogitsProcessor]:

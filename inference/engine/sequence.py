@@ -51,6 +51,8 @@ class Sequence:
     pending_logprobs: list[TokenLogprob] = field(default_factory=list)
     done: bool = False
     error: Exception | None = None  # set by a failing sampler or logits processor
+    drafter: object = None  # drafting.Drafter, when the request drafts
+    accepted_drafts: int = 0  # drafted tokens taken into the completion
 
     def __post_init__(self) -> None:
         self.detokenizer = _faithful(self.tokenizer.detokenizer)
@@ -58,14 +60,18 @@ class Sequence:
         output = self.request.output or OutputFormat()
         self.parser = OutputParser(output, self.emit)
 
-    def on_token(self, token: int, logprobs: mx.array, finish_reason: str | None) -> bool:
+    def on_token(
+        self, token: int, logprobs: mx.array, finish_reason: str | None, *, drafted: bool = False
+    ) -> bool:
         """Turn one sampled token into events. Returns True when the sequence ended.
 
         mlx-lm reports finish_reason "stop" on an end-of-sequence token, which is
-        never shown; a text stop sequence ends the sequence here instead.
+        never shown; a text stop sequence ends the sequence here instead. `drafted`: the
+        token was a draft the model kept (speculative.py).
         """
         self.completion_tokens += 1
         self.tokens.append(token)
+        self.accepted_drafts += drafted
         is_eos = finish_reason == "stop"
         if not is_eos:
             self.detokenizer.add_token(token)
@@ -93,6 +99,7 @@ class Sequence:
             self.pending_logprobs = []
 
     def _finish(self, reason: str) -> None:
+        forced = getattr(self.drafter, "fast_forward", False)
         self.done = True
         self.parser.finish()
         if self.parser.tool_calls and reason == "stop":
@@ -105,6 +112,14 @@ class Sequence:
                 cached_tokens=self.cached_tokens,
                 stop_sequence=self.stop.matched,
                 resumed_from=self.resumed_from,
+                speculative=self.request.draft is not None,
+                accepted_prediction_tokens=0 if forced else self.accepted_drafts,
+                rejected_prediction_tokens=(
+                    self.drafter.proposed - self.accepted_drafts
+                    if self.drafter and not forced
+                    else 0
+                ),
+                fast_forwarded_tokens=self.accepted_drafts if forced else 0,
             )
         )
 

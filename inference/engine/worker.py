@@ -324,6 +324,12 @@ class WorkerServer:
                     if engine.runner is not None and engine.runner.checkpoints is not None
                     else {"enabled": False}
                 ),
+                "speculative": {
+                    "verify_steps": stats.verify_steps,
+                    "drafted_tokens": stats.drafted_tokens,
+                    "accepted_tokens": stats.accepted_tokens,
+                    "acceptance_rate": round(stats.acceptance_rate, 4),
+                },
                 "context_length": engine.context_length,
                 "blas": asdict(blas_state()),
                 "device": device_name(),

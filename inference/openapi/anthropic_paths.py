@@ -5,6 +5,7 @@ from __future__ import annotations
 from .common import (
     WARNING_HEADER,
     Schema,
+    draft_fields,
     errors,
     integer,
     json_content,
@@ -124,6 +125,7 @@ def messages_request(limit: int, *, count_only: bool = False) -> Schema:
             top_p=number(0, 1),
             top_k=integer(0),
             **kv_fields(),
+            **draft_fields(),
         )
         required = ("model", "max_tokens", "messages")
     return obj(properties, required)

@@ -205,6 +205,41 @@ def kv_fields() -> dict[str, Schema]:
     }
 
 
+def draft_fields() -> dict[str, Schema]:
+    """Speculative decoding (README, "Faster decoding")."""
+    return {
+        "draft_model": {
+            "type": ["string", "null"],
+            "enum": ["ngram", "none", None],
+            "description": "ngram: drafts by prompt lookup; none: no drafts.",
+        },
+        "num_draft_tokens": {**integer(1, 64), "description": "Most tokens drafted a step."},
+    }
+
+
+PREDICTION = nullable(
+    obj(
+        {
+            "type": {"enum": ["content"]},
+            "content": {
+                "anyOf": [
+                    {"type": "string"},
+                    {
+                        "type": "array",
+                        "items": obj(
+                            {"type": {"enum": ["text"]}, "text": {"type": "string"}},
+                            ("type", "text"),
+                        ),
+                    },
+                ]
+            },
+        },
+        ("type", "content"),
+        description="OpenAI's Predicted Outputs: text the reply likely repeats, drafted from.",
+    )
+)
+
+
 def session_field(mlx_bun_name: bool = False) -> Schema:
     name = "mlx-bun's name for prompt_cache_key" if mlx_bun_name else "OpenAI's field"
     return {
@@ -248,6 +283,7 @@ def openai_generation_fields(limit: int) -> dict[str, Schema]:
         "prompt_cache_key": session_field(),
         "session_id": session_field(mlx_bun_name=True),
         **kv_fields(),
+        **draft_fields(),
     }
 
 
@@ -266,6 +302,13 @@ USAGE = obj(
         "total_tokens": {"type": "integer"},
         "prompt_tokens_details": obj({"cached_tokens": {"type": "integer"}}),
         "resumed_from": RESUMED_FROM,
+        "completion_tokens_details": obj(
+            {
+                "accepted_prediction_tokens": {"type": "integer"},
+                "rejected_prediction_tokens": {"type": "integer"},
+                "fast_forwarded_tokens": {"type": "integer"},
+            }
+        ),
     },
     ("prompt_tokens", "completion_tokens", "total_tokens"),
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..chat.messages import MEDIA_PARTS
-from .common import Schema, nullable, obj, openai_generation_fields
+from .common import PREDICTION, Schema, nullable, obj, openai_generation_fields
 
 # Any part with a string `text` is text (OpenAI's `text`, the Responses API's
 # `input_text`...); media parts need a model that sees them (chat/messages.py).
@@ -128,6 +128,7 @@ def chat_request(limit: int) -> Schema:
                 {"enum": ["none", "minimal", "low", "medium", "high", "xhigh"]}
             ),
             "chat_template_kwargs": nullable({"type": "object"}),
+            "prediction": PREDICTION,
         },
         ("messages",),
     )

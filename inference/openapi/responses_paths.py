@@ -6,6 +6,7 @@ from .common import (
     SEED,
     WARNING_HEADER,
     Schema,
+    draft_fields,
     errors,
     integer,
     json_content,
@@ -77,6 +78,7 @@ def responses_request(limit: int) -> Schema:
             "seed": SEED,
             "stop": stop_field(),
             **kv_fields(),
+            **draft_fields(),
             "metadata": nullable(
                 {
                     "type": "object",

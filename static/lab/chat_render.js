@@ -78,6 +78,14 @@ export function renderStats(statsEl, stats) {
   if (isNumber(stats.cached_tokens) && stats.cached_tokens > 0) {
     parts.push(statSpan('cached', `${stats.cached_tokens} cached`));
   }
+  const drafted = (stats.accepted_prediction_tokens || 0) + (stats.rejected_prediction_tokens || 0);
+  if (isNumber(stats.accepted_prediction_tokens) && drafted > 0) {
+    const rate = Math.round((100 * stats.accepted_prediction_tokens) / drafted);
+    parts.push(statSpan('drafts', `drafts ${stats.accepted_prediction_tokens}/${drafted} kept (${rate}%)`));
+  }
+  if (isNumber(stats.fast_forwarded_tokens) && stats.fast_forwarded_tokens > 0) {
+    parts.push(statSpan('forwarded', `${stats.fast_forwarded_tokens} fast-forwarded`));
+  }
   if (stats.finish_reason && stats.finish_reason !== 'stop') {
     parts.push(statSpan('finish', `finish: ${stats.finish_reason}`));
   }

@@ -40,6 +40,7 @@ def no_kernel(monkeypatch):
     yield monkeypatch
     monkeypatch.undo()
     qk.reset_kernel_state()
+    qk.kernel_state()  # loaded again: the session's engine routes its layers through it
 
 
 def _close(got: mx.array, want: mx.array) -> None:

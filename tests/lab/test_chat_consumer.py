@@ -242,3 +242,28 @@ def test_a_worker_that_dies_mid_reply_keeps_the_partial_reply_marked_interrupted
     saved = Message.objects.get(id=done["message"]["id"])
     assert saved.content == done["message"]["content"]
     assert saved.stats["finish_reason"] == "interrupted"
+
+
+def test_a_structured_reply_counts_its_fast_forwarded_tokens(registered_models, alice):
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
+        "required": ["city", "country"],
+    }
+
+    async def scenario():
+        chat = await connected(alice)
+        await chat.send_json_to(
+            send(
+                "Name a city and its country as JSON.",
+                structured={"kind": "json_schema", "schema": schema},
+                params={**GREEDY, "max_tokens": 40},
+            )
+        )
+        done, _ = await until(chat, "done")
+        await chat.disconnect()
+        return done
+
+    stats = run(scenario)["message"]["stats"]
+    assert stats["fast_forwarded_tokens"] > 0
+    assert stats["accepted_prediction_tokens"] == stats["rejected_prediction_tokens"] == 0
