@@ -6,6 +6,7 @@ from .cpu_fast_path import load_blas_from_environment
 load_blas_from_environment()
 
 from .bridge import stream_events
+from .config import EngineConfig
 from .engine import Engine
 from .loader import LoadedModel, load_model
 from .request import (
@@ -18,7 +19,6 @@ from .request import (
     TextDelta,
     TokenLogprob,
 )
-from .runner import EngineConfig
 
 __all__ = [
     "Engine",

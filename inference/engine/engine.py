@@ -14,11 +14,12 @@ from collections.abc import Callable
 import mlx.core as mx
 
 from .accelerator import WarmUpShapes, on_gpu, warm_up
+from .config import EngineConfig, EngineStats
 from .disk_writer import DiskWriter
 from .loader import LoadedModel
 from .prompt_cache import PromptCache
 from .request import Event, GenerationRequest
-from .runner import EngineConfig, EngineStats, Runner
+from .runner import Runner
 from .scheduler import Scheduler
 
 log = logging.getLogger(__name__)

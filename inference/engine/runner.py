@@ -6,25 +6,31 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from mlx_lm.generate import StopSequences
 from mlx_lm.sample_utils import greedy_sampler
 
 from . import decode_mask
 from .adapters import activate, load_adapter
-from .checkpoints import CheckpointConfig, CheckpointStore
+from .checkpoints import CheckpointStore
+from .config import EngineConfig, EngineStats
 from .disk_writer import DiskWriter
 from .grammar import GrammarProcessor
 from .identity import model_identity
 from .kv_cache import QuantizedRowCache
 from .kv_lanes import LaneKey, Lanes
 from .loader import LoadedModel
-from .prompt_cache import PromptCache, PromptCacheConfig
+from .prompt_cache import PromptCache
 from .request import Failed, SamplingParams
 from .resuming import Resuming
-from .sampling import Sampler, build_logits_processors, build_sampler, sampler_key
+from .sampling import (
+    Sampler,
+    build_logits_processors,
+    build_sampler,
+    guarded,
+    sampler_key,
+    unchanged,
+)
 from .scheduler import Pending, Plan
 from .sequence import Sequence
 from .speculative import SpeculativeGenerator, speculation_for
@@ -34,81 +40,6 @@ log = logging.getLogger(__name__)
 # Distinct sampling settings kept for sharing; a row holds its own reference, so a clear
 # only costs the next rows one build.
 MAX_SHARED_SAMPLERS = 64
-
-
-def guarded(function: Callable, sequence: Sequence, *, fallback: Callable) -> Callable:
-    """Run one request's sampler or logits processor inside the shared batch step.
-
-    A failure is recorded on its own sequence (failed at postprocess) and the
-    fallback keeps the step going, so the other rows of the batch never see it.
-    """
-
-    def call(*args):
-        if sequence.error is None:
-            try:
-                return function(*args)
-            except Exception as exc:
-                sequence.error = exc
-        return fallback(*args)
-
-    if hasattr(function, "rewind"):  # a seeded sampler (sampling.py), for verifying steps
-        call.rewind = function.rewind
-    call.inner = function  # a grammar's matcher takes refused drafts back (speculative.py)
-    return call
-
-
-def _unchanged(tokens, logits):
-    return logits
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """Knobs of one engine; defaults suit a small CPU machine."""
-
-    max_batch_size: int = 8
-    prefill_batch_size: int = 4
-    prefill_step_size: int = 512
-    prompt_cache: PromptCacheConfig = field(default_factory=PromptCacheConfig)
-    checkpoints: CheckpointConfig = field(default_factory=CheckpointConfig)
-    warm_up: bool | None = None  # compile the serving shapes before ready; None: on a GPU only
-    # Speculative decoding (speculative.py): the most batch rows x positions one verifying
-    # pass may hold (below the quantized kernel's BLAS threshold, so that a pass computes
-    # each position as a plain step would), and whether attention runs query by query.
-    max_verify_rows: int = 15
-    exact_verification: bool = True
-
-    def __post_init__(self) -> None:
-        if self.max_batch_size < 1 or self.prefill_batch_size < 1:
-            raise ValueError("batch sizes must be at least 1")
-        if self.prefill_step_size < 1:
-            raise ValueError("prefill_step_size must be at least 1")
-        if self.max_verify_rows < 0:
-            raise ValueError("max_verify_rows must be at least 0")
-
-
-@dataclass
-class EngineStats:
-    requests_completed: int = 0
-    requests_failed: int = 0
-    requests_cancelled: int = 0
-    prompt_tokens: int = 0
-    generated_tokens: int = 0
-    decode_seconds: float = 0.0
-    warm_up_seconds: float = 0.0
-    kv_bytes: dict[str, int] = field(default_factory=dict)  # live KV cache bytes by scheme
-    kv_peak_bytes: dict[str, int] = field(default_factory=dict)
-    kv_peak_total: int = 0
-    verify_steps: int = 0  # speculative decoding: verifying passes, drafted and kept tokens
-    drafted_tokens: int = 0
-    accepted_tokens: int = 0
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.generated_tokens / self.decode_seconds if self.decode_seconds else 0.0
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
 
 
 class Runner:
@@ -256,7 +187,7 @@ class Runner:
                 all_tokens=[prompt[: plan.cached_tokens]],
                 max_tokens=[request.max_tokens - len(replayed)],
                 samplers=[sampler],
-                logits_processors=[[guarded(p, sequence, fallback=_unchanged) for p in processors]],
+                logits_processors=[[guarded(p, sequence, fallback=unchanged) for p in processors]],
                 stop_sequences=[self._stop_tokens],
             )
         except Exception as exc:  # a bad request fails alone

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import mlx.core as mx
 from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
 from .request import SamplingParams
+
+if TYPE_CHECKING:
+    from .sequence import Sequence
 
 Sampler = Callable[[mx.array], mx.array]
 LogitsProcessor = Callable[[mx.array, mx.array], mx.array]
@@ -92,3 +96,28 @@ def build_logits_processors(params: SamplingParams) -> list[LogitsProcessor]:
         params.frequency_penalty,
         params.frequency_context_size,
     )
+
+
+def guarded(function: Callable, sequence: Sequence, *, fallback: Callable) -> Callable:
+    """Run one request's sampler or logits processor inside the shared batch step.
+
+    A failure is recorded on its own sequence (failed at postprocess) and the
+    fallback keeps the step going, so the other rows of the batch never see it.
+    """
+
+    def call(*args):
+        if sequence.error is None:
+            try:
+                return function(*args)
+            except Exception as exc:
+                sequence.error = exc
+        return fallback(*args)
+
+    if hasattr(function, "rewind"):  # a seeded sampler (sampling.py), for verifying steps
+        call.rewind = function.rewind
+    call.inner = function  # a grammar's matcher takes refused drafts back (speculative.py)
+    return call
+
+
+def unchanged(tokens, logits):
+    return logits

@@ -26,12 +26,12 @@ import zmq
 
 from . import link, wire
 from .accelerator import device_name
+from .config import EngineConfig, EngineStats
 from .cpu_fast_path import blas_state
 from .engine import Engine
 from .loader import LoadedModel
 from .prompt import PromptBuilder, PromptLimits, PromptRejected
 from .request import Failed, Finished
-from .runner import EngineConfig, EngineStats
 
 log = logging.getLogger(__name__)
 
