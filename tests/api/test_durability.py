@@ -138,6 +138,15 @@ def checkpoint_files(lab: Lab) -> list[Path]:
     return [path for path in folder.glob("*.ckpt") if not path.name.startswith(".")]
 
 
+def checkpoint_files_settled(lab: Lab, seconds: float = 10.0) -> list[Path]:
+    """The checkpoints once the writer thread has caught up: a finished generation's file
+    is deleted off the decode path, just after its Finished event went out."""
+    deadline = time.monotonic() + seconds
+    while (files := checkpoint_files(lab)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return files
+
+
 def test_a_seeded_stream_whose_worker_is_killed_resumes_into_the_uninterrupted_text(lab):
     lab.ready(DEFAULT_MODEL)
     whole = stream(lab, seed=41)
@@ -181,4 +190,4 @@ def test_a_retry_with_another_seed_or_stop_list_starts_afresh(lab):
     assert other_stop.resumed_from is None and "resumed_from" not in other_stop.usage.model_extra
     retry = stream(lab, seed=43)  # the checkpoint is still there for the identical retry
     assert int(retry.resumed_from) >= 10 and retry.text.startswith(left.text)
-    assert checkpoint_files(lab) == []  # finished: deleted
+    assert checkpoint_files_settled(lab) == []  # finished: deleted
