@@ -123,14 +123,11 @@ async def stats(request: HttpRequest) -> JsonResponse:
             "active_bytes": sum(s.active_bytes for s in statuses if s),
             "peak_bytes": sum(s.peak_bytes for s in statuses if s),
             "cache_bytes": sum(s.cache_bytes for s in statuses if s),
-            "dense_weight_bytes": sum(
-                m["fast_path"]["dense_weight_bytes"] for m in models.values()
-            ),
-            "quantized_weight_bytes": sum(
-                m["fast_path"]["quantized_weight_bytes"] for m in models.values()
-            ),
-            "prompt_cache_bytes": sum(m["prompt_cache"]["bytes"] for m in models.values()),
-            "kv_cache_bytes": sum(m["kv_cache"]["bytes"] for m in models.values()),
+            # A worker reports what it has (a distributed rank has no prompt cache): absent is 0.
+            "dense_weight_bytes": _total(models, "fast_path", "dense_weight_bytes"),
+            "quantized_weight_bytes": _total(models, "fast_path", "quantized_weight_bytes"),
+            "prompt_cache_bytes": _total(models, "prompt_cache", "bytes"),
+            "kv_cache_bytes": _total(models, "kv_cache", "bytes"),
         },
         "blas": next(iter(models.values()))["blas"] if models else None,
         "engine": report,
@@ -139,3 +136,7 @@ async def stats(request: HttpRequest) -> JsonResponse:
     if not models:
         body["unavailable"] = "inference engine unavailable: no model worker is resident"
     return JsonResponse(body)
+
+
+def _total(models: dict, part: str, figure: str) -> int:
+    return sum(model.get(part, {}).get(figure, 0) for model in models.values())

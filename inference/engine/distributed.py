@@ -235,8 +235,8 @@ class DistributedWorker:
                 "requests_completed": self.completed, "requests_failed": 0,
                 "requests_cancelled": self.cancelled, "prompt_tokens": 0,
                 "generated_tokens": self.generated, "decode_tokens_per_second": 0.0,
-                "fast_path": {"dense_weight_bytes": 0}, "prompt_cache": {"bytes": 0},
-                "kv_cache": {"bytes": 0}, "blas": None,
+                "fast_path": {"dense_weight_bytes": 0, "quantized_weight_bytes": 0},
+                "prompt_cache": {"bytes": 0}, "kv_cache": {"bytes": 0}, "blas": None,
                 "distributed": {"backend": "ring", "ranks": self.group.size()},
             },
         )  # fmt: skip
