@@ -163,6 +163,10 @@ def _chat(page, text: str) -> None:
     page.click("#send-button")
 
 
+# A reply on a shared 2-core machine can take longer than expect()'s own 5 s default.
+REPLY = 120_000
+
+
 def test_a_lab_conversation_streams_on_either_replica(replicas, browser):
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     context.set_default_timeout(60_000)
@@ -171,17 +175,17 @@ def test_a_lab_conversation_streams_on_either_replica(replicas, browser):
         log_in(page, replicas.a.url)
         _chat(page, "Name a colour.")
         replies = page.locator(".message[data-role=assistant]")
-        expect(replies.last).to_have_attribute("data-id", re.compile(r"\d+"))
-        expect(page).to_have_url(re.compile(r"/\?c=\d+$"))
+        expect(replies.last).to_have_attribute("data-id", re.compile(r"\d+"), timeout=REPLY)
+        expect(page).to_have_url(re.compile(r"/\?c=\d+$"), timeout=REPLY)
         conversation = page.url.rsplit("=", 1)[1]
 
         # The same browser on the other replica: the session (in the shared database)
         # holds, and the conversation goes on there.
         page.goto(f"{replicas.b.url}/?c={conversation}")
-        expect(replies).to_have_count(1)
+        expect(replies).to_have_count(1, timeout=REPLY)
         _chat(page, "Another one?")
-        expect(replies).to_have_count(2)
-        expect(replies.last).to_have_attribute("data-id", re.compile(r"\d+"))
+        expect(replies).to_have_count(2, timeout=REPLY)
+        expect(replies.last).to_have_attribute("data-id", re.compile(r"\d+"), timeout=REPLY)
         expect(page.locator("#chat-error")).to_be_hidden()
     finally:
         context.close()

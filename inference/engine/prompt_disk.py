@@ -263,6 +263,8 @@ class DiskTier:
             (self.folder / name).unlink(missing_ok=True)
 
     def clear(self) -> None:
+        # A write queued before the clear must not land after it and bring an entry back.
+        self.writer.flush(timeout=30)
         with self._lock:
             for name in list(self._entries):
                 self._remove(name)
