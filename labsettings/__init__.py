@@ -6,10 +6,7 @@ it means. `mlxlab/settings.py` builds it once, `MLXLAB = LabSettings.from_enviro
 os.environ)`, and app code reads it typed, `from labsettings import lab_settings;
 lab_settings.max_n`.
 
-`lab_settings` reads `django.conf.settings.MLXLAB` on every access, so an override
-(pytest-django's `settings` fixture, `override_settings`) takes effect at once, with no
-cache to reload on `setting_changed` as DRF's `api_settings` must. An override replaces
-the whole object: `settings.MLXLAB = settings.MLXLAB.replace(max_n=2)`.
+`lab_settings` (proxy.py) reads it afresh on every access.
 
 This package sits below every app and imports none of them. The OpenBLAS variables
 (MLXLAB_BLAS_PATH, MLXLAB_BLAS_THREADS) are not here: the BLAS loads before Django
@@ -40,6 +37,7 @@ from .parsers import (
     parse_path_limits,
     parse_worker_addresses,
 )
+from .proxy import LabSettingsProxy
 from .rows import Derived, Setting, setting, under_var
 
 # The checkout: var/ lives in it unless MLXLAB_VAR_DIR says otherwise.
@@ -400,24 +398,5 @@ TABLE: tuple[Setting, ...] = tuple(
 )
 
 
-class _LabSettingsProxy:
-    """`settings.MLXLAB`, looked up on every attribute access (see the module's note)."""
-
-    __slots__ = ()
-
-    def __getattr__(self, name: str) -> Any:
-        from django.conf import settings
-
-        return getattr(settings.MLXLAB, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("lab settings are read-only: override settings.MLXLAB instead")
-
-    def __repr__(self) -> str:
-        from django.conf import settings
-
-        return repr(settings.MLXLAB)
-
-
 # Typed as what it stands for, so that `lab_settings.max_n` is an int to a type checker.
-lab_settings: LabSettings = _LabSettingsProxy()  # type: ignore[assignment]
+lab_settings: LabSettings = LabSettingsProxy()  # type: ignore[assignment]
