@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/step.py            # MLX's quantized, dense float32, our kernel
     .venv/bin/python bench/step.py --steps 30 --paths kernel,dense
+    .venv/bin/python bench/step.py --paths kernel,unfused   # fused decode layers or not
 
 Each path runs in a child process of its own, so that its resident memory is its own;
 they alternate `--rounds` times, as the CPU may be shared (the best round counts).
@@ -13,6 +14,7 @@ figures behind the findings in docs/BENCHMARKS.md ("The CPU fast path ... findin
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -61,6 +63,7 @@ PATHS = {
     "mlx": FastPathOptions(enabled=False),
     "dense": FastPathOptions(weights="dense"),
     "kernel": FastPathOptions(weights="kernel"),
+    "unfused": FastPathOptions(weights="kernel"),  # the kernel, MLXLAB_FUSED_DECODE=0
 }
 
 
@@ -98,7 +101,8 @@ def main() -> None:
     for _ in range(args.rounds):
         for path in args.paths.split(","):
             command = [sys.executable, __file__, "--one", path, "--steps", str(args.steps)]
-            subprocess.run([*command, "--prompt", str(args.prompt)], check=True)
+            env = dict(os.environ, MLXLAB_FUSED_DECODE="0" if path == "unfused" else "1")
+            subprocess.run([*command, "--prompt", str(args.prompt)], check=True, env=env)
 
 
 if __name__ == "__main__":

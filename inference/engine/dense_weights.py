@@ -16,7 +16,14 @@ import mlx.nn as nn
 from mlx.utils import tree_unflatten
 
 from .cpu_fast_path import blas_state
-from .quantized_kernel import kernel_state, route_through_kernel, supports
+from .fused_decode import fuse_decode_layers
+from .quantized_kernel import (
+    fused_decode_enabled,
+    kernel_module,
+    kernel_state,
+    route_through_kernel,
+    supports,
+)
 
 QUANTIZED_KINDS = (nn.QuantizedLinear, nn.QuantizedEmbedding)
 # auto: the quantized kernel where it loads (a third of the memory, ~2x the decode
@@ -54,6 +61,7 @@ class FastPathReport:
     layers_on_kernel: int = 0
     kernel: str | None = None  # how the kernel runs, e.g. "avx2, 2 threads, ..."
     quantized_weight_bytes: int = 0  # what the kernel reads: packed weights, scales, biases
+    layers_fused: int = 0  # decoder layers whose decode steps run as two native calls
 
 
 class DenseLinear(nn.Module):
@@ -133,6 +141,9 @@ def apply_fast_path(model: nn.Module, options: FastPathOptions) -> FastPathRepor
         packed = sum(quantized_bytes(module) for _, module in layers if supports(module))
         count = route_through_kernel(model, layers)
         reason = f"{count} of {len(layers)} quantized layers on the quantized matmul kernel"
+        fused = fuse_decode_layers(model, kernel_module()) if fused_decode_enabled() else 0
+        if fused:
+            reason += f"; {fused} decoder layers decode as two native calls each"
         return FastPathReport(
             "kernel",
             reason,
@@ -140,6 +151,7 @@ def apply_fast_path(model: nn.Module, options: FastPathOptions) -> FastPathRepor
             layers_on_kernel=count,
             kernel=kernel.description,
             quantized_weight_bytes=packed,
+            layers_fused=fused,
         )
     if options.weights == "kernel":
         return FastPathReport("quantized", kernel.reason, blas.path)

@@ -28,9 +28,14 @@ def exact_attention(enabled: bool = True):
         _exact.on = previous
 
 
+def exact_attention_on() -> bool:
+    """Whether this thread is inside `exact_attention()` (a verifying pass)."""
+    return getattr(_exact, "on", False)
+
+
 def _per_query(attention: Callable) -> Callable:
     def attend(queries, keys, values, cache, scale, mask, sinks=None):
-        if queries.shape[2] == 1 or not getattr(_exact, "on", False):
+        if queries.shape[2] == 1 or not exact_attention_on():
             return attention(queries, keys, values, cache, scale, mask, sinks)
         if _broadcastable(keys, mask, sinks):
             return _each_query(queries, keys, values, scale, mask)

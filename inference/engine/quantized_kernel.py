@@ -24,6 +24,7 @@ SUPPORTED_GROUP_SIZES = (32, 64, 128)
 # One thread by default: OpenMP's barrier stalls a step for a whole time slice when
 # the other core is busy (measured 40 ms -> 440 ms a step on a shared 2-core machine).
 THREADS_VARIABLE = "MLXLAB_QMM_THREADS"  # 0: every CPU
+FUSED_VARIABLE = "MLXLAB_FUSED_DECODE"  # 0: decode steps as mlx-lm's per-operation graph
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,19 @@ def kernel_state() -> KernelState:
             _module.set_thread_count(int(os.environ.get(THREADS_VARIABLE, "1")))
             _state = KernelState(True, "the quantized matmul kernel is loaded", _describe(_module))
     return _state
+
+
+def kernel_module() -> ModuleType:
+    """The loaded extension (after kernel_state() said it is available)."""
+    assert _module is not None, "kernel_state() first"
+    return _module
+
+
+def fused_decode_enabled() -> bool:
+    """Whether decode steps may run as fused layers: the AVX2 build, unless turned off."""
+    off = os.environ.get(FUSED_VARIABLE, "1").strip().lower() in ("0", "false", "no", "off")
+    built = _module is not None and hasattr(_module, "decode_qkv")  # an older build has not
+    return not off and built and _module.kernel_name() == "avx2"
 
 
 def reset_kernel_state() -> None:

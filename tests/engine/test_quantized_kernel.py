@@ -112,6 +112,7 @@ def test_greedy_output_equals_mlx_quantized(model_folder, quantized):
     on_kernel = load_model(model_folder, fast_path=FastPathOptions(weights="kernel"))
     assert on_kernel.fast_path.path == "kernel", on_kernel.fast_path.reason
     assert on_kernel.fast_path.layers_on_kernel == 211
+    assert on_kernel.fast_path.layers_fused == (30 if qk.fused_decode_enabled() else 0)
     # 135M parameters at 4 bits (8 for the embedding) with their scales: about 100 MB, a
     # fifth of the float32 copy the dense path keeps
     assert 60_000_000 < on_kernel.fast_path.quantized_weight_bytes < 140_000_000
@@ -138,6 +139,7 @@ def test_the_engine_runs_the_default_model_on_the_kernel(engine):
     report = engine.loaded.fast_path
     assert report.path == "kernel", report.reason
     assert report.dense_weight_bytes == 0 and report.layers_dequantized == 0
+    assert report.layers_fused == (30 if qk.fused_decode_enabled() else 0)
 
 
 def test_a_library_that_is_not_there_keeps_the_dense_path(no_kernel, model_folder):

@@ -1,9 +1,14 @@
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/vector.h>
+
+#include "decode_layer.h"
 
 #include "kernels.h"
 #include "primitive.h"
 
 namespace nb = nanobind;
+namespace mx = mlx::core;
 using namespace nb::literals;
 
 NB_MODULE(_qmm, m) {
@@ -17,4 +22,19 @@ NB_MODULE(_qmm, m) {
   m.def("thread_count", &mlxlab::thread_count);
   m.def("set_thread_count", &mlxlab::set_thread_count, "threads"_a);
   m.def("kernel_name", &mlxlab::kernel_name);
+  m.def(
+      "decode_qkv",
+      [](const mx::array& x, const mx::array& positions, const std::vector<mx::array>& weights,
+         const std::vector<int>& quant, int n_heads, int n_kv_heads, int head_dim, float eps,
+         float rope_base, float rope_scale, bool rope_traditional) {
+        return mlxlab::decode_qkv(x, positions, weights, quant,
+                                  {n_heads, n_kv_heads, head_dim, eps, rope_base, rope_scale,
+                                   rope_traditional});
+      },
+      "x"_a, "positions"_a, "weights"_a, "quant"_a, "n_heads"_a, "n_kv_heads"_a, "head_dim"_a,
+      "eps"_a, "rope_base"_a, "rope_scale"_a, "rope_traditional"_a,
+      "A decode step's input norm, q/k/v projections and RoPE: (q, k, v).");
+  m.def("decode_rest", &mlxlab::decode_rest, "h"_a, "q"_a, "keys"_a, "values"_a, "weights"_a,
+        "quant"_a, "mask"_a.none(), "eps"_a, "scale"_a,
+        "A decode step's attention, o projection, residual and MLP: the layer's output.");
 }

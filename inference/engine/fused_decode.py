@@ -1,0 +1,141 @@
+"""Decode steps of Llama blocks as two native calls per layer (issue 21).
+
+On the CPU a decode step of the default model was two thirds framework: some 20 MLX
+operations per layer, each a graph node to build, schedule, allocate for and free, around
+matmuls that take a third of the time. A block whose projections all run on the quantized
+matmul kernel gets this class instead of mlx-lm's: its one-token steps run the extension's
+`decode_qkv` (norm, q/k/v, RoPE) and `decode_rest` (attention, o, residual, norm, MLP,
+residual), and between the two the cache's own `update_and_fetch`, so every plain cache
+kind keeps mlx-lm's logic. A pass that verifies drafts (inside `exact_attention()`) runs
+the same calls, each of its queries computed as a one-token step there computes it, so
+drafting changes no logit. Anything else (prefill, a quantized KV cache, an adapter on a
+projection) runs mlx-lm's block unchanged.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models import llama
+from mlx_lm.models.cache import BatchKVCache, KVCache, RotatingKVCache
+
+from .exact_attention import exact_attention_on
+from .quantized_kernel import KernelLinear
+
+ATTENTION = ("q_proj", "k_proj", "v_proj")
+REST = ("o_proj",)
+MLP = ("gate_proj", "up_proj", "down_proj")
+# Caches whose update_and_fetch returns float arrays (a quantized cache returns tuples).
+PLAIN_CACHES = (KVCache, BatchKVCache, RotatingKVCache)
+
+
+class _Plan:
+    """What one block's native calls take, built once per set of projection modules."""
+
+    def __init__(self, block: llama.TransformerBlock, projections: tuple[nn.Module, ...]):
+        attention = block.self_attn
+        self.projections = projections
+        qkv, rest = projections[:3], projections[3:]
+        self.qkv_weights = [block.input_layernorm.weight] + _weights(qkv)
+        self.qkv_quant = _quant(qkv)
+        self.rest_weights = [block.post_attention_layernorm.weight] + _weights(rest)
+        self.rest_quant = _quant(rest)
+        rope = attention.rope
+        self.shape = (attention.n_heads, attention.n_kv_heads, rope.dims)
+        self.rope = (rope.base, rope.scale, rope.traditional)
+        self.eps = (block.input_layernorm.eps, block.post_attention_layernorm.eps)
+        self.scale = attention.scale
+
+
+def _weights(modules) -> list[mx.array]:
+    return [array for m in modules for array in (m["weight"], m["scales"], m["biases"])]
+
+
+def _quant(modules) -> list[int]:
+    return [value for m in modules for value in (m.group_size, m.bits)]
+
+
+def _projections(block: llama.TransformerBlock) -> tuple[nn.Module, ...]:
+    attention, mlp = block.self_attn, block.mlp
+    return tuple(getattr(attention, n) for n in ATTENTION + REST) + tuple(
+        getattr(mlp, n) for n in MLP
+    )
+
+
+def eligible(block: nn.Module) -> bool:
+    """Whether the fused step computes exactly what this block computes (else: its own)."""
+    if type(block) not in (llama.TransformerBlock, FusedBlock):
+        return False
+    attention = block.self_attn
+    rope = attention.rope
+    return (
+        all(type(m) is KernelLinear and "bias" not in m for m in _projections(block))
+        and type(rope) is nn.RoPE
+        and rope.dims == attention.head_dim
+        and block.input_layernorm.weight.dtype == mx.float32
+        and block.post_attention_layernorm.weight.dtype == mx.float32
+    )
+
+
+class FusedBlock(llama.TransformerBlock):
+    """mlx-lm's Llama block, with its one-token steps on the extension.
+
+    Installed by swapping an instance's class, so that the parameter tree (and with it
+    loading, adapters and the prompt cache's identity) stays mlx-lm's own.
+    """
+
+    _mlxlab_module: ModuleType
+    _mlxlab_plan: _Plan | None = None
+
+    def __call__(self, x: mx.array, mask=None, cache=None) -> mx.array:
+        length = x.shape[1]
+        plan = self._plan() if length == 1 or exact_attention_on() else None
+        if plan is None or not isinstance(cache, PLAIN_CACHES) or not _usable(mask, length):
+            return super().__call__(x, mask, cache)
+        kernel = self._mlxlab_module
+        offset = cache.offset
+        positions = offset if isinstance(offset, mx.array) else mx.array(offset, mx.int32)
+        q, k, v = kernel.decode_qkv(
+            x, positions, plan.qkv_weights, plan.qkv_quant, *plan.shape, plan.eps[0], *plan.rope
+        )
+        keys, values = cache.update_and_fetch(k, v)
+        if isinstance(mask, str):  # "causal": each query sees the keys up to it, as it does
+            mask = None
+        return kernel.decode_rest(
+            x, q, keys, values, plan.rest_weights, plan.rest_quant, mask, plan.eps[1], plan.scale
+        )
+
+    def _plan(self) -> _Plan | None:
+        """The plan while the projections are the ones it was built for (an adapter
+        swaps them for slots: then mlx-lm's own block runs)."""
+        projections = _projections(self)
+        plan = self._mlxlab_plan
+        if plan is not None and all(
+            a is b for a, b in zip(plan.projections, projections, strict=True)
+        ):
+            return plan
+        plan = _Plan(self, projections) if eligible(self) else None
+        self._mlxlab_plan = plan
+        return plan
+
+
+def _usable(mask, length: int) -> bool:
+    if mask is None or isinstance(mask, str):
+        return True
+    if mask.ndim != 4 or mask.shape[2] not in (1, length):
+        return False
+    return mask.dtype in (mx.bool_, mx.float32)
+
+
+def fuse_decode_layers(model: nn.Module, kernel: ModuleType) -> int:
+    """Give every eligible Llama block of `model` the fused decode step; returns how many."""
+    layers = getattr(getattr(model, "model", None), "layers", None) or []
+    count = 0
+    for block in layers:
+        if eligible(block):
+            block.__class__ = FusedBlock
+            block._mlxlab_module = kernel
+            count += 1
+    return count

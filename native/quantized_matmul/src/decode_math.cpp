@@ -1,0 +1,154 @@
+#include "decode_math.h"
+
+#include <cmath>
+#include <immintrin.h>
+#include <limits>
+
+#define MLXLAB_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+namespace mlxlab {
+
+namespace {
+
+MLXLAB_AVX2 inline float horizontal_sum(__m256 v) {
+  __m128 sum = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
+  sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
+  return _mm_cvtss_f32(sum);
+}
+
+MLXLAB_AVX2 inline float dot(const float* a, const float* b, int n) {
+  __m256 acc = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  float total = horizontal_sum(acc);
+  for (; i < n; ++i) total += a[i] * b[i];
+  return total;
+}
+
+// y += alpha * x
+MLXLAB_AVX2 inline void axpy(float alpha, const float* x, float* y, int n) {
+  const __m256 a = _mm256_set1_ps(alpha);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  }
+  for (; i < n; ++i) y[i] += alpha * x[i];
+}
+
+// exp(x) for 8 floats: range reduction by ln 2 and a degree-6 polynomial (about 1 ulp),
+// as vectorized exp routines do; -inf gives 0.
+MLXLAB_AVX2 inline __m256 exp8(__m256 x) {
+  const __m256 hi = _mm256_set1_ps(88.3762626647949f), lo = _mm256_set1_ps(-88.3762626647949f);
+  x = _mm256_max_ps(_mm256_min_ps(x, hi), lo);
+  __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+// exp8 for one value: a tail key gets the weight it would get in a vector.
+MLXLAB_AVX2 inline float exp1(float x) { return _mm256_cvtss_f32(exp8(_mm256_set1_ps(x))); }
+
+// p[s] = exp(p[s] - max) / sum, in place. The sum runs key by key, not in vector lanes:
+// then masked keys (exactly 0) change nothing wherever they sit, so a row's left padding,
+// or the keys a verifying query does not see, leave its result bit for bit as alone.
+MLXLAB_AVX2 void softmax(float* p, int S) {
+  float top = -std::numeric_limits<float>::infinity();
+  for (int s = 0; s < S; ++s) top = std::max(top, p[s]);
+  const __m256 shift = _mm256_set1_ps(top);
+  int s = 0;
+  for (; s + 8 <= S; s += 8) _mm256_storeu_ps(p + s, exp8(_mm256_sub_ps(_mm256_loadu_ps(p + s), shift)));
+  for (; s < S; ++s) p[s] = exp1(p[s] - top);
+  float total = 0.0f;
+  for (s = 0; s < S; ++s) total += p[s];
+  const float inverse = 1.0f / total;
+  for (s = 0; s < S; ++s) p[s] *= inverse;
+}
+
+MLXLAB_AVX2 inline float masked(float score, const MaskRow& mask, int s) {
+  if (mask.kind == 1) {
+    const bool keep = static_cast<const bool*>(mask.data)[s * mask.seq];
+    return keep ? score : -std::numeric_limits<float>::infinity();
+  }
+  if (mask.kind == 2) return score + static_cast<const float*>(mask.data)[s * mask.seq];
+  return score;
+}
+
+}  // namespace
+
+MLXLAB_AVX2 void rms_norm(const float* x, const float* weight, int D, float eps, float* out) {
+  const float mean = dot(x, x, D) / static_cast<float>(D);
+  const float factor = 1.0f / std::sqrt(mean + eps);
+  for (int i = 0; i < D; ++i) out[i] = (x[i] * factor) * weight[i];
+}
+
+void rope(float* heads, int n_heads, int head_dim, float position, float base, float scale,
+          bool traditional) {
+  const int half = head_dim / 2;
+  const float step = std::log(base) / static_cast<float>(half);
+  const float at = position * scale;
+  for (int i = 0; i < half; ++i) {
+    const float theta = at * std::exp(-static_cast<float>(i) * step);
+    const float c = std::cos(theta), s = std::sin(theta);
+    // Traditional RoPE rotates neighbouring pairs; the other kind, the two halves.
+    const int a = traditional ? 2 * i : i, b = traditional ? 2 * i + 1 : i + half;
+    for (int h = 0; h < n_heads; ++h) {
+      float* v = heads + static_cast<int64_t>(h) * head_dim;
+      const float x1 = v[a], x2 = v[b];
+      v[a] = x1 * c - x2 * s;
+      v[b] = x1 * s + x2 * c;
+    }
+  }
+}
+
+MLXLAB_AVX2 void attend(const float* q, int n_heads, int n_kv_heads, int head_dim, int S,
+                        const KVRow& keys, const KVRow& values, const MaskRow& mask, float scale,
+                        float* out, std::vector<float>& scores) {
+  scores.resize(S);
+  std::vector<float> scaled(head_dim);
+  const int repeats = n_heads / n_kv_heads;
+  for (int h = 0; h < n_heads; ++h) {
+    const int kv = h / repeats;
+    // MLX scales the query first, then takes the dot products.
+    for (int d = 0; d < head_dim; ++d) scaled[d] = q[h * head_dim + d] * scale;
+    const float* k = keys.data + kv * keys.head;
+    for (int s = 0; s < S; ++s) {
+      scores[s] = masked(dot(scaled.data(), k + s * keys.seq, head_dim), mask, s);
+    }
+    softmax(scores.data(), S);
+    float* o = out + static_cast<int64_t>(h) * head_dim;
+    for (int d = 0; d < head_dim; ++d) o[d] = 0.0f;
+    const float* v = values.data + kv * values.head;
+    for (int s = 0; s < S; ++s) axpy(scores[s], v + s * values.seq, o, head_dim);
+  }
+}
+
+MLXLAB_AVX2 void silu_mul(float* gate, const float* up, int n) {
+  const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 sigmoid = _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, g))));
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_mul_ps(g, sigmoid), _mm256_loadu_ps(up + i)));
+  }
+  for (; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = g * (1.0f / (1.0f + exp1(-g))) * up[i];
+  }
+}
+
+MLXLAB_AVX2 void add_into(float* a, const float* b, int n) {
+  for (int i = 0; i < n; ++i) a[i] += b[i];
+}
+
+}  // namespace mlxlab

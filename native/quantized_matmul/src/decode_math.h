@@ -1,0 +1,43 @@
+// The float32 math of one Llama decoder layer at decode (one query per row), in the
+// order mlx-lm's TransformerBlock and MLX's CPU fallbacks compute it. AVX2/FMA only:
+// the Python side turns the fused layers on where kernel_name() is "avx2".
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace mlxlab {
+
+// x * rsqrt(mean(x^2) + eps) * weight, one row of D.
+void rms_norm(const float* x, const float* weight, int D, float eps, float* out);
+
+// MLX's RoPE of one row's heads at `position` (theta_i = position * scale * base^(-i/half)).
+void rope(float* heads, int n_heads, int head_dim, float position, float base, float scale,
+          bool traditional);
+
+// The keys or values of one row: element (head, s, d) at data[head * head + s * seq + d].
+struct KVRow {
+  const float* data;
+  int64_t head, seq;
+};
+
+// One row's additive or boolean mask over the S keys; kind 0: none.
+struct MaskRow {
+  const void* data = nullptr;
+  int kind = 0;  // 0 none, 1 bool (false masks), 2 float32 (added)
+  int64_t seq = 0;
+};
+
+// softmax(q * scale @ K^T) @ V for every query head of one row (grouped query heads share
+// a key/value head); out is n_heads x head_dim, `scores` scratch of S.
+void attend(const float* q, int n_heads, int n_kv_heads, int head_dim, int S, const KVRow& keys,
+            const KVRow& values, const MaskRow& mask, float scale, float* out,
+            std::vector<float>& scores);
+
+// silu(gate) * up, n values; in place in gate.
+void silu_mul(float* gate, const float* up, int n);
+
+// a + b, n values, into a.
+void add_into(float* a, const float* b, int n);
+
+}  // namespace mlxlab

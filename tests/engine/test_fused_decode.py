@@ -1,0 +1,180 @@
+"""Fused decode layers (issue 21): each decode step of a Llama block as two native calls."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import mlx.core as mx
+import mlx.nn as nn
+import pytest
+from mlx_lm.models import llama
+from mlx_lm.models.cache import BatchKVCache, KVCache, QuantizedKVCache
+
+from inference.engine import decode_mask, load_model
+from inference.engine import quantized_kernel as qk
+from inference.engine.dense_weights import FastPathOptions, apply_fast_path
+from inference.engine.exact_attention import exact_attention
+from inference.engine.fused_decode import FusedBlock, eligible
+
+PROMPTS = [
+    "What is the capital of France?",
+    "Write one line about the sea, please, in the style of an old sailor.",
+    "Name a color.",
+]
+
+
+@pytest.fixture(scope="module")
+def loaded(model_folder):
+    loaded = load_model(model_folder, fast_path=FastPathOptions(weights="kernel"))
+    if not qk.fused_decode_enabled():
+        pytest.skip("the fused decode layers need the AVX2 build of the kernel")
+    return loaded
+
+
+@contextmanager
+def unfused(model):
+    """mlx-lm's own blocks for a while: the reference the fused steps must match."""
+    blocks = [b for b in model.model.layers if isinstance(b, FusedBlock)]
+    for block in blocks:
+        block.__class__ = llama.TransformerBlock
+    try:
+        yield
+    finally:
+        for block in blocks:
+            block.__class__ = FusedBlock
+
+
+def _prompts(loaded) -> list[list[int]]:
+    template = loaded.tokenizer.apply_chat_template
+    return [template([{"role": "user", "content": p}], add_generation_prompt=True) for p in PROMPTS]
+
+
+def _decode(model, prompts: list[list[int]], steps: int, make_cache) -> list[mx.array]:
+    """Each decode step's logits for left-padded prompts, greedy tokens fed back."""
+    width = max(len(p) for p in prompts)
+    padding = [width - len(p) for p in prompts]
+    cache = [make_cache(padding) for _ in model.model.layers]
+    logits = model(
+        mx.array([[0] * pad + p for pad, p in zip(padding, prompts, strict=True)]), cache=cache
+    )
+    token = mx.argmax(logits[:, -1:, :], axis=-1)
+    steps_logits = []
+    for _ in range(steps):
+        logits = model(token, cache=cache)[:, -1, :]
+        mx.eval(logits)
+        steps_logits.append(logits)
+        token = mx.argmax(logits, axis=-1)[:, None]
+    return steps_logits
+
+
+def _assert_same(fused: list[mx.array], reference: list[mx.array]) -> None:
+    for got, want in zip(fused, reference, strict=True):
+        error = mx.abs(got - want).max().item()
+        assert error <= 1e-3 * (1.0 + mx.abs(want).max().item()), error
+        assert mx.array_equal(mx.argmax(got, axis=-1), mx.argmax(want, axis=-1))
+
+
+def test_every_layer_is_fused_on_the_kernel(loaded):
+    report = loaded.fast_path
+    assert report.path == "kernel" and report.layers_fused == 30, report.reason
+    assert "30 decoder layers decode as two native calls" in report.reason
+    assert all(type(b) is FusedBlock for b in loaded.model.model.layers)
+
+
+def test_a_padded_batch_decodes_as_mlx_lms_blocks(loaded):
+    # Left padding: the cache's boolean mask goes into the native attention.
+    prompts = _prompts(loaded)
+    fused = _decode(loaded.model, prompts, 6, BatchKVCache)
+    with unfused(loaded.model):
+        reference = _decode(loaded.model, prompts, 6, BatchKVCache)
+    _assert_same(fused, reference)
+
+
+def test_an_unpadded_batch_and_a_single_row_decode_as_mlx_lms_blocks(loaded):
+    decode_mask.install()  # as the engine runs: no mask when no row is padded
+    prompts = [p[:20] for p in _prompts(loaded)]
+    single = lambda padding: KVCache()  # noqa: E731 (one row, mlx-lm's plain cache)
+    for rows, make_cache in ((prompts, BatchKVCache), (prompts[:1], single)):
+        fused = _decode(loaded.model, rows, 4, make_cache)
+        with unfused(loaded.model):
+            reference = _decode(loaded.model, rows, 4, make_cache)
+        _assert_same(fused, reference)
+
+
+def test_a_verifying_pass_computes_each_position_as_a_one_token_step(loaded):
+    # Speculative decoding's exactness: 4 positions at once (inside exact_attention, as a
+    # verifying pass runs) give bit for bit the logits of 4 one-token steps, padding too.
+    prompts = _prompts(loaded)[:2]
+    width = max(len(p) for p in prompts)
+    padding = [width - len(p) for p in prompts]
+    batch = mx.array([[0] * pad + p for pad, p in zip(padding, prompts, strict=True)])
+    drafts = mx.array([[11, 12, 13, 14], [21, 22, 23, 24]])
+    results = []
+    for at_once in (True, False):
+        cache = [BatchKVCache(padding) for _ in loaded.model.model.layers]
+        loaded.model(batch, cache=cache)
+        if at_once:
+            with exact_attention():
+                results.append(loaded.model(drafts, cache=cache))
+        else:
+            steps = [loaded.model(drafts[:, i : i + 1], cache=cache) for i in range(4)]
+            results.append(mx.concatenate(steps, axis=1))
+    assert mx.array_equal(results[0], results[1])
+
+
+def test_a_quantized_kv_cache_keeps_mlx_lms_block(loaded):
+    # Its update_and_fetch returns packed tuples: the block's own attention reads them.
+    prompts = _prompts(loaded)[:1]
+    make_cache = lambda padding: QuantizedKVCache(group_size=64, bits=8)  # noqa: E731
+    fused = _decode(loaded.model, prompts, 3, make_cache)
+    with unfused(loaded.model):
+        reference = _decode(loaded.model, prompts, 3, make_cache)
+    for got, want in zip(fused, reference, strict=True):
+        assert mx.array_equal(got, want)
+
+
+def test_a_projection_that_is_not_on_the_kernel_turns_the_block_back(loaded):
+    block = loaded.model.model.layers[3]
+    kernel_q = block.self_attn.q_proj
+    assert eligible(block) and block._plan() is not None
+    block.self_attn.q_proj = nn.Linear(576, 576, bias=False)  # as an adapter slot would
+    try:
+        assert not eligible(block) and block._plan() is None
+    finally:
+        block.self_attn.q_proj = kernel_q
+    assert block._plan() is not None
+
+
+def test_turned_off_no_layer_is_fused(model_folder, monkeypatch):
+    monkeypatch.setenv("MLXLAB_FUSED_DECODE", "0")
+    model = load_model(model_folder, fast_path=FastPathOptions(enabled=False)).model
+    report = apply_fast_path(model, FastPathOptions(weights="kernel"))
+    assert report.path == "kernel" and report.layers_fused == 0
+    assert all(type(b) is llama.TransformerBlock for b in model.model.layers)
+
+
+def test_the_native_calls_refuse_shapes_they_do_not_compute(loaded):
+    kernel = qk.kernel_module()
+    attention = loaded.model.model.layers[0].self_attn
+    weights = [loaded.model.model.layers[0].input_layernorm.weight]
+    for name in ("q_proj", "k_proj", "v_proj"):
+        layer = getattr(attention, name)
+        weights += [layer["weight"], layer["scales"], layer["biases"]]
+    with pytest.raises(ValueError, match=r"x must be \(B, L, D\)"):
+        kernel.decode_qkv(
+            mx.zeros((576,)), mx.array([0]), weights, [32, 4] * 3, 9, 3, 64, 1e-5, 1e5, 1.0, True
+        )
+    with pytest.raises(ValueError, match="group size 32/64/128 and 4/8 bits"):
+        kernel.decode_qkv(
+            mx.zeros((1, 1, 576)),
+            mx.array([0]),
+            weights,
+            [32, 3] * 3,
+            9,
+            3,
+            64,
+            1e-5,
+            1e5,
+            1.0,
+            True,
+        )
