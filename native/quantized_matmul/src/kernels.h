@@ -33,6 +33,10 @@ const char* kernel_name();
 // Throws std::invalid_argument for shapes or bits it does not support.
 void compute(const Problem& p);
 
+// The rows of group sums of x (xsum) the kernels take: groups rounded up to 8 and
+// zero padded, so a kernel reads 8 groups per vector load.
+inline int xsum_stride(int groups) { return (groups + 7) & ~7; }
+
 // The per-CPU kernels (kernels_avx2.cpp is compiled for AVX2/FMA/F16C).
 float scale_at(const void* data, ScaleType type, int64_t index);
 void rows_scalar(const Problem& p, const float* xsum, int n0, int n1);
