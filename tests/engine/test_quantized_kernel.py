@@ -65,6 +65,25 @@ def test_random_shapes_match_mlx(kernel, bits, group_size):
         _close(kernel.quantized_matmul(x, w, scales, biases, group_size, bits), want)
 
 
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("group_size", [32, 128])
+def test_the_opt_in_int8_activations_stay_near_mlx(kernel, bits, group_size):
+    """x as int8 per 32 values (MLXLAB_QMM_INT8=1): about 1% of the largest output off."""
+    mx.random.seed(21)
+    w, scales, biases = mx.quantize(mx.random.normal((130, 512)), group_size=group_size, bits=bits)
+    assert not kernel.int8_activations()
+    kernel.set_int8_activations(True)
+    try:
+        for rows in (1, 3, 8):
+            x = mx.random.normal((rows, 512))
+            want = mx.quantized_matmul(x, w, scales, biases, group_size=group_size, bits=bits)
+            got = kernel.quantized_matmul(x, w, scales, biases, group_size, bits)
+            error = mx.abs(got - want).max().item()
+            assert 0 < error <= 3e-2 * mx.abs(want).max().item(), error
+    finally:
+        kernel.set_int8_activations(False)
+
+
 @pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16])
 def test_half_inputs_and_leading_dimensions(kernel, dtype):
     w, scales, biases = mx.quantize(mx.random.normal((48, 256)), group_size=64, bits=4)

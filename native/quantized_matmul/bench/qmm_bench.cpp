@@ -2,8 +2,10 @@
 /* Build and run from the repository root:
   g++ -O3 -g -Wall -std=c++17 -fopenmp -Inative/quantized_matmul/src \
     native/quantized_matmul/bench/qmm_bench.cpp native/quantized_matmul/src/kernels.cpp \
-    native/quantized_matmul/src/kernels_avx2.cpp -ldl -o /tmp/qmm_bench
+    native/quantized_matmul/src/kernels_avx2.cpp native/quantized_matmul/src/kernels_q8.cpp \
+    -ldl -o /tmp/qmm_bench
   /tmp/qmm_bench [filter] [reps]      e.g. /tmp/qmm_bench "4b 1536x576 M1 f16"
+  MLXLAB_QMM_INT8=1 /tmp/qmm_bench     (the int8-activation variant)
   valgrind --tool=callgrind --toggle-collect='mlxlab::compute*' /tmp/qmm_bench "8b" 1
 */
 // Each line: bits, N x K, rows M, scale type, best CPU microseconds of a call (one

@@ -17,4 +17,6 @@ NB_MODULE(_qmm, m) {
   m.def("thread_count", &mlxlab::thread_count);
   m.def("set_thread_count", &mlxlab::set_thread_count, "threads"_a);
   m.def("kernel_name", &mlxlab::kernel_name);
+  m.def("int8_activations", &mlxlab::int8_activations);
+  m.def("set_int8_activations", &mlxlab::set_int8_activations, "on"_a);
 }

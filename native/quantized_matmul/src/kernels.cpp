@@ -111,12 +111,19 @@ void compute(const Problem& p) {
   std::vector<float> xsum;
   group_sums(p, xsum);
   const bool fast = avx2_supported();
+  Q8Rows q8;
+  const bool int8 = fast && int8_activations();
+  if (int8) quantize_q8(p, q8);
   // Blocks of 16 output columns: few enough for both threads to get equal shares.
   const int blocks = (p.N + 15) / 16;
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int b = 0; b < blocks; ++b) {
     const int n0 = b * 16, n1 = std::min(p.N, n0 + 16);
-    fast ? rows_avx2(p, xsum.data(), n0, n1) : rows_scalar(p, xsum.data(), n0, n1);
+    if (int8) {
+      rows_q8_avx2(p, xsum.data(), q8, n0, n1);
+    } else {
+      fast ? rows_avx2(p, xsum.data(), n0, n1) : rows_scalar(p, xsum.data(), n0, n1);
+    }
   }
 }
 
