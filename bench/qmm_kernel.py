@@ -45,7 +45,9 @@ def main() -> None:
     if not state.available:
         sys.exit(state.reason)
     kernel = quantized_kernel._module
-    print(state.description, "(int8 activations)" if kernel.int8_activations() else "")
+    # An older build (MLXLAB_QMM_LIBRARY) has no int8 variant.
+    int8 = getattr(kernel, "int8_activations", bool)()
+    print(state.description, "(int8 activations)" if int8 else "")
     for bits, columns, depth in SHAPES:
         w, scales, biases = mx.quantize(
             mx.random.normal((columns, depth)), group_size=32, bits=bits
@@ -61,7 +63,7 @@ def main() -> None:
             )
             line = f"{bits}-bit {columns}x{depth} rows {rows:3d}: {ours * 1e6:8.0f} us "
             line += f"{nbytes / ours / 1e9:5.1f} GB/s {2 * rows * columns * depth / ours / 1e9:5.1f} GFLOP/s"
-            if kernel.int8_activations():
+            if int8:
                 want = mx.quantized_matmul(x, w, scales, biases, group_size=32, bits=bits)
                 got = kernel.quantized_matmul(x, w, scales, biases, 32, bits)
                 error = mx.abs(got - want).max() / mx.abs(want).max()
