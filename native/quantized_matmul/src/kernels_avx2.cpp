@@ -59,6 +59,13 @@ MLXLAB_AVX2 void tile(const Problem& p, const Block& b, const float* xsum, int n
   // prefetcher keeps too few of NB interleaved rows in flight: each group prefetches
   // its share of the tile kPrefetchTiles ahead (NB rows are contiguous), no branch.
   const char* ahead = reinterpret_cast<const char*>(rows + kPrefetchTiles * NB * row_bytes);
+  // Row starts computed once: in the loop they cost a multiply per use (callgrind).
+  const uint8_t* wrow[NB];
+  const float* xrow[MB];
+#pragma GCC unroll 8
+  for (int j = 0; j < NB; ++j) wrow[j] = rows + j * row_bytes;
+#pragma GCC unroll 8
+  for (int m = 0; m < MB; ++m) xrow[m] = x + static_cast<int64_t>(m) * p.K;
   for (int g = 0; g < b.groups; ++g) {
 #pragma GCC unroll 4
     for (int line = 0; line < NB * kGroupBytes || line == 0; line += 64) {
@@ -66,15 +73,14 @@ MLXLAB_AVX2 void tile(const Problem& p, const Block& b, const float* xsum, int n
     }
 #pragma GCC unroll 4
     for (int c = 0; c < GS; c += 32) {
-      const float* xk = x + g * GS + c;
 #pragma GCC unroll 8
       for (int j = 0; j < NB; ++j) {
         __m256 w[4];
-        unpack32<BITS>(rows + j * row_bytes + g * kGroupBytes + c * BITS / 8, w);
+        unpack32<BITS>(wrow[j] + g * kGroupBytes + c * BITS / 8, w);
         const __m256 scale = _mm256_broadcast_ss(scales + j * b.groups + g);
 #pragma GCC unroll 8
         for (int m = 0; m < MB; ++m) {
-          const float* xm = xk + static_cast<int64_t>(m) * p.K;
+          const float* xm = xrow[m] + g * GS + c;
           __m256 dot = _mm256_mul_ps(w[0], _mm256_loadu_ps(xm));
           dot = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xm + 8), dot);
           dot = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xm + 16), dot);
