@@ -6,7 +6,8 @@
     -ldl -o /tmp/qmm_bench
   /tmp/qmm_bench [filter] [reps]      e.g. /tmp/qmm_bench "4b 1536x576 M1 f16"
   MLXLAB_QMM_INT8=1 /tmp/qmm_bench     (the int8-activation variant)
-  valgrind --tool=callgrind --toggle-collect='mlxlab::compute*' /tmp/qmm_bench "8b" 1
+  valgrind --tool=callgrind --toggle-collect='mlxlab::compute(mlxlab::Problem const&)' \
+    /tmp/qmm_bench "8b 49152x576 M1 f16" 1     (2 calls: halve the total)
 */
 // Each line: bits, N x K, rows M, scale type, best CPU microseconds of a call (one
 // thread), weights per ns, and the max error against the scalar kernel relative to
