@@ -3,6 +3,9 @@
     .venv/bin/python bench/qmm_kernel.py
 
 One thread (the engine's default); CPU time, not wall time, as the machine may be shared.
+MLXLAB_QMM_INT8=1 runs the opt-in int8-activation variant; each line then also says its
+largest error against MLX's, relative to the largest output. The kernel alone, without
+MLX's ~45 us of eval per call: native/quantized_matmul/bench/qmm_bench.cpp.
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ def main() -> None:
     if not state.available:
         sys.exit(state.reason)
     kernel = quantized_kernel._module
-    print(state.description)
+    # An older build (MLXLAB_QMM_LIBRARY) has no int8 variant.
+    int8 = getattr(kernel, "int8_activations", bool)()
+    print(state.description, "(int8 activations)" if int8 else "")
     for bits, columns, depth in SHAPES:
         w, scales, biases = mx.quantize(
             mx.random.normal((columns, depth)), group_size=32, bits=bits
@@ -50,7 +55,7 @@ def main() -> None:
         scales, biases = scales.astype(mx.float16), biases.astype(mx.float16)
         nbytes = w.nbytes + scales.nbytes + biases.nbytes
         reps = max(2, 20_000_000 // (columns * depth))
-        for rows in (1, 4, 8, 32, 128):
+        for rows in (1, 2, 4, 8, 32, 128):
             x = mx.random.normal((rows, depth))
             mx.eval(x, w, scales, biases)
             ours = cpu_seconds(
@@ -58,6 +63,11 @@ def main() -> None:
             )
             line = f"{bits}-bit {columns}x{depth} rows {rows:3d}: {ours * 1e6:8.0f} us "
             line += f"{nbytes / ours / 1e9:5.1f} GB/s {2 * rows * columns * depth / ours / 1e9:5.1f} GFLOP/s"
+            if int8:
+                want = mx.quantized_matmul(x, w, scales, biases, group_size=32, bits=bits)
+                got = kernel.quantized_matmul(x, w, scales, biases, 32, bits)
+                error = mx.abs(got - want).max() / mx.abs(want).max()
+                line += f" error {error.item():.1e}"
             if rows == 1:
                 mlx = cpu_seconds(
                     partial(mx.quantized_matmul, x, w, scales, biases, group_size=32, bits=bits), 2

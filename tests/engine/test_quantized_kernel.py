@@ -65,6 +65,25 @@ def test_random_shapes_match_mlx(kernel, bits, group_size):
         _close(kernel.quantized_matmul(x, w, scales, biases, group_size, bits), want)
 
 
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("group_size", [32, 128])
+def test_the_opt_in_int8_activations_stay_near_mlx(kernel, bits, group_size):
+    """x as int8 per 32 values (MLXLAB_QMM_INT8=1): about 1% of the largest output off."""
+    mx.random.seed(21)
+    w, scales, biases = mx.quantize(mx.random.normal((130, 512)), group_size=group_size, bits=bits)
+    assert not kernel.int8_activations()
+    kernel.set_int8_activations(True)
+    try:
+        for rows in (1, 3, 8):
+            x = mx.random.normal((rows, 512))
+            want = mx.quantized_matmul(x, w, scales, biases, group_size=group_size, bits=bits)
+            got = kernel.quantized_matmul(x, w, scales, biases, group_size, bits)
+            error = mx.abs(got - want).max().item()
+            assert 0 < error <= 3e-2 * mx.abs(want).max().item(), error
+    finally:
+        kernel.set_int8_activations(False)
+
+
 @pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16])
 def test_half_inputs_and_leading_dimensions(kernel, dtype):
     w, scales, biases = mx.quantize(mx.random.normal((48, 256)), group_size=64, bits=4)
@@ -176,3 +195,19 @@ def test_a_failed_build_is_reported(no_kernel, tmp_path):
 def test_the_weight_choice_is_checked():
     with pytest.raises(ValueError, match="weights"):
         FastPathOptions(weights="fp8")
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_a_rows_result_does_not_depend_on_the_rows_beside_it(kernel, bits):
+    # Below the sgemm path, row i of a product is bit for bit row i alone: a verifying pass
+    # of speculative decoding (several positions at once) then computes each position as
+    # its one-token step does, and drafting changes no logit.
+    mx.random.seed(bits)
+    w, scales, biases = mx.quantize(mx.random.normal((130, 576)), group_size=32, bits=bits)
+    scales, biases = scales.astype(mx.float16), biases.astype(mx.float16)
+    x = mx.random.normal((15, 576))
+    alone = [kernel.quantized_matmul(x[i : i + 1], w, scales, biases, 32, bits) for i in range(15)]
+    for rows in (2, 3, 4, 5, 8, 9, 15):
+        together = kernel.quantized_matmul(x[:rows], w, scales, biases, 32, bits)
+        for i in range(rows):
+            assert mx.array_equal(together[i : i + 1], alone[i]), (rows, i)

@@ -37,4 +37,6 @@ NB_MODULE(_qmm, m) {
   m.def("decode_rest", &mlxlab::decode_rest, "h"_a, "q"_a, "keys"_a, "values"_a, "weights"_a,
         "quant"_a, "mask"_a.none(), "eps"_a, "scale"_a,
         "A decode step's attention, o projection, residual and MLP: the layer's output.");
+  m.def("int8_activations", &mlxlab::int8_activations);
+  m.def("set_int8_activations", &mlxlab::set_int8_activations, "on"_a);
 }

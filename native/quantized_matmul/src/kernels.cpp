@@ -43,8 +43,8 @@ int threads_for(int64_t work) {
 }
 
 void group_sums(const Problem& p, std::vector<float>& xsum) {
-  const int groups = p.K / p.group_size;
-  xsum.assign(static_cast<size_t>(p.M) * groups, 0.0f);
+  const int groups = p.K / p.group_size, stride = xsum_stride(groups);
+  xsum.assign(static_cast<size_t>(p.M) * stride, 0.0f);
   for (int m = 0; m < p.M; ++m) {
     const float* row = p.x + static_cast<int64_t>(m) * p.K;
     for (int g = 0; g < groups; ++g) {
@@ -52,7 +52,7 @@ void group_sums(const Problem& p, std::vector<float>& xsum) {
       for (int k = g * p.group_size; k < (g + 1) * p.group_size; ++k) {
         sum += row[k];
       }
-      xsum[static_cast<size_t>(m) * groups + g] = sum;
+      xsum[static_cast<size_t>(m) * stride + g] = sum;
     }
   }
 }
@@ -111,12 +111,19 @@ void compute(const Problem& p) {
   std::vector<float> xsum;
   group_sums(p, xsum);
   const bool fast = avx2_supported();
+  Q8Rows q8;
+  const bool int8 = fast && int8_activations();
+  if (int8) quantize_q8(p, q8);
   // Blocks of 16 output columns: few enough for both threads to get equal shares.
   const int blocks = (p.N + 15) / 16;
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int b = 0; b < blocks; ++b) {
     const int n0 = b * 16, n1 = std::min(p.N, n0 + 16);
-    fast ? rows_avx2(p, xsum.data(), n0, n1) : rows_scalar(p, xsum.data(), n0, n1);
+    if (int8) {
+      rows_q8_avx2(p, xsum.data(), q8, n0, n1);
+    } else {
+      fast ? rows_avx2(p, xsum.data(), n0, n1) : rows_scalar(p, xsum.data(), n0, n1);
+    }
   }
 }
 
@@ -171,7 +178,7 @@ inline int quant_at(const uint8_t* row, int bits, int k) {
 }  // namespace
 
 void rows_scalar(const Problem& p, const float* xsum, int n0, int n1) {
-  const int groups = p.K / p.group_size;
+  const int groups = p.K / p.group_size, stride = xsum_stride(groups);
   const int64_t row_bytes = static_cast<int64_t>(p.K) * p.bits / 8;
   for (int n = n0; n < n1; ++n) {
     const uint8_t* row = p.w + n * row_bytes;
@@ -185,7 +192,7 @@ void rows_scalar(const Problem& p, const float* xsum, int n0, int n1) {
         }
         const int64_t at = static_cast<int64_t>(n) * groups + g;
         total += scale_at(p.scales, p.scale_type, at) * dot +
-                 scale_at(p.biases, p.scale_type, at) * xsum[m * groups + g];
+                 scale_at(p.biases, p.scale_type, at) * xsum[m * stride + g];
       }
       p.y[static_cast<int64_t>(m) * p.N + n] = total;
     }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace mlxlab {
 
@@ -33,11 +34,26 @@ const char* kernel_name();
 // Throws std::invalid_argument for shapes or bits it does not support.
 void compute(const Problem& p);
 
+// The rows of group sums of x (xsum) the kernels take: groups rounded up to 8 and
+// zero padded, so a kernel reads 8 groups per vector load.
+inline int xsum_stride(int groups) { return (groups + 7) & ~7; }
+
 // The per-CPU kernels (kernels_avx2.cpp is compiled for AVX2/FMA/F16C).
 float scale_at(const void* data, ScaleType type, int64_t index);
 void rows_scalar(const Problem& p, const float* xsum, int n0, int n1);
 void dequantize_scalar(const Problem& p, int n0, int n1, float* out);
 bool avx2_supported();
+
+// The int8-activation variant (opt-in, MLXLAB_QMM_INT8=1 or the setter; decode rows on an
+// AVX2 CPU only): x per 32 values as int8 and a scale, 4-bit values in unpacking order.
+struct Q8Rows {
+  std::vector<int8_t> values;  // M x K
+  std::vector<float> scales;   // M x K / 32
+};
+bool int8_activations();
+void set_int8_activations(bool on);
+void quantize_q8(const Problem& p, Q8Rows& q);
+void rows_q8_avx2(const Problem& p, const float* xsum, const Q8Rows& q, int n0, int n1);
 void rows_avx2(const Problem& p, const float* xsum, int n0, int n1);
 void dequantize_avx2(const Problem& p, int n0, int n1, float* out);
 
