@@ -1,21 +1,15 @@
 #include "decode_math.h"
 
 #include <cmath>
-#include <immintrin.h>
 #include <limits>
+#include <stdexcept>
 
-#define MLXLAB_AVX2 __attribute__((target("avx2,fma,f16c")))
+#if defined(__x86_64__) || defined(_M_X64)
+#include "avx2_util.h"
 
 namespace mlxlab {
 
 namespace {
-
-MLXLAB_AVX2 inline float horizontal_sum(__m256 v) {
-  __m128 sum = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
-  sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
-  return _mm_cvtss_f32(sum);
-}
 
 MLXLAB_AVX2 inline float dot(const float* a, const float* b, int n) {
   __m256 acc = _mm256_setzero_ps();
@@ -114,8 +108,9 @@ void rope(float* heads, int n_heads, int head_dim, float position, float base, f
 MLXLAB_AVX2 void attend(const float* q, int n_heads, int n_kv_heads, int head_dim, int S,
                         const KVRow& keys, const KVRow& values, const MaskRow& mask, float scale,
                         float* out, std::vector<float>& scores) {
+  thread_local std::vector<float> scaled;
   scores.resize(S);
-  std::vector<float> scaled(head_dim);
+  scaled.resize(head_dim);
   const int repeats = n_heads / n_kv_heads;
   for (int h = 0; h < n_heads; ++h) {
     const int kv = h / repeats;
@@ -152,3 +147,21 @@ MLXLAB_AVX2 void add_into(float* a, const float* b, int n) {
 }
 
 }  // namespace mlxlab
+
+#else  // not x86-64: the fused layers are never turned on (kernel_name() is not "avx2")
+
+namespace mlxlab {
+namespace {
+[[noreturn]] void unsupported() { throw std::runtime_error("decode layer: x86-64 AVX2 only"); }
+}  // namespace
+void rms_norm(const float*, const float*, int, float, float*) { unsupported(); }
+void rope(float*, int, int, float, float, float, bool) { unsupported(); }
+void attend(const float*, int, int, int, int, const KVRow&, const KVRow&, const MaskRow&, float,
+            float*, std::vector<float>&) {
+  unsupported();
+}
+void silu_mul(float*, const float*, int) { unsupported(); }
+void add_into(float*, const float*, int) { unsupported(); }
+}  // namespace mlxlab
+
+#endif
