@@ -58,10 +58,10 @@ def _quant(modules) -> list[int]:
 
 
 def _projections(block: llama.TransformerBlock) -> tuple[nn.Module, ...]:
-    attention, mlp = block.self_attn, block.mlp
-    return tuple(getattr(attention, n) for n in ATTENTION + REST) + tuple(
-        getattr(mlp, n) for n in MLP
-    )
+    # Item lookups: a Module is a dict, and its __getattr__ costs a Python call each, on
+    # every layer of every step.
+    attention, mlp = block["self_attn"], block["mlp"]
+    return tuple(attention[n] for n in ATTENTION + REST) + tuple(mlp[n] for n in MLP)
 
 
 def eligible(block: nn.Module) -> bool:
