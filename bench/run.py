@@ -59,6 +59,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--skip-remote", action="store_true", help="skip the remote-worker benchmark"
     )
+    parser.add_argument(
+        "--skip-distributed", action="store_true", help="skip the two-rank worker benchmark"
+    )
     return parser.parse_args()
 
 
@@ -227,6 +230,10 @@ def main() -> int:
         failed = True
     if not args.skip_remote and bench_script(
         "remote_worker", "A model worker on another host (a network namespace) against a local one"
+    ):
+        failed = True
+    if not args.skip_distributed and bench_script(
+        "distributed", "A two-rank mx.distributed worker against one rank"
     ):
         failed = True
     if bench_script("kv_memory", "KV cache memory") != 0:

@@ -8,13 +8,22 @@ shares the prompt and the sampling settings with the other ranks (all_sum over t
 and before every token whether to go on, so that all ranks run the same forward passes in
 lockstep. Requests are served one at a time; structured output, adapters, logprobs and
 stop strings are refused (a single-host worker has them).
+
+A group that loses a rank cannot go on: the ranks left are out of lockstep, and the ring
+has no way to take a rank back. So every rank exits as soon as another is lost (its
+lifeline closes, lifeline.py, or a collective fails), which drops rank 0's link: the web
+tier ends the requests it held as for a dead worker, and each rank's service manager
+(systemd's Restart=always) starts it again; the new ranks wait for each other in
+`mx.distributed.init`, and the group serves again.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
+from pathlib import Path
 
 import mlx.core as mx
 import zmq
@@ -23,7 +32,8 @@ from mlx_lm.sample_utils import make_sampler
 from mlx_lm.utils import sharded_load
 
 from . import link, wire
-from .request import Failed, Finished, TextDelta
+from .lifeline import Lifelines, leave_the_group, lifeline_address
+from .request import Finished, TextDelta
 
 log = logging.getLogger(__name__)
 
@@ -34,14 +44,37 @@ def _exit(signum, frame) -> None:
     raise SystemExit(0)
 
 
+def _hosts() -> list[list[str]]:
+    """MLX_HOSTFILE's ranks: a list of ["ip:port", ...] per rank, rank 0 first."""
+    hostfile = os.environ.get("MLX_HOSTFILE", "")
+    return json.loads(Path(hostfile).read_text()) if hostfile else []
+
+
+def _join_group(hosts: list[list[str]]) -> mx.distributed.Group:
+    """The ring of `hosts`. A hostfile of one host is a group of one (MLX's ring wants two
+    or more): the same worker without the ring, which bench/distributed.py measures the
+    ring's cost against."""
+    if len(hosts) == 1:
+        del os.environ["MLX_HOSTFILE"]  # MLX reads it from the process environment
+        return mx.distributed.init(backend="ring", strict=False)
+    return mx.distributed.init(backend="ring", strict=True)
+
+
 class DistributedWorker:
     def __init__(self, *, model: str, path: str, address: str, secret: str = "",
                  link_timeout: float = 6.0) -> None:  # fmt: skip
-        self.group = mx.distributed.init(backend="ring", strict=True)
+        hosts = _hosts()
+        rank0_host = hosts[0][0].rsplit(":", 1)[0] if hosts else "127.0.0.1"
+        self.lifelines = Lifelines(
+            rank=int(os.environ.get("MLX_RANK", "0")), size=max(len(hosts), 1),
+            address=lifeline_address(address, rank0_host), timeout=link_timeout,
+        )  # fmt: skip
+        self.group = _join_group(hosts)
         self.rank = self.group.rank()
         self.name, self.address = model, address
         self.secret, self.link_timeout = secret, link_timeout
         self.model, self.tokenizer = sharded_load(path, tensor_group=self.group)
+        self.lifelines.hold()
         self.generated = self.completed = self.cancelled = 0
         self.in_flight = 0
         self.pending: list[tuple[bytes, int, wire.GenerateCall]] = []  # rank 0's queue
@@ -69,6 +102,7 @@ class DistributedWorker:
                     s.seed or 0]  # fmt: skip
         length, max_tokens, temperature, top_p, top_k, min_p, seed = self._share(head, 7)
         if int(length) == STOP:
+            self.lifelines.stopping = True
             return None
         tokens = plan[0] if self.rank == 0 else None
         tokens = self._share(tokens, int(length), mx.int32)
@@ -94,9 +128,11 @@ class DistributedWorker:
     # -- the other ranks ----------------------------------------------------------------
 
     def follow(self) -> None:
-        while (plan := self._share_plan(())) is not None:
-            tokens, max_tokens, sampler = plan
-            self._run(tokens, max_tokens, sampler, None)
+        try:
+            while (plan := self._share_plan(())) is not None:
+                self._run(*plan, None)
+        except Exception as error:  # noqa: BLE001 - a collective failed: the ring is broken
+            leave_the_group(self.rank, f"{type(error).__name__}: {error}")
 
     # -- rank 0 ---------------------------------------------------------------------------
 
@@ -124,6 +160,7 @@ class DistributedWorker:
         except SystemExit:
             pass
         finally:
+            self.lifelines.stopping = True
             self._share_plan(None)  # the other ranks exit too
             router.close(0)
             if authenticator is not None:
@@ -195,10 +232,9 @@ class DistributedWorker:
         self.in_flight = 1
         try:
             self._run(*self._share_plan((tokens, max_tokens, call.sampling)), wants_more)
-        except Exception as error:  # noqa: BLE001 - told to the client, then logged
-            log.exception("distributed generation failed")
-            send(Failed(f"generation failed: {error}"))
-            return
+        except Exception as error:  # noqa: BLE001 - the ranks are out of lockstep now
+            # Not a Failed frame: the web tier tells its clients what a worker's death is.
+            leave_the_group(0, f"{type(error).__name__}: {error}")
         finally:
             self.in_flight = 0
         detokenizer.finalize()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 
 import pytest
 from channels.routing import URLRouter
@@ -242,6 +243,17 @@ def test_a_worker_that_dies_mid_reply_keeps_the_partial_reply_marked_interrupted
     saved = Message.objects.get(id=done["message"]["id"])
     assert saved.content == done["message"]["content"]
     assert saved.stats["finish_reason"] == "interrupted"
+    _until_ready(DEFAULT_MODEL)
+
+
+def _until_ready(model: str, timeout: float = 300) -> None:
+    """Until the model's worker is ready: a test that kills it leaves it as it found it, so
+    the next test's request does not meet a worker still respawning (whose wait, 30 s,
+    a respawn on a loaded machine outlasted in the suite on PostgreSQL)."""
+    deadline = time.monotonic() + timeout
+    while (worker := supervisor().workers.get(model)) is None or worker.state != "ready":
+        assert time.monotonic() < deadline, f"the worker for {model} was not respawned"
+        time.sleep(0.2)
 
 
 def test_a_structured_reply_counts_its_fast_forwarded_tokens(registered_models, alice):
