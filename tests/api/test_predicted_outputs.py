@@ -21,13 +21,10 @@ SURFACES = {
         parse_responses_call({"input": "Hi", **body}), []
     ),
 }
-UNAVAILABLE = (
-    "draft_model 'tiny' is not available: draft models are not served yet; "
-    "use 'ngram' (prompt lookup) or 'none'"
-)
+NOT_A_NAME = "draft_model must be 'ngram', 'none' or a model's name"
 FAULTS = [
     ({"draft_model": 3}, "draft_model", "draft_model must be of type str"),
-    ({"draft_model": "tiny"}, "draft_model", UNAVAILABLE),
+    ({"draft_model": ""}, "draft_model", NOT_A_NAME),
     ({"num_draft_tokens": 0}, "num_draft_tokens", "num_draft_tokens must be at least 1"),
     ({"num_draft_tokens": 65}, "num_draft_tokens", "num_draft_tokens must be at most 64"),
     ({"num_draft_tokens": "4"}, "num_draft_tokens", "num_draft_tokens must be of type int"),
@@ -39,6 +36,7 @@ PREDICTION_USAGE = 'prediction must be {"type": "content", "content": <string or
 def test_every_surface_reads_the_draft_fields(surface):
     call = SURFACES[surface]({"draft_model": "ngram", "num_draft_tokens": 5})
     assert call.draft == {"draft_model": "ngram", "num_draft_tokens": 5}
+    assert SURFACES[surface]({"draft_model": "small"}).draft == {"draft_model": "small"}
     assert SURFACES[surface]({}).draft == {}
 
 
