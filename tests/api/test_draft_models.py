@@ -113,3 +113,19 @@ def test_a_model_s_default_draft_through_the_models_api(staff, http, model):
     finally:
         cleared = staff.patch(url, json={"draft_model": None})
     assert cleared.json()["draft_model"] is None
+
+
+def test_responses_and_messages_report_the_drafted_tokens(http, model, drafts):
+    body = {"model": model, "temperature": 0, "draft_model": DRAFT_MODEL}
+    response = http.post(
+        "/v1/responses", json={**body, "input": ASK[0]["content"], "max_output_tokens": TOKENS}
+    ).json()
+    details = response["usage"]["output_tokens_details"]
+    assert details["reasoning_tokens"] == 0
+    assert 0 < details["accepted_prediction_tokens"] <= response["usage"]["output_tokens"]
+    assert details["rejected_prediction_tokens"] >= 0
+    message = http.post("/v1/messages", json={**body, "messages": ASK, "max_tokens": TOKENS}).json()
+    assert 0 < message["usage"]["accepted_prediction_tokens"] <= message["usage"]["output_tokens"]
+    assert message["usage"]["rejected_prediction_tokens"] >= 0
+    plain = http.post("/v1/messages", json={"model": model, "messages": ASK, "max_tokens": 4})
+    assert "accepted_prediction_tokens" not in plain.json()["usage"]
