@@ -288,6 +288,8 @@ class Runner:
         drafts = self.speculation.stats
         self.stats.verify_steps = drafts.steps
         self.stats.drafted_tokens, self.stats.accepted_tokens = drafts.drafted, drafts.accepted
+        self.stats.fast_forwarded_tokens = drafts.fast_forwarded
+        self.stats.draft_models = tuple(self.speculation.draft_models.loaded)
         ended = self._postprocess(responses)
         try:
             self._lanes.move_due(self._schemes_below_start())

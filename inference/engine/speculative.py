@@ -67,6 +67,7 @@ class DraftStats:
     steps: int = 0  # verifying passes
     drafted: int = 0
     accepted: int = 0
+    fast_forwarded: int = 0  # of the accepted: a grammar's forced tokens
 
 
 @dataclass
@@ -192,6 +193,8 @@ class VerifyingBatch(GenerationBatch):
             drafter = speculation.drafters.get(self.uids[i])
             if drafter is not None and draft:
                 drafter.observe(len(draft), count)
+                if getattr(drafter, "fast_forward", False):
+                    speculation.stats.fast_forwarded += count
             sampled[i] = row
         speculation.stats.steps += 1
         speculation.stats.drafted += sum(map(len, drafts))

@@ -334,6 +334,8 @@ class WorkerServer:
                     "drafted_tokens": stats.drafted_tokens,
                     "accepted_tokens": stats.accepted_tokens,
                     "acceptance_rate": round(stats.acceptance_rate, 4),
+                    "fast_forwarded_tokens": stats.fast_forwarded_tokens,
+                    "draft_models": list(stats.draft_models),
                 },
                 "context_length": engine.context_length,
                 "blas": asdict(blas_state()),

@@ -57,6 +57,10 @@ def test_a_draft_model_keeps_the_reply_beside_plain_requests(run_async, http, mo
     assert plain.usage.completion_tokens_details is None
     # The draft runs inside the target's worker: no worker of its own.
     assert DRAFT_MODEL not in http.get("/health").json()["models_loaded"]
+    speculative = http.get("/stats").json()["models"][model]["speculative"]
+    assert [folder.rsplit("/", 1)[-1] for folder in speculative["draft_models"]] == [DRAFT_MODEL]
+    assert speculative["drafted_tokens"] >= speculative["accepted_tokens"] > 0
+    assert speculative["fast_forwarded_tokens"] >= 0
 
 
 def test_seeded_sampling_with_a_draft_model_is_reproducible(client, model, drafts):

@@ -160,7 +160,7 @@ def test_bad_draft_fields_are_400s_in_each_protocols_shape(http, model):
     assert responses.json()["error"]["param"] == "draft_model"
 
 
-def test_a_schema_s_forced_tokens_are_counted_as_fast_forwarded(client, model):
+def test_a_schema_s_forced_tokens_are_counted_as_fast_forwarded(client, http, model):
     schema = {
         "type": "object",
         "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
@@ -177,4 +177,8 @@ def test_a_schema_s_forced_tokens_are_counted_as_fast_forwarded(client, model):
     reference = client.chat.completions.create(**common, logprobs=True)  # never fast-forwarded
     assert forwarded.choices[0].message.content == reference.choices[0].message.content
     assert forwarded.usage.completion_tokens_details.fast_forwarded_tokens > 0
+    speculative = http.get("/stats").json()["models"][model]["speculative"]
+    assert speculative["fast_forwarded_tokens"] >= (
+        forwarded.usage.completion_tokens_details.fast_forwarded_tokens
+    )
     assert reference.usage.completion_tokens_details is None
