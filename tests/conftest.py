@@ -69,7 +69,7 @@ def other_vocabulary_folder(tmp_path_factory, model_folder) -> Path:
     return other_vocabulary_copy(model_folder, tmp_path_factory.mktemp("vocab") / OTHER_VOCAB)
 
 
-DRAFT_MODEL = "smollm2-draft-q4g128"
+DRAFT_MODEL = "smollm2-draft-q4g64"
 OTHER_VOCAB = "smollm2-other-vocab"
 THINKING_MODEL = "smollm2-thinking"
 
