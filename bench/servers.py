@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from draft_model import DRAFT_DIR, DRAFT_NAME
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_NAME = "smollm2-135m-instruct"
@@ -60,6 +61,9 @@ def mlxlab_spec() -> ServerSpec:
         setup=[
             [*manage, "migrate", "--noinput", "-v", "0"],
             [*manage, "add_model", str(MODEL_DIR), "--name", MODEL_NAME],
+            # The speculative bench's draft model (bench/draft_model.py), made once.
+            [sys.executable, "bench/draft_model.py"],
+            [*manage, "add_model", str(DRAFT_DIR), "--name", DRAFT_NAME],
         ],
     )
 

@@ -78,3 +78,25 @@ def model_import_gguf(
     models_dir.mkdir(parents=True, exist_ok=True)
     imported = import_gguf(gguf_path, models_dir / name, progress)
     return model_register(name=name, path=imported.path)
+
+
+class DraftRefused(ValueError):
+    """The model named cannot draft for this one."""
+
+
+def model_set_draft(*, record: LanguageModel, draft_name: str | None) -> LanguageModel:
+    """Make `draft_name` (a registered model sharing `record`'s vocabulary) the model's
+    default draft model, or clear it with None."""
+    from .draft_vocabulary import draft_problem
+
+    draft = None
+    if draft_name is not None:
+        draft = model_named(draft_name)
+        if draft is None:
+            raise DraftRefused(f"no model named {draft_name!r}")
+        problem = draft_problem(target=record, draft=draft)
+        if problem is not None:
+            raise DraftRefused(problem)
+    record.draft_model = draft
+    record.save(update_fields=["draft_model"])
+    return record

@@ -10,6 +10,11 @@ class LanguageModel(models.Model):
     quantization = models.CharField(max_length=200, blank=True)
     size_bytes = models.BigIntegerField(default=0)
     context_length = models.PositiveIntegerField(default=0)
+    # The model that drafts for this one when a request names no draft_model (speculative
+    # decoding); it must share this one's vocabulary (checked by the worker).
+    draft_model = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="drafts_for"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

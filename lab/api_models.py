@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 from access.error_responses import errors
 from access.permissions import StaffOnly
 from inference.engines import load_model_worker, unload_model_worker
-from inference.model_registry import model_named
+from inference.model_registry import DraftRefused, model_named, model_set_draft
 from inference.models import LanguageModel
 
 from .model_imports import ImportRefused, import_status, start_import
@@ -32,13 +32,46 @@ class ModelListApi(APIView):
         responses={200: OpenApiTypes.OBJECT, **errors(403)}, summary="The model registry"
     )
     def get(self, request: Request) -> Response:
-        return Response({"results": [model_summary(r) for r in LanguageModel.objects.all()]})
+        return Response(
+            {
+                "results": [
+                    model_summary(r) for r in LanguageModel.objects.select_related("draft_model")
+                ]
+            }
+        )
 
 
 class ModelDetailApi(APIView):
+    def get_permissions(self):
+        # Reading is for everyone the page serves; changing a model's settings, staff.
+        return [StaffOnly()] if self.request.method == "PATCH" else super().get_permissions()
+
     @extend_schema(responses={200: OpenApiTypes.OBJECT, **errors(403, 404)}, summary="One model")
     def get(self, request: Request, name: str) -> Response:
         return Response(model_details(_record(name)))
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        responses={200: OpenApiTypes.OBJECT, **errors(400, 403, 404)},
+        summary="Change a model's settings: its default draft model",
+    )
+    def patch(self, request: Request, name: str) -> Response:
+        record = _record(name)
+        data = request.data if isinstance(request.data, dict) else None
+        if data is None or set(data) - EDITABLE:
+            raise ValidationError({"detail": f"expected a JSON object of {sorted(EDITABLE)}"})
+        if "draft_model" in data:
+            draft = data["draft_model"] or None  # "" or null: no default draft
+            if draft is not None and not isinstance(draft, str):
+                raise ValidationError({"detail": "draft_model must be a model's name or null"})
+            try:
+                model_set_draft(record=record, draft_name=draft)
+            except DraftRefused as error:
+                raise ValidationError({"detail": str(error)}) from None
+        return Response(model_details(record))
+
+
+EDITABLE = {"draft_model"}
 
 
 class ModelLoadApi(APIView):

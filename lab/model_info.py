@@ -54,6 +54,7 @@ def model_summary(record: LanguageModel) -> dict:
         "context_length": record.context_length,
         "loaded": record.name in resident_models(),
         "default": record.name == default_model_name(),
+        "draft_model": record.draft_model.name if record.draft_model_id else None,
     }
 
 

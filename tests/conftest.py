@@ -53,6 +53,24 @@ def model_folder() -> Path:
     return default_model_folder()
 
 
+@pytest.fixture(scope="session")
+def draft_model_folder(tmp_path_factory, model_folder) -> Path:
+    """A lab-made quantized copy of the default model: a draft model with its vocabulary."""
+    from tests.draft_models import quantized_copy
+
+    return quantized_copy(model_folder, tmp_path_factory.mktemp("drafts") / DRAFT_MODEL)
+
+
+@pytest.fixture(scope="session")
+def other_vocabulary_folder(tmp_path_factory, model_folder) -> Path:
+    """A model whose vocabulary differs from the default model's by one added token."""
+    from tests.draft_models import other_vocabulary_copy
+
+    return other_vocabulary_copy(model_folder, tmp_path_factory.mktemp("vocab") / OTHER_VOCAB)
+
+
+DRAFT_MODEL = "smollm2-draft-q4g64"
+OTHER_VOCAB = "smollm2-other-vocab"
 THINKING_MODEL = "smollm2-thinking"
 
 # The lab's staff user on the session server, for the browser tests.

@@ -10,7 +10,7 @@ from django.http import JsonResponse
 from ..engine import Failed, Finished, TextDelta
 from ..engine.request import Event, ReasoningDelta, ToolCall
 from ..errors import ApiError
-from .openai_render import resumed
+from .openai_render import resumed, speculation_details
 
 # Anthropic's error type for each status (https://docs.anthropic.com/en/api/errors).
 ERROR_TYPES = {
@@ -169,6 +169,7 @@ class MessageBuilder:
             cache_read_input_tokens=finished.cached_tokens,
             output_tokens=finished.completion_tokens,
             **resumed(finished),
+            **speculation_details([finished]),  # the lab's extension, as resumed_from is
         )
         delta = {"stop_reason": self.stop_reason, "stop_sequence": self.stop_sequence}
         return [

@@ -43,15 +43,22 @@ def usage(finished: list[Finished]) -> dict:
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": finished[0].cached_tokens},
     }
+    if details := speculation_details(finished):
+        body["completion_tokens_details"] = details
+    return {**body, **resumed(finished[0])}
+
+
+def speculation_details(finished: list[Finished]) -> dict:
+    """Drafted tokens kept and refused (OpenAI's Predicted Outputs' names) when the request
+    drafted, and a grammar's fast-forwarded tokens (README); {} when neither happened.
+    Chat completions, Responses and Anthropic usage all report them."""
     details = {}
-    if any(each.speculative for each in finished):  # drafted: OpenAI's Predicted Outputs
+    if any(each.speculative for each in finished):
         details["accepted_prediction_tokens"] = sum(e.accepted_prediction_tokens for e in finished)
         details["rejected_prediction_tokens"] = sum(e.rejected_prediction_tokens for e in finished)
     if forwarded := sum(each.fast_forwarded_tokens for each in finished):
-        details["fast_forwarded_tokens"] = forwarded  # a grammar's forced tokens (README)
-    if details:
-        body["completion_tokens_details"] = details
-    return {**body, **resumed(finished[0])}
+        details["fast_forwarded_tokens"] = forwarded
+    return details
 
 
 def resumed(finished: Finished) -> dict:

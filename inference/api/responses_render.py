@@ -7,7 +7,7 @@ import uuid
 
 from ..engine import Failed, Finished, TextDelta
 from ..engine.request import ReasoningDelta, ToolCall
-from .openai_render import resumed
+from .openai_render import resumed, speculation_details
 from .responses_request import item_id
 
 ECHOED = ("instructions", "max_output_tokens", "temperature", "top_p", "previous_response_id")
@@ -199,7 +199,7 @@ class ResponseBuilder:
             "input_tokens": finished.prompt_tokens,
             "input_tokens_details": {"cached_tokens": finished.cached_tokens},
             "output_tokens": finished.completion_tokens,
-            "output_tokens_details": {"reasoning_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0, **speculation_details([finished])},
             "total_tokens": finished.prompt_tokens + finished.completion_tokens,
             **resumed(finished),
         }

@@ -143,24 +143,22 @@ def kv_cache(body: dict) -> dict:
 
 
 DRAFT_METHODS = ("ngram", "none")
+MAX_MODEL_NAME = 200  # LanguageModel.name's length
 
 
 def drafting(body: dict, *, prediction: bool = False) -> dict:
-    """Speculative decoding's fields as set: `draft_model` ("ngram": prompt lookup, or
-    "none"), mlx_lm.server's `num_draft_tokens`, and (chat completions) OpenAI's
-    `prediction`, whose text drafts are looked up in first."""
+    """Speculative decoding's fields as set: `draft_model` ("ngram": prompt lookup, "none",
+    or a registered model's name, which plan.py resolves), mlx_lm.server's
+    `num_draft_tokens`, and (chat completions) OpenAI's `prediction`, whose text drafts
+    are looked up in first."""
     fields = dict(
         draft_model=field(body, "draft_model", str),
         num_draft_tokens=field(body, "num_draft_tokens", int, low=1, high=MAX_DRAFT_TOKENS),
         prediction=predicted_text(body.get("prediction")) if prediction else None,
     )
     method = fields["draft_model"]
-    if method is not None and method not in DRAFT_METHODS:
-        raise ApiError(
-            f"draft_model {method!r} is not available: draft models are not served yet; "
-            "use 'ngram' (prompt lookup) or 'none'",
-            param="draft_model",
-        )
+    if method is not None and not 0 < len(method) <= MAX_MODEL_NAME:
+        raise ApiError("draft_model must be 'ngram', 'none' or a model's name", param="draft_model")
     return {name: value for name, value in fields.items() if value is not None}
 
 

@@ -16,9 +16,11 @@ from ..engine import KVScheme, SamplingParams
 from ..engine.wire import ChatInput, GenerateCall
 from ..engines import model_record
 from ..errors import ApiError
+from ..model_registry import amodel_named
 from ..models import LanguageModel
 from ..sampling_defaults import resolve, sampling_defaults
 from .call import ChatCall
+from .fields import DRAFT_METHODS
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,29 @@ def kv_scheme(explicit: dict, model: str) -> KVScheme | None:
     return KVScheme(**resolved) if resolved["bits"] is not None else None
 
 
+async def draft_fields(request: ChatCall, record: LanguageModel) -> dict:
+    """The call's draft fields: a draft model's name resolved to its folder; the model's
+    own default draft (LanguageModel.draft_model) when the request names no method and
+    predicts nothing. An unknown name is a 400; a vocabulary mismatch is the worker's 400."""
+    draft = dict(request.draft)
+    name = draft.get("draft_model")
+    if name is None and "prediction" not in draft and record.draft_model_id is not None:
+        default = await LanguageModel.objects.filter(pk=record.draft_model_id).afirst()
+        if default is not None:
+            return {**draft, "draft_model": default.name, "draft_path": default.path}
+    if name is None or name in DRAFT_METHODS:
+        return draft
+    found = await amodel_named(name)
+    if found is None:
+        raise ApiError(
+            f"draft_model {name!r} is not a registered model; name one, or 'ngram' "
+            "(prompt lookup) or 'none'",
+            param="draft_model",
+            code="model_not_found",
+        )
+    return {**draft, "draft_path": found.path}
+
+
 async def plan_generation(
     request: ChatCall, *, count_only: bool = False, caller: str = ""
 ) -> PlannedGeneration:
@@ -104,6 +129,6 @@ async def plan_generation(
         kv=kv_scheme(request.kv, record.name),
         # n choices of one prompt would share one checkpoint key: none of them resumes.
         resumable=request.n == 1,
-        **request.draft,
+        **await draft_fields(request, record),
     )
     return PlannedGeneration(record, request, call)

@@ -48,6 +48,8 @@ class EngineStats:
     verify_steps: int = 0  # speculative decoding: verifying passes, drafted and kept tokens
     drafted_tokens: int = 0
     accepted_tokens: int = 0
+    fast_forwarded_tokens: int = 0  # of the accepted: a grammar's forced tokens
+    draft_models: tuple[str, ...] = ()  # the draft models' folders loaded in this worker
 
     @property
     def tokens_per_second(self) -> float:

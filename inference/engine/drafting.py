@@ -1,5 +1,6 @@
 """Where drafted tokens come from: prompt lookup, over the prompt, the text so far and an
-optional prediction (OpenAI's Predicted Outputs). Plain Python, no MLX.
+optional prediction (OpenAI's Predicted Outputs). Plain Python, no MLX. (A draft model's
+drafts come from draft_model.py.)
 
 A drafter proposes the tokens it expects to follow a row's history; the verifying batch
 (speculative.py) checks them all in one forward pass and tells the drafter how many the
@@ -24,15 +25,19 @@ MAX_DRAFT_TOKENS = 64  # the most a request may ask for (num_draft_tokens)
 @dataclass(frozen=True)
 class DraftPlan:
     """How a request drafts: `method` "ngram" (prompt lookup; `prediction` tokens, when
-    given, are looked up first), up to `num_draft_tokens` a step."""
+    given, are looked up first) or "model" (a draft model's greedy tokens; the model folder
+    at `model_path`), up to `num_draft_tokens` a step."""
 
     method: str = "ngram"
     num_draft_tokens: int | None = None  # None: DEFAULT_DRAFT_TOKENS, adapted to acceptance
     prediction: tuple[int, ...] = ()
+    model_path: str = ""  # method "model": the draft model's folder
 
     def __post_init__(self) -> None:
-        if self.method != "ngram":
+        if self.method not in ("ngram", "model"):
             raise ValueError(f"unknown draft method {self.method!r}")
+        if (self.method == "model") != bool(self.model_path):
+            raise ValueError("a draft model's plan names its folder, and only it")
         if self.num_draft_tokens is not None and not 1 <= self.num_draft_tokens <= (
             MAX_DRAFT_TOKENS
         ):

@@ -13,6 +13,7 @@ import signal
 import threading
 from dataclasses import dataclass
 
+from .draft_model import DraftModels, vocabulary, vocabulary_difference
 from .drafting import DraftPlan
 from .grammar import GrammarCompiler, GrammarError, GrammarSpec, degrade_instruction, schema_text
 from .kv_cache import kv_scheme_problem
@@ -127,8 +128,19 @@ PREFIX_CUT_SLACK = 4
 class PromptBuilder:
     """Builds prompts for one loaded model; owns its grammar compiler."""
 
-    def __init__(self, loaded: LoadedModel, *, limits: PromptLimits | None = None) -> None:
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        *,
+        limits: PromptLimits | None = None,
+        draft_models: DraftModels | None = None,
+        name: str = "",
+    ) -> None:
         self.loaded = loaded
+        self.name = name or loaded.path.name
+        self.draft_models = draft_models or DraftModels()
+        self._vocabulary: dict[str, int] | None = None  # the target's, once a draft asks
+        self._draft_differences: dict[str, str | None] = {}  # draft folder -> difference
         self.limits = limits or PromptLimits()
         self.render_seconds = self.limits.render_seconds
         self._compiler: GrammarCompiler | None = None
@@ -286,8 +298,43 @@ class PromptBuilder:
             raise PromptRejected(
                 "prediction is far longer than this model's context length", param="prediction"
             )
-        tokens = self.loaded.tokenizer.encode(predicted, add_special_tokens=False)
-        return DraftPlan(method, call.num_draft_tokens, tuple(tokens))
+        tokens = tuple(self.loaded.tokenizer.encode(predicted, add_special_tokens=False))
+        path = ""
+        if method != "ngram":
+            path = self._check_draft_model(method, call.draft_path)
+            method = "model"
+        try:
+            return DraftPlan(method, call.num_draft_tokens, tokens, path)
+        except ValueError as exc:
+            raise PromptRejected(str(exc), param="num_draft_tokens") from None
+
+    def _check_draft_model(self, draft: str, path: str) -> str:
+        """The draft model's folder, once its tokens are known to mean what the target's do
+        (the same token -> id map); the comparison is kept by folder."""
+        if not path:
+            raise PromptRejected(f"no draft model named {draft!r}", param="draft_model")
+        if path not in self._draft_differences:
+            try:
+                theirs = self.draft_models.vocabulary(path)
+            except Exception as exc:  # a folder without a readable tokenizer
+                raise PromptRejected(
+                    f"draft model {draft!r} cannot be loaded: {exc}", param="draft_model"
+                ) from None
+            if self._vocabulary is None:
+                self._vocabulary = vocabulary(self.loaded.tokenizer)
+            self._draft_differences[path] = vocabulary_difference(
+                self._vocabulary, theirs, ("{target}", "{draft}")
+            )
+        difference = self._draft_differences[path]
+        if difference is not None:
+            difference = difference.format(target=self.name, draft=draft)
+            raise PromptRejected(
+                f"draft model {draft!r} has another vocabulary than {self.name!r} "
+                f"({difference}); a draft model must share its target's vocabulary",
+                param="draft_model",
+                code="draft_vocabulary_mismatch",
+            )
+        return path
 
     def _request(self, call, prompt: list[int], grammar, output) -> GenerationRequest:
         """Fit the request into the context window, or say plainly why it cannot."""
@@ -318,6 +365,7 @@ class PromptBuilder:
                 param="max_tokens",
                 code="context_length_exceeded",
             )
+        draft = self._draft_plan(call)
         try:
             return GenerationRequest(
                 prompt_tokens=prompt,
@@ -332,7 +380,7 @@ class PromptBuilder:
                 cache_scope=call.cache_scope,
                 cache_session=call.cache_session,
                 kv=call.kv,
-                draft=self._draft_plan(call),
+                draft=draft,
             )
         except ValueError as exc:
             raise PromptRejected(str(exc)) from None

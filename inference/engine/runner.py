@@ -172,6 +172,7 @@ class Runner:
             if request.grammar is not None:  # last, so bias can't revive a masked token
                 grammar = GrammarProcessor(request.grammar, replayed)
                 processors.append(grammar)
+            drafter = self.speculation.drafter_for(request, grammar)
             plan = self.prompt_cache.lookup(
                 prompt,
                 request.cache_scope,
@@ -197,8 +198,8 @@ class Runner:
             return None
         self.prompt_cache.expect(uid, plan)
         sequence.cached_tokens = min(plan.cached_tokens, len(request.prompt_tokens))
-        if request.draft is not None or grammar is not None:
-            sequence.drafter = self.speculation.register(uid, request, grammar)
+        if drafter is not None:
+            self.speculation.drafters[uid] = sequence.drafter = drafter
         self._active[uid] = sequence
         self._uid_of[pending.request_id] = uid
         self.stats.prompt_tokens += len(request.prompt_tokens)
@@ -287,6 +288,8 @@ class Runner:
         drafts = self.speculation.stats
         self.stats.verify_steps = drafts.steps
         self.stats.drafted_tokens, self.stats.accepted_tokens = drafts.drafted, drafts.accepted
+        self.stats.fast_forwarded_tokens = drafts.fast_forwarded
+        self.stats.draft_models = tuple(self.speculation.draft_models.loaded)
         ended = self._postprocess(responses)
         try:
             self._lanes.move_due(self._schemes_below_start())

@@ -25,9 +25,10 @@ plain step would see (`exact_attention`): the logits are then bit-identical to d
 token by token (tests/engine/test_speculative.py). The rows of a pass (batch x positions)
 stay below the kernel's BLAS threshold for the same reason (EngineConfig.max_verify_rows).
 
-A row decodes normally, without drafts, when: nothing matches its history; its request
-uses a grammar (the matcher cannot take tokens back); or the batch is too wide for even
-one draft per row within max_verify_rows. A model whose KV cache cannot be trimmed
+Drafts come from prompt lookup and predictions (drafting.py), a draft model
+(draft_model.py) or a grammar's forced tokens (fast-forwarding). A row decodes normally,
+without drafts, when: nothing matches its history; its request uses a grammar and asks for
+logprobs; or the batch is too wide for even one draft per row within max_verify_rows. A model whose KV cache cannot be trimmed
 (sliding windows, state-space layers) never drafts.
 
 This reaches into mlx-lm 0.32.2's GenerationBatch: it has no public hook for a step.
@@ -41,8 +42,11 @@ import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, GenerationBatch
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
+from .draft_model import DraftModels, ModelDrafter
 from .drafting import Drafter, ForcedDrafter
 from .exact_attention import exact_attention, install_exact_attention
+
+AnyDrafter = Drafter | ForcedDrafter | ModelDrafter
 
 
 def _taken(processor) -> int | None:
@@ -63,6 +67,7 @@ class DraftStats:
     steps: int = 0  # verifying passes
     drafted: int = 0
     accepted: int = 0
+    fast_forwarded: int = 0  # of the accepted: a grammar's forced tokens
 
 
 @dataclass
@@ -73,17 +78,24 @@ class Speculation:
     exact: bool = True
     enabled: bool = True  # False: the model cannot speculate (can_speculate)
     stop_tokens: frozenset[int] = frozenset()  # a row about to feed one ends: no drafts
-    drafters: dict[int, Drafter | ForcedDrafter] = field(default_factory=dict)
+    drafters: dict[int, AnyDrafter] = field(default_factory=dict)
     stats: DraftStats = field(default_factory=DraftStats)
+    draft_models: DraftModels = field(default_factory=DraftModels)  # this worker's, by folder
 
-    def register(self, uid: int, request, grammar) -> Drafter | ForcedDrafter | None:
-        """The row's drafter: a grammar's forced tokens (fast-forwarding, not when logprobs
-        are asked for), else prompt lookup; None where no draft could be verified."""
+    def drafter_for(self, request, grammar) -> AnyDrafter | None:
+        """A new row's drafter: a grammar's forced tokens (fast-forwarding, not when
+        logprobs are asked for), else its draft model or prompt lookup; None where no draft
+        could be verified. A draft model loads here on its first use."""
         if not self.enabled or (grammar is not None and request.logprobs):
             return None
-        drafter = ForcedDrafter(grammar.forced_after) if grammar else Drafter(request.draft)
-        self.drafters[uid] = drafter
-        return drafter
+        if grammar is not None:
+            return ForcedDrafter(grammar.forced_after)
+        if request.draft is None:
+            return None
+        plan = request.draft
+        if plan.method == "model":
+            return ModelDrafter(self.draft_models.model(plan.model_path), plan.num_draft_tokens)
+        return Drafter(plan)
 
 
 def speculation_for(loaded, *, max_rows: int, exact: bool) -> Speculation:
@@ -181,6 +193,8 @@ class VerifyingBatch(GenerationBatch):
             drafter = speculation.drafters.get(self.uids[i])
             if drafter is not None and draft:
                 drafter.observe(len(draft), count)
+                if getattr(drafter, "fast_forward", False):
+                    speculation.stats.fast_forwarded += count
             sampled[i] = row
         speculation.stats.steps += 1
         speculation.stats.drafted += sum(map(len, drafts))

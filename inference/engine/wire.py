@@ -60,7 +60,8 @@ class GenerateCall:
     cache_session: str | None = None  # a prompt-cache session the client named
     kv: KVScheme | None = None  # a quantized KV cache; None: plain
     resumable: bool = True  # checkpointed, and resumed by an identical retry (checkpoints.py)
-    draft_model: str | None = None  # "ngram" or "none"; None: ngram when predicting
+    draft_model: str | None = None  # "ngram", "none" or a model's name; None: ngram when predicting
+    draft_path: str = ""  # a draft model's folder (draft_model names it)
     num_draft_tokens: int | None = None
     prediction: str | None = None  # OpenAI's Predicted Outputs: text to draft from
 

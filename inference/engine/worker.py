@@ -78,7 +78,12 @@ class WorkerServer:
     def serve_forever(self) -> None:
         signal.signal(signal.SIGTERM, self._terminate)
         self.engine.start()
-        self.builder = PromptBuilder(self.engine.loaded, limits=self.limits)
+        self.builder = PromptBuilder(
+            self.engine.loaded,
+            limits=self.limits,
+            draft_models=self.engine.runner.speculation.draft_models,
+            name=self.model,
+        )
         bound = threading.Event()
         io = threading.Thread(target=self._io, args=(bound,), name="worker-io", daemon=True)
         io.start()
@@ -329,6 +334,8 @@ class WorkerServer:
                     "drafted_tokens": stats.drafted_tokens,
                     "accepted_tokens": stats.accepted_tokens,
                     "acceptance_rate": round(stats.acceptance_rate, 4),
+                    "fast_forwarded_tokens": stats.fast_forwarded_tokens,
+                    "draft_models": list(stats.draft_models),
                 },
                 "context_length": engine.context_length,
                 "blas": asdict(blas_state()),

@@ -210,8 +210,13 @@ def draft_fields() -> dict[str, Schema]:
     return {
         "draft_model": {
             "type": ["string", "null"],
-            "enum": ["ngram", "none", None],
-            "description": "ngram: drafts by prompt lookup; none: no drafts.",
+            "minLength": 1,
+            "maxLength": 200,
+            "description": (
+                "ngram: drafts by prompt lookup; none: no drafts; or a registered model's "
+                "name (sharing this model's vocabulary) whose greedy tokens are the drafts. "
+                "Unset: the model's default draft model, if it has one."
+            ),
         },
         "num_draft_tokens": {**integer(1, 64), "description": "Most tokens drafted a step."},
     }

@@ -1,6 +1,6 @@
 // The models page: the registry table, load/unload, details dialog and GGUF import.
 
-import { apiGet, apiPost, results } from './api.js';
+import { apiGet, apiPatch, apiPost, results } from './api.js';
 import { el, formatBytes, hideBanner, showBanner, wireBannerClose } from './util.js';
 
 const $ = (id) => document.getElementById(id);
@@ -18,7 +18,10 @@ const dom = {
   importProgress: $('import-progress'),
   importMessage: $('import-message'),
   importError: $('import-error'),
+  draftModel: $('draft-model'),
+  draftError: $('draft-model-error'),
 };
+let modelNames = [];
 
 const modelUrl = (name, action = '') => `/api/models/${encodeURIComponent(name)}${action ? `/${action}` : ''}`;
 
@@ -60,6 +63,7 @@ function placeholderRow(text) {
 async function refreshTable() {
   try {
     const models = results(await apiGet('/api/models'));
+    modelNames = models.map((model) => model.name);
     dom.tbody.replaceChildren(...(models.length ? models.map(modelRow) : [placeholderRow('No models registered yet.')]));
   } catch (error) {
     showBanner(dom.error, `Could not list the models: ${error.message}`);
@@ -113,7 +117,34 @@ async function showDetails(name) {
   dialog.querySelector('.defaults').textContent = formatDefaults(info.defaults);
   dialog.querySelector('.config').textContent = JSON.stringify(info.config ?? {}, null, 2);
   dialog.querySelector('.chat-template').textContent = info.chat_template || '(no chat template)';
+  showDraftChoice(info);
   if (!dialog.open) dialog.showModal();
+}
+
+// A model's default draft model: any other registered model; the server refuses one with
+// another vocabulary, and the select goes back to what is saved.
+function showDraftChoice(info) {
+  const select = dom.draftModel;
+  const options = [el('option', { value: '' }, '(none)')];
+  for (const name of modelNames) if (name !== info.name) options.push(el('option', { value: name }, name));
+  select.replaceChildren(...options);
+  select.value = info.draft_model || '';
+  select.dataset.model = info.name;
+  select.dataset.saved = select.value;
+  dom.draftError.hidden = true;
+}
+
+async function saveDraftChoice() {
+  const select = dom.draftModel;
+  dom.draftError.hidden = true;
+  try {
+    const info = await apiPatch(modelUrl(select.dataset.model), { draft_model: select.value || null });
+    select.dataset.saved = info.draft_model || '';
+  } catch (error) {
+    dom.draftError.textContent = error.message;
+    dom.draftError.hidden = false;
+    select.value = select.dataset.saved;
+  }
 }
 
 function tableClick(event) {
@@ -194,6 +225,7 @@ wireBannerClose(dom.error);
 $('models-table').addEventListener('click', tableClick);
 $('refresh-models').addEventListener('click', refreshTable);
 dom.importForm.addEventListener('submit', startImport);
+dom.draftModel.addEventListener('change', saveDraftChoice);
 // A click on the backdrop (outside the dialog's box) closes it, as users expect.
 dom.dialog.addEventListener('click', (event) => {
   if (event.target === dom.dialog) dom.dialog.close();

@@ -21,13 +21,10 @@ SURFACES = {
         parse_responses_call({"input": "Hi", **body}), []
     ),
 }
-UNAVAILABLE = (
-    "draft_model 'tiny' is not available: draft models are not served yet; "
-    "use 'ngram' (prompt lookup) or 'none'"
-)
+NOT_A_NAME = "draft_model must be 'ngram', 'none' or a model's name"
 FAULTS = [
     ({"draft_model": 3}, "draft_model", "draft_model must be of type str"),
-    ({"draft_model": "tiny"}, "draft_model", UNAVAILABLE),
+    ({"draft_model": ""}, "draft_model", NOT_A_NAME),
     ({"num_draft_tokens": 0}, "num_draft_tokens", "num_draft_tokens must be at least 1"),
     ({"num_draft_tokens": 65}, "num_draft_tokens", "num_draft_tokens must be at most 64"),
     ({"num_draft_tokens": "4"}, "num_draft_tokens", "num_draft_tokens must be of type int"),
@@ -39,6 +36,7 @@ PREDICTION_USAGE = 'prediction must be {"type": "content", "content": <string or
 def test_every_surface_reads_the_draft_fields(surface):
     call = SURFACES[surface]({"draft_model": "ngram", "num_draft_tokens": 5})
     assert call.draft == {"draft_model": "ngram", "num_draft_tokens": 5}
+    assert SURFACES[surface]({"draft_model": "small"}).draft == {"draft_model": "small"}
     assert SURFACES[surface]({}).draft == {}
 
 
@@ -162,7 +160,7 @@ def test_bad_draft_fields_are_400s_in_each_protocols_shape(http, model):
     assert responses.json()["error"]["param"] == "draft_model"
 
 
-def test_a_schema_s_forced_tokens_are_counted_as_fast_forwarded(client, model):
+def test_a_schema_s_forced_tokens_are_counted_as_fast_forwarded(client, http, model):
     schema = {
         "type": "object",
         "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
@@ -179,4 +177,8 @@ def test_a_schema_s_forced_tokens_are_counted_as_fast_forwarded(client, model):
     reference = client.chat.completions.create(**common, logprobs=True)  # never fast-forwarded
     assert forwarded.choices[0].message.content == reference.choices[0].message.content
     assert forwarded.usage.completion_tokens_details.fast_forwarded_tokens > 0
+    speculative = http.get("/stats").json()["models"][model]["speculative"]
+    assert speculative["fast_forwarded_tokens"] >= (
+        forwarded.usage.completion_tokens_details.fast_forwarded_tokens
+    )
     assert reference.usage.completion_tokens_details is None

@@ -45,3 +45,26 @@ def test_import_a_gguf_from_the_page(page: Page):
     page.click("#import-button")
     expect(row(page, "smol-imported")).to_contain_text("llama", timeout=120_000)
     expect(page.locator("#import-progress")).to_have_js_property("value", 1)
+
+
+def test_a_model_s_default_draft_model_from_its_details(page: Page):
+    page.goto("/models/")
+    details = page.locator("#model-details")
+    select = details.locator("#draft-model")
+    row(page, DEFAULT_MODEL).locator("[data-action=details]").click()
+    expect(select).to_have_value("")
+    expect(select.locator(f"option[value='{DEFAULT_MODEL}']")).to_have_count(0)  # not itself
+    try:
+        with page.expect_response(lambda r: r.request.method == "PATCH") as patched:
+            select.select_option(THINKING_MODEL)  # the same tokenizer: a valid draft
+        assert patched.value.ok
+        assert page.request.get(f"/api/models/{DEFAULT_MODEL}").json()["draft_model"] == (
+            THINKING_MODEL
+        )
+        page.keyboard.press("Escape")
+        row(page, DEFAULT_MODEL).locator("[data-action=details]").click()
+        expect(select).to_have_value(THINKING_MODEL)
+    finally:
+        with page.expect_response(lambda r: r.request.method == "PATCH"):
+            select.select_option("")
+    assert page.request.get(f"/api/models/{DEFAULT_MODEL}").json()["draft_model"] is None
