@@ -102,14 +102,22 @@ def llama_side(python: Path, tokens: int, threads: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def engine_side(tokens: int) -> dict:
-    """MLX Lab's engine in this process, as a model worker runs it, prompt cache off."""
+def engine_side(tokens: int, int8: bool = False) -> dict:
+    """MLX Lab's engine in this process, as a model worker runs it, prompt cache off;
+    `int8`: the kernel's opt-in int8 activations (MLXLAB_QMM_INT8, llama.cpp's trick)."""
     from bench.gpu import collect
-    from inference.engine import Engine, EngineConfig, GenerationRequest, load_model
+    from inference.engine import (
+        Engine,
+        EngineConfig,
+        GenerationRequest,
+        load_model,
+        quantized_kernel,
+    )
     from inference.engine.prompt_cache import PromptCacheConfig
 
     config = EngineConfig(max_batch_size=8, prompt_cache=PromptCacheConfig(max_entries=0))
     engine = Engine(lambda: load_model(MODEL), config=config).start()
+    quantized_kernel.kernel_module().set_int8_activations(int8)
     try:
         ids = engine.tokenizer.encode(PROMPT)
         runs = []
@@ -126,6 +134,7 @@ def engine_side(tokens: int) -> dict:
             "rss_mb": _rss_mb(),
         }
     finally:
+        quantized_kernel.kernel_module().set_int8_activations(False)
         engine.shutdown()
 
 
@@ -148,7 +157,7 @@ DECODE_LOOP = textwrap.dedent(
 )
 
 
-def where_time_goes(steps: int = 200) -> dict[str, float] | None:
+def where_time_goes(steps: int = 400) -> dict[str, float] | None:
     """Shares of a decode step's CPU time by library (`perf record`), where perf runs."""
     perf = shutil.which("perf")
     if perf is None:
@@ -212,6 +221,8 @@ def main() -> int:
             print(f"llama.cpp, {threads} threads:", report[f"llama_cpp_{threads}_threads"])
     report["mlxlab"] = engine_side(args.tokens)
     print("MLX Lab engine:", report["mlxlab"])
+    report["mlxlab_int8"] = engine_side(args.tokens, int8=True)
+    print("MLX Lab engine, int8 activations (opt-in, ~1% error):", report["mlxlab_int8"])
     report["decode_cpu_time_by_library_percent"] = where_time_goes()
     print(
         "where a decode step's CPU time goes (perf):", report["decode_cpu_time_by_library_percent"]
