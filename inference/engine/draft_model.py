@@ -29,6 +29,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.utils import load_tokenizer
 
 from .loader import load_model
+from .prompt_disk import common_prefix
 
 # Drafts a step when the request names no num_draft_tokens: mlx_lm.server's default.
 DEFAULT_MODEL_DRAFT_TOKENS = 3
@@ -123,7 +124,7 @@ class ModelDrafter:
     def _catch_up(self, history: list[int]) -> mx.array:
         """Trim the cache to what it shares with `history`, feed the rest; the logits
         after the last token of `history`."""
-        common = _shared_prefix(self.fed, history)
+        common = common_prefix(self.fed, history)
         common = min(common, len(history) - 1)  # the last token is fed again for its logits
         if len(self.fed) > common:
             for layer in self.cache:
@@ -142,19 +143,3 @@ class ModelDrafter:
     @property
     def rejected(self) -> int:
         return self.proposed - self.accepted
-
-
-def _shared_prefix(a: list[int], b: list[int]) -> int:
-    """How many leading tokens `a` and `b` share."""
-    n = min(len(a), len(b))
-    # Rows only grow, less refused drafts: compare from the end of the shorter first.
-    if a[:n] == b[:n]:
-        return n
-    low, high = 0, n  # a[:low] == b[:low], a[:high] != b[:high]
-    while high - low > 1:
-        middle = (low + high) // 2
-        if a[:middle] == b[:middle]:
-            low = middle
-        else:
-            high = middle
-    return low
