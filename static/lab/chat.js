@@ -369,8 +369,8 @@ function wirePage() {
 }
 
 async function init() {
-  setGenerating(false);
   wirePage();
+  setGenerating(false); // enables Send, disabled in the template until the form is handled
   socket.connect();
   sidebar.reload();
   await panel.init();

@@ -122,5 +122,6 @@ loadChoices()
     const first = readJsonScript('default-model', '');
     addPicker(first);
     addPicker(choices.find((choice) => choice.value !== first)?.value);
+    $('sbs-send').disabled = false;
   })
   .catch((failure) => showError(`Could not list the models: ${failure.message}`));
