@@ -47,6 +47,11 @@ def main() -> None:
     parser.add_argument("--skip-cold", action="store_true", help="no run without warm-up")
     parser.add_argument("--kernels-from", type=Path, help="a kernels.tar.gz of an earlier run")
     args = parser.parse_args()
+    if not args.no_torch:
+        # Before inference.engine, which otherwise keeps PyTorch out of transformers for
+        # the process's life (inference/engine/torch_free.py); the torch rows need it.
+        with contextlib.suppress(ImportError):
+            import torch  # noqa: F401
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="mlxlab-gpu-"))
     # The speed rows reuse what the restart rows compiled (the kernel cache is per process).

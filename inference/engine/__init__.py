@@ -2,8 +2,10 @@
 # ruff: noqa: E402  (the BLAS must be loaded before the imports below bring in mlx.core)
 
 from .cpu_fast_path import load_blas_from_environment
+from .torch_free import keep_torch_out_of_transformers
 
 load_blas_from_environment()
+keep_torch_out_of_transformers()
 
 from .bridge import stream_events
 from .config import EngineConfig

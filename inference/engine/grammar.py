@@ -4,7 +4,9 @@ The compiled grammar is shared and cached per worker (one tokenizer) by its
 kind and text, in an LRU bounded by bytes; the matcher is per request, so
 constrained and free requests sit side by side in one batch. Compiles run on a
 thread of their own under a time budget (xgrammar releases the GIL), so one
-huge schema never holds up other prompts.
+huge schema never holds up other prompts. xgrammar is imported on the first
+compile, not with this module: it imports PyTorch (`torch_free.py` says why that
+matters).
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import mlx.core as mx
-import xgrammar
-from xgrammar.kernels.apply_token_bitmask_mlx import apply_token_bitmask_mlx
+
+if TYPE_CHECKING:
+    import xgrammar
 
 KINDS = ("json_schema", "json_object", "regex", "choice", "ebnf")
 
@@ -55,6 +59,8 @@ class GrammarCompiler:
         max_bytes: int = 256 << 20,
         budget_seconds: float = 10.0,
     ) -> None:
+        import xgrammar
+
         hf_tokenizer = getattr(tokenizer, "_tokenizer", tokenizer)
         info = xgrammar.TokenizerInfo.from_huggingface(
             hf_tokenizer, vocab_size=vocab_size, stop_token_ids=stop_token_ids
@@ -147,6 +153,10 @@ class GrammarProcessor:
 
     def __init__(self, compiled: xgrammar.CompiledGrammar, replayed: tuple[int, ...] = ()) -> None:
         """`replayed`: tokens a resumed generation already holds, accepted first."""
+        import xgrammar
+        from xgrammar.kernels.apply_token_bitmask_mlx import apply_token_bitmask_mlx
+
+        self._apply_bitmask = apply_token_bitmask_mlx
         self._matcher = xgrammar.GrammarMatcher(compiled)
         self._vocab_size = compiled.tokenizer_info.vocab_size
         self._bitmask = xgrammar.allocate_token_bitmask(1, self._vocab_size)
@@ -163,7 +173,7 @@ class GrammarProcessor:
             return logits
         self._matcher.fill_next_token_bitmask(self._bitmask)
         mask = mx.array(self._bitmask.numpy())
-        masked = apply_token_bitmask_mlx(mask, logits[..., : self._vocab_size], self._vocab_size)
+        masked = self._apply_bitmask(mask, logits[..., : self._vocab_size], self._vocab_size)
         if logits.shape[-1] > self._vocab_size:  # padded output layer: pad ids never allowed
             padding = mx.full((1, logits.shape[-1] - self._vocab_size), -mx.inf, logits.dtype)
             masked = mx.concatenate([masked, padding], axis=-1)
