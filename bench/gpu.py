@@ -3,6 +3,7 @@
     python3 bench/gpu.py --out DIR                      # everything (about 6 minutes on an H200)
     python3 bench/gpu.py --out DIR --shapes tiny-bf16 --tokens 16   # a smoke run, CPU too
     python3 bench/gpu.py --out DIR --part restart       # first request after a restart only
+    python3 bench/gpu.py --out DIR --part speed --no-torch --compare-compiled-mlp
 
 Runs where MLX has its CUDA backend (`make setup` on a GPU machine, or the recipe in
 docs/BENCHMARKS.md for the lent H200). Every row is measured in this one process, side
@@ -46,6 +47,11 @@ def main() -> None:
     parser.add_argument("--no-torch", action="store_true")
     parser.add_argument("--skip-cold", action="store_true", help="no run without warm-up")
     parser.add_argument("--kernels-from", type=Path, help="a kernels.tar.gz of an earlier run")
+    parser.add_argument(
+        "--compare-compiled-mlp",
+        action="store_true",
+        help="engine rows with the compiled MLP half at every batch size and with it off",
+    )
     args = parser.parse_args()
     if not args.no_torch:
         # Before inference.engine, which otherwise keeps PyTorch out of transformers for
@@ -81,7 +87,7 @@ def main() -> None:
                 "one_stream_limit_tps": round(limit, 1),
                 "rows": rows,
             }
-            speed_rows(folder, args.tokens, batches, rows)
+            speed_rows(folder, args.tokens, batches, rows, args.compare_compiled_mlp)
             if not args.no_torch and shape.bits is None:
                 rows.update(torch_rows(shape, args.tokens, batches))
             print_model(shape.name, report["models"][shape.name])
@@ -147,7 +153,9 @@ class LiveRows(dict):
             self[key] = value
 
 
-def speed_rows(folder: Path, tokens: int, batches: list[int], rows: dict) -> dict:
+def speed_rows(
+    folder: Path, tokens: int, batches: list[int], rows: dict, compare_mlp: bool = False
+) -> dict:
     from mlx_lm import load
 
     model, _ = load(str(folder))
@@ -161,7 +169,10 @@ def speed_rows(folder: Path, tokens: int, batches: list[int], rows: dict) -> dic
         rows[f"mlx_lm_batch{mixed}_mixed_tps"] = mlx_lm_batch(model, mixed, tokens, vocab, True)
         rows["mlx_lm_ttft_512_s"] = mlx_lm_ttft(model, vocab)
     del model
-    rows.update(engine_rows(folder, tokens, batches))
+    if compare_mlp:
+        rows.update(compiled_mlp_rows(folder, tokens, batches))
+    else:
+        rows.update(engine_rows(folder, tokens, batches))
     return rows
 
 
@@ -264,6 +275,31 @@ def engine_rows(folder: Path, tokens: int, batches: list[int]) -> dict:
     # What the prompt cache's bookkeeping costs: the largest batch and TTFT without it.
     off = PromptCacheConfig(max_entries=0)
     rows.update(engine_speed(folder, tokens, batches[-1:], off, "engine_no_prompt_cache"))
+    return rows
+
+
+def compiled_mlp_rows(folder: Path, tokens: int, batches: list[int]) -> dict:
+    """The engine with each layer's MLP half compiled at every batch size, then without it
+    (inference/engine/compiled_mlp.py): the figures its batch-size threshold comes from."""
+    from inference.engine.compiled_mlp import MIN_BATCH_VARIABLE, VARIABLE
+    from inference.engine.prompt_cache import PromptCacheConfig
+
+    rows = {}
+    variants = [
+        ("engine_mlp_compiled", {MIN_BATCH_VARIABLE: "1"}),
+        ("engine_mlp_plain", {VARIABLE: "0"}),
+    ]
+    for label, env in variants:
+        saved = {key: os.environ.get(key) for key in env}
+        os.environ.update(env)  # read when the engine loads the model
+        try:
+            rows.update(engine_speed(folder, tokens, batches, PromptCacheConfig(), label))
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
     return rows
 
 

@@ -24,7 +24,7 @@ from mlx_lm.sample_utils import make_sampler
 log = logging.getLogger(__name__)
 
 PTX_CACHE_VARIABLE = "MLX_PTX_CACHE_DIR"
-WARM_UP_TOKENS = 3  # decode steps per batch shape: the first, and two from the steady loop
+WARM_UP_TOKENS = 3  # decode steps of a full batch: the first, and two from the steady loop
 
 
 def on_gpu() -> bool:
@@ -98,7 +98,8 @@ def warm_up(model, shapes: WarmUpShapes, *, vocab_size: int, stream) -> float:
     """Run every serving shape once, greedy and sampled, so its kernels compile now.
 
     A throwaway BatchGenerator on the engine's own stream: the runner's batch,
-    prompt cache and statistics never see these requests. Returns the seconds spent.
+    prompt cache and statistics never see these requests. Decode steps of a loaded
+    model's compiled MLP halves (compiled_mlp.py) trace here too, at every batch size. Returns the seconds spent.
     """
     started = time.perf_counter()
     generator = BatchGenerator(
@@ -116,7 +117,7 @@ def warm_up(model, shapes: WarmUpShapes, *, vocab_size: int, stream) -> float:
             prompts = [_prompt(draw, vocab_size, length) for length in lengths]
             # Mixed samplers take the per-row path, as a real mixed batch does.
             samplers = [None if row % 2 == 0 else sampled for row in range(len(prompts))]
-            _drain(generator, prompts, samplers)
+            _drain(generator, prompts, samplers, _tokens(len(prompts), shapes))
     finally:
         generator.close()
         del generator
@@ -126,14 +127,22 @@ def warm_up(model, shapes: WarmUpShapes, *, vocab_size: int, stream) -> float:
     return seconds
 
 
+def _tokens(rows: int, shapes: WarmUpShapes) -> int:
+    """Tokens per row: enough that the first rows still decode when the last join.
+
+    Rows join the decoding batch `prefill_batch_size` at a time, one join per step: with
+    fewer tokens the first rows finished before the batch was full, and a served batch
+    of that size would have compiled its kernels (and the compiled MLP half) on a request.
+    """
+    return WARM_UP_TOKENS + -(-rows // shapes.prefill_batch_size)
+
+
 def _prompt(draw: random.Random, vocab_size: int, length: int) -> list[int]:
     return [draw.randrange(vocab_size) for _ in range(length)]
 
 
-def _drain(generator: BatchGenerator, prompts: list[list[int]], samplers) -> None:
-    uids = set(
-        generator.insert(prompts, max_tokens=[WARM_UP_TOKENS] * len(prompts), samplers=samplers)
-    )
+def _drain(generator: BatchGenerator, prompts: list[list[int]], samplers, tokens: int) -> None:
+    uids = set(generator.insert(prompts, max_tokens=[tokens] * len(prompts), samplers=samplers))
     while uids:
         for response in generator.next_generated():
             if response.finish_reason is not None:

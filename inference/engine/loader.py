@@ -9,6 +9,8 @@ from pathlib import Path
 
 from mlx_lm import load
 
+from . import compiled_mlp
+from .accelerator import on_gpu
 from .dense_weights import FastPathOptions, FastPathReport, apply_fast_path
 
 log = logging.getLogger(__name__)
@@ -42,7 +44,8 @@ def load_model(path: str | Path, *, fast_path: FastPathOptions | None = None) ->
     """Load weights and tokenizer from an MLX / Hugging Face format folder.
 
     On the CPU the quantized weights become dense float32 ones (the fast
-    path) unless `fast_path` says otherwise or they exceed its memory budget.
+    path) unless `fast_path` says otherwise or they exceed its memory budget. On a
+    GPU, batched decode steps run each layer's MLP half compiled (compiled_mlp.py).
     """
     path = Path(path)
     model, tokenizer = load(str(path))
@@ -50,6 +53,8 @@ def load_model(path: str | Path, *, fast_path: FastPathOptions | None = None) ->
     vocab_size = config.get("vocab_size") or config.get("text_config", {}).get("vocab_size")
     report = apply_fast_path(model, fast_path or FastPathOptions())
     log.info("%s runs on the %s path: %s", path.name, report.path, report.reason)
+    if compiled_mlp.wanted(on_gpu()):
+        compiled_mlp.compile_mlp_halves(model)
     return LoadedModel(
         model, tokenizer, read_context_length(config), vocab_size or len(tokenizer), path, report
     )
