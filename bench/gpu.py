@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument(
         "--compare-compiled-mlp",
         action="store_true",
-        help="engine rows with the compiled MLP half at every batch size and with it off",
+        help="only engine rows, with the compiled MLP half at every batch size and with it off",
     )
     args = parser.parse_args()
     if not args.no_torch:
@@ -158,6 +158,9 @@ def speed_rows(
 ) -> dict:
     from mlx_lm import load
 
+    if compare_mlp:  # the engine alone: mlx-lm's rows do not depend on the switch
+        rows.update(compiled_mlp_rows(folder, tokens, batches))
+        return rows
     model, _ = load(str(folder))
     vocab = model.args.vocab_size
     with stock_mask():  # mlx-lm as it ships, even after an engine patched it (decode_mask.py)
@@ -169,10 +172,7 @@ def speed_rows(
         rows[f"mlx_lm_batch{mixed}_mixed_tps"] = mlx_lm_batch(model, mixed, tokens, vocab, True)
         rows["mlx_lm_ttft_512_s"] = mlx_lm_ttft(model, vocab)
     del model
-    if compare_mlp:
-        rows.update(compiled_mlp_rows(folder, tokens, batches))
-    else:
-        rows.update(engine_rows(folder, tokens, batches))
+    rows.update(engine_rows(folder, tokens, batches))
     return rows
 
 
@@ -279,28 +279,67 @@ def engine_rows(folder: Path, tokens: int, batches: list[int]) -> dict:
 
 
 def compiled_mlp_rows(folder: Path, tokens: int, batches: list[int]) -> dict:
-    """The engine with each layer's MLP half compiled at every batch size, then without it
-    (inference/engine/compiled_mlp.py): the figures its batch-size threshold comes from."""
-    from inference.engine.compiled_mlp import MIN_BATCH_VARIABLE, VARIABLE
-    from inference.engine.prompt_cache import PromptCacheConfig
+    """The engine with each layer's MLP half compiled at every batch size, and without it
+    (inference/engine/compiled_mlp.py): the figures its batch-size threshold comes from.
 
-    rows = {}
-    variants = [
-        ("engine_mlp_compiled", {MIN_BATCH_VARIABLE: "1"}),
-        ("engine_mlp_plain", {VARIABLE: "0"}),
-    ]
-    for label, env in variants:
-        saved = {key: os.environ.get(key) for key in env}
-        os.environ.update(env)  # read when the engine loads the model
-        try:
-            rows.update(engine_speed(folder, tokens, batches, PromptCacheConfig(), label))
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
-    return rows
+    Both engines are loaded at once and their runs alternate, three of each per row: run
+    one after the other, minutes apart, the same variant moved by 20-40% on the lent H200.
+    Rows: the best run, and the median (`_med`).
+    """
+    from inference.engine.compiled_mlp import MIN_BATCH_VARIABLE, VARIABLE
+
+    variants = {
+        "engine_mlp_compiled": {MIN_BATCH_VARIABLE: "1"},
+        "engine_mlp_plain": {VARIABLE: "0"},
+    }
+    engines = {label: started_engine(folder, max(batches), env) for label, env in variants.items()}
+    try:
+        rows = {
+            f"{label}_warm_up_s": round(e.stats.warm_up_seconds, 2) for label, e in engines.items()
+        }
+        vocab = next(iter(engines.values())).vocab_size
+        mixed = max(batches[:2])
+        runs = {
+            "stream": lambda e, seed: engine_stream(e, prompts(1, PROMPT, vocab, seed)[0], tokens)[
+                0
+            ]
+        }
+        for batch in [1, *batches]:
+            runs[f"batch{batch}"] = lambda e, seed, b=batch: engine_batch(
+                e, prompts(b, PROMPT, vocab, seed), tokens
+            )
+        runs[f"batch{mixed}_mixed"] = lambda e, seed: engine_batch(
+            e, mixed_prompts(mixed, vocab, seed), tokens
+        )
+        for name, run in runs.items():
+            rates = {label: [] for label in engines}
+            for seed in (11, 12, 13):
+                for label, engine in engines.items():
+                    rates[label].append(run(engine, seed))
+            for label, values in rates.items():
+                rows[f"{label}_{name}_tps"] = max(values)
+                rows[f"{label}_{name}_med_tps"] = statistics.median(values)
+        return rows
+    finally:
+        for engine in engines.values():
+            engine.shutdown()
+
+
+def started_engine(folder: Path, max_batch: int, env: dict[str, str]):
+    """An engine (warmed up) whose model loaded with `env` set, and the environment as it was."""
+    from inference.engine import Engine, EngineConfig, load_model
+
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)  # read when the engine loads the model
+    try:
+        config = EngineConfig(max_batch_size=max_batch, prefill_batch_size=8, warm_up=True)
+        return Engine(lambda: load_model(folder), config=config).start()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def engine_speed(folder: Path, tokens: int, batches: list[int], cache, label: str) -> dict:
