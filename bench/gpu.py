@@ -288,8 +288,9 @@ def compiled_mlp_rows(folder: Path, tokens: int, batches: list[int]) -> dict:
     """
     from inference.engine.compiled_mlp import MIN_BATCH_VARIABLE, VARIABLE
 
+    on = "force" if os.environ.get(VARIABLE) == "force" else "1"  # force: a CPU smoke run
     variants = {
-        "engine_mlp_compiled": {MIN_BATCH_VARIABLE: "1"},
+        "engine_mlp_compiled": {VARIABLE: on, MIN_BATCH_VARIABLE: "1"},
         "engine_mlp_plain": {VARIABLE: "0"},
     }
     engines = {label: started_engine(folder, max(batches), env) for label, env in variants.items()}

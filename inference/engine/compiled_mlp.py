@@ -1,11 +1,13 @@
 """On a GPU, each decode step's MLP half of a Llama block as one compiled graph (issue 18).
 
-MLX's CUDA backend pays a launch and host work per operation: at batch 32 a 1B bf16 model
-decoded 34-42% faster when each layer's second half (post-attention norm, gate and up,
-swiglu, down, residual) ran as one `mx.compile`d function, while one stream moved either
-way and compiling the attention half too lost (docs/BENCHMARKS.md). So decode steps
-(one token a row) of at least `min_batch` rows run the compiled half; prefill, verifying
-passes and small batches run mlx-lm's block unchanged.
+MLX's CUDA backend pays a launch and host work per operation. A probe on mlx-lm's own
+batch path decoded 34-42% faster at batch 32 when each layer's second half (post-attention
+norm, gate and up, swiglu, down, residual) ran as one `mx.compile`d function. In the
+engine, measured with and without it side by side on an H200, it gained in some runs and
+lost in others, inside that machine's run-to-run noise (docs/BENCHMARKS.md, "Compiled MLP
+half"), so it ships off: MLXLAB_COMPILED_MLP=1 turns it on. Then decode steps (one token
+a row) of at least `min_batch` rows run the compiled half; prefill, verifying passes and
+smaller batches run mlx-lm's block unchanged.
 
 The norm's and the MLP's parameters are the compiled function's captured inputs, read
 again on every call: reloaded or updated weights apply at once. A projection wrapped in an
@@ -28,20 +30,22 @@ from .dense_weights import DenseLinear
 
 log = logging.getLogger(__name__)
 
-VARIABLE = "MLXLAB_COMPILED_MLP"  # 0: never; 1 (default): on a GPU; force: any device
+VARIABLE = "MLXLAB_COMPILED_MLP"  # 0 (default): never; 1: on a GPU; force: any device
 MIN_BATCH_VARIABLE = "MLXLAB_COMPILED_MLP_MIN_BATCH"
-DEFAULT_MIN_BATCH = 8  # below it one stream moved either way (docs/BENCHMARKS.md)
+# Below it one stream and batch 4 swung from 0.6x to 1.6x between runs (docs/BENCHMARKS.md).
+DEFAULT_MIN_BATCH = 8
 MLP = ("gate_proj", "up_proj", "down_proj")
-# Layers whose output is a function of their parameter tree alone.
+# Layers whose output is a function of their parameter tree alone (exact types: a subclass
+# may call an extension or keep state outside the tree).
 PLAIN_LINEARS = (nn.Linear, nn.QuantizedLinear, DenseLinear)
 
 
 def wanted(on_gpu: bool) -> bool:
     """Whether loaded models get the compiled MLP half (MLXLAB_COMPILED_MLP)."""
-    value = os.environ.get(VARIABLE, "1").strip().lower()
+    value = os.environ.get(VARIABLE, "0").strip().lower()
     if value == "force":
         return True
-    return on_gpu and value not in ("0", "false", "no", "off")
+    return on_gpu and value in ("1", "true", "yes", "on")
 
 
 def min_batch() -> int:
@@ -58,8 +62,8 @@ def _projections(block: llama.TransformerBlock) -> tuple[nn.Module, ...]:
 
 def _plain(layer: nn.Module) -> bool:
     if type(layer) is AdapterSlot:
-        return not layer.active and isinstance(layer.base, PLAIN_LINEARS)
-    return isinstance(layer, PLAIN_LINEARS)
+        return not layer.active and type(layer.base) in PLAIN_LINEARS
+    return type(layer) in PLAIN_LINEARS
 
 
 def eligible(block: nn.Module) -> bool:

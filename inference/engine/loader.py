@@ -45,7 +45,8 @@ def load_model(path: str | Path, *, fast_path: FastPathOptions | None = None) ->
 
     On the CPU the quantized weights become dense float32 ones (the fast
     path) unless `fast_path` says otherwise or they exceed its memory budget. On a
-    GPU, batched decode steps run each layer's MLP half compiled (compiled_mlp.py).
+    GPU with MLXLAB_COMPILED_MLP=1, batched decode steps run each layer's MLP half
+    compiled (compiled_mlp.py).
     """
     path = Path(path)
     model, tokenizer = load(str(path))

@@ -71,11 +71,15 @@ def _chat(loaded, texts: list[str]) -> list[list[int]]:
 
 def test_the_switch(monkeypatch):
     monkeypatch.delenv(compiled_mlp.VARIABLE, raising=False)
+    assert not compiled_mlp.wanted(on_gpu=True)  # off unless asked: no gain measured yet
+    monkeypatch.setenv(compiled_mlp.VARIABLE, "1")
     assert compiled_mlp.wanted(on_gpu=True) and not compiled_mlp.wanted(on_gpu=False)
     monkeypatch.setenv(compiled_mlp.VARIABLE, "0")
     assert not compiled_mlp.wanted(on_gpu=True)
     monkeypatch.setenv(compiled_mlp.VARIABLE, "force")
     assert compiled_mlp.wanted(on_gpu=False)
+    monkeypatch.setenv(compiled_mlp.MIN_BATCH_VARIABLE, "16")
+    assert compiled_mlp.min_batch() == 16
 
 
 def test_the_loader_installs_it_when_forced(loaded):
