@@ -11,8 +11,9 @@ tests/hosts.py; loopback where none can be made, and the report says so). The di
 is what the ring costs: two collectives a layer, plus the worker's own two a token.
 
 The default model's 9 query heads and 3 key-value heads do not split over two ranks, so
-both sides serve a copy with a fourth key-value head and its 3 query heads, all zero (their
-output projection's columns too): the same function, in a shape two ranks can share. Greedy decode must give
+both sides serve the copy with a fourth key-value head and its 3 query heads, all zero,
+that a two-rank worker pads itself (inference/engine/head_padding.py): the same function,
+in a shape two ranks can share. Greedy decode must give
 the same text on both sides. On a 2-core CPU the two ranks share the cores the one rank
 had to itself, so (b) may well be slower: the figure says what the link costs, not a gain.
 """
@@ -25,7 +26,6 @@ import asyncio
 import datetime as dt
 import json
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -44,47 +44,10 @@ from remote_worker import SECRET, Remote
 from run import OUT_DIR, machine
 from workload import DECODE_PROMPTS, WARMUP_PROMPT
 
+from inference.engine.head_padding import shardable_path
 from tests.hosts import Network, namespaces_unavailable, unfence
 
 RING_PORT, WORKER_PORT = 5621, 7411
-
-
-def padded_model(source: Path, target: Path) -> Path:
-    """`source` with zero key-value heads added (each with its group of zero query heads
-    and zero output-projection columns, so they add nothing) until two ranks can share the
-    heads out: the same outputs, in a shape that shards over two ranks."""
-    import mlx.core as mx
-
-    if (target / "config.json").exists():
-        return target
-    config = json.loads((source / "config.json").read_text())
-    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
-    group, hidden = heads // kv_heads, config["hidden_size"]
-    head_dim = config.get("head_dim") or hidden // heads
-    bits, group_size = config["quantization"]["bits"], config["quantization"]["group_size"]
-    # transformers refuses a config whose hidden size the query heads do not divide.
-    extra = next(e for e in range(kv_heads % 2, 64, 2) if hidden % ((kv_heads + e) * group) == 0)
-    weights = mx.load(str(source / "model.safetensors"))
-    for layer in range(config["num_hidden_layers"]):
-        attention = f"model.layers.{layer}.self_attn"
-        for part in ("weight", "scales", "biases"):  # quantized rows and columns alike
-            for name, added in (("q_proj", extra * group), ("k_proj", extra), ("v_proj", extra)):
-                rows = weights[f"{attention}.{name}.{part}"]
-                zeros = mx.zeros((added * head_dim, rows.shape[1]), rows.dtype)
-                weights[f"{attention}.{name}.{part}"] = mx.concatenate([rows, zeros])
-            o = weights[f"{attention}.o_proj.{part}"]  # input columns: packed, or per group
-            per_head = head_dim * bits // 32 if part == "weight" else head_dim // group_size
-            zeros = mx.zeros((o.shape[0], per_head * extra * group), o.dtype)
-            weights[f"{attention}.o_proj.{part}"] = mx.concatenate([o, zeros], axis=1)
-    target.mkdir(parents=True, exist_ok=True)
-    for file in source.iterdir():
-        if file.name not in ("model.safetensors", "config.json"):
-            shutil.copy(file, target / file.name)
-    mx.save_safetensors(str(target / "model.safetensors"), weights, metadata={"format": "mlx"})
-    config.update(num_attention_heads=(kv_heads + extra) * group,
-                  num_key_value_heads=kv_heads + extra, head_dim=head_dim)  # fmt: skip
-    (target / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    return target
 
 
 class Group:
@@ -179,7 +142,8 @@ def median(runs: list[dict]) -> float | None:
 
 def run_benchmark(config: Config, source: Path) -> dict:
     OUT_DIR.mkdir(parents=True, exist_ok=True)
-    path = padded_model(source, OUT_DIR / f"{source.name}-padded-heads")
+    # Both sides serve the copy two ranks can shard, so that they compute the same shape.
+    path = shardable_path(source, 2, OUT_DIR)
     why_loopback = namespaces_unavailable()
     groups: list[Group] = []
     sides: list[Ranks] = []

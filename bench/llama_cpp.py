@@ -71,18 +71,20 @@ def llama_python(build: bool) -> Path | None:
     """The llama.cpp environment's interpreter, built on first use; None (and why) if not."""
     python = VENV / "bin" / "python"
     ready = VENV / ".built"
-    if ready.exists():
+    flags = cmake_args()
+    if ready.exists() and ready.read_text() == flags:
         return python
     if not build:
-        print(f"llama.cpp: {VENV} is not built (run without --no-build)")
+        print(f"llama.cpp: {VENV} is not built for this CPU (run without --no-build)")
         return None
     print(f"llama.cpp: building {PACKAGE} into {VENV} (10-20 min on 2 cores) ...", flush=True)
     log = VENV.parent / "llamacpp-build.log"
+    shutil.rmtree(VENV, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-    env = {**os.environ, "CMAKE_ARGS": "-DGGML_NATIVE=ON"}
+    env = {**os.environ, "CMAKE_ARGS": flags}
     with log.open("w") as out:
         done = subprocess.run(
-            [str(python), "-m", "pip", "install", PACKAGE],
+            [str(python), "-m", "pip", "install", "--no-cache-dir", PACKAGE],  # built with `flags`
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
@@ -90,8 +92,30 @@ def llama_python(build: bool) -> Path | None:
     if done.returncode != 0:
         print(f"llama.cpp: the build failed (needs cmake and a C++ compiler); see {log}")
         return None
-    ready.touch()
+    ready.write_text(flags)
     return python
+
+
+# ggml's option for each CPU feature it can use, by the flag /proc/cpuinfo shows for it.
+GGML_FEATURES = {
+    "avx": "AVX", "avx2": "AVX2", "bmi2": "BMI2", "fma": "FMA", "f16c": "F16C",
+    "avx_vnni": "AVX_VNNI", "avx512f": "AVX512", "avx512vbmi": "AVX512_VBMI",
+    "avx512_vnni": "AVX512_VNNI", "avx512_bf16": "AVX512_BF16",
+}  # fmt: skip
+
+
+def cmake_args() -> str:
+    """Every SIMD feature this CPU has, AMX left out: with GGML_NATIVE, a Sapphire Rapids
+    guest here built ggml's AMX matmul, which crashed on the first prompt (SIGSEGV in
+    ggml_backend_amx_mul_mat), so llama.cpp runs on its AVX-512 kernels instead."""
+    flags = set()
+    with open("/proc/cpuinfo") as info:
+        for line in info:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    enabled = [f"-DGGML_{name}=ON" for flag, name in GGML_FEATURES.items() if flag in flags]
+    return " ".join(["-DGGML_NATIVE=OFF", *enabled])
 
 
 def llama_side(python: Path, tokens: int, threads: int) -> dict:

@@ -2,7 +2,8 @@
 
 Every rank runs `manage.py modelworker --distributed` (`mlx.launch --backend ring`, or
 MLX_RANK and MLX_HOSTFILE set by hand) and holds a tensor-parallel shard of the model
-(mlx-lm's `sharded_load`, the model's own `shard()`). Rank 0 alone speaks the worker
+(mlx-lm's `sharded_load`, the model's own `shard()`; heads the ranks do not divide are
+padded with zero heads first, head_padding.py). Rank 0 alone speaks the worker
 protocol (wire.py) at `--listen`, so the web tier sees one worker; for each request it
 shares the prompt and the sampling settings with the other ranks (all_sum over the ring),
 and before every token whether to go on, so that all ranks run the same forward passes in
@@ -32,6 +33,7 @@ from mlx_lm.sample_utils import make_sampler
 from mlx_lm.utils import sharded_load
 
 from . import link, wire
+from .head_padding import shardable_path
 from .lifeline import Lifelines, leave_the_group, lifeline_address
 from .request import Finished, TextDelta
 
@@ -62,7 +64,9 @@ def _join_group(hosts: list[list[str]]) -> mx.distributed.Group:
 
 class DistributedWorker:
     def __init__(self, *, model: str, path: str, address: str, secret: str = "",
-                 link_timeout: float = 6.0) -> None:  # fmt: skip
+                 link_timeout: float = 6.0, padded_dir: Path | None = None) -> None:  # fmt: skip
+        """`padded_dir`: where a copy with zero heads goes when the ranks do not divide the
+        model's heads (head_padding.py); beside the model folder when not given."""
         hosts = _hosts()
         rank0_host = hosts[0][0].rsplit(":", 1)[0] if hosts else "127.0.0.1"
         self.lifelines = Lifelines(
@@ -73,7 +77,9 @@ class DistributedWorker:
         self.rank = self.group.rank()
         self.name, self.address = model, address
         self.secret, self.link_timeout = secret, link_timeout
-        self.model, self.tokenizer = sharded_load(path, tensor_group=self.group)
+        folder = Path(path)
+        folder = shardable_path(folder, self.group.size(), padded_dir or folder.parent)
+        self.model, self.tokenizer = sharded_load(str(folder), tensor_group=self.group)
         self.lifelines.hold()
         self.generated = self.completed = self.cancelled = 0
         self.in_flight = 0

@@ -94,6 +94,7 @@ class Command(BaseCommand):
                 model=model, path=path, address=listen,
                 secret=secret if listen.startswith("tcp://") else "",
                 link_timeout=lab_settings.worker_link_timeout_seconds,
+                padded_dir=lab_settings.var_dir / "sharded",
             ).serve_forever()  # fmt: skip
             return
         fast_path = fast_path_options()
