@@ -99,7 +99,8 @@ def warm_up(model, shapes: WarmUpShapes, *, vocab_size: int, stream) -> float:
 
     A throwaway BatchGenerator on the engine's own stream: the runner's batch,
     prompt cache and statistics never see these requests. Decode steps of a loaded
-    model's compiled MLP halves (compiled_mlp.py) trace here too, at every batch size. Returns the seconds spent.
+    model's compiled MLP halves (compiled_mlp.py) trace here too, at every batch size.
+    Returns the seconds spent.
     """
     started = time.perf_counter()
     generator = BatchGenerator(
