@@ -126,9 +126,10 @@ def llama_side(python: Path, tokens: int, threads: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def engine_side(tokens: int, int8: bool = False) -> dict:
+def engine_side(tokens: int, int8: bool = False, avx512: bool = True) -> dict:
     """MLX Lab's engine in this process, as a model worker runs it, prompt cache off;
-    `int8`: the kernel's opt-in int8 activations (MLXLAB_QMM_INT8, llama.cpp's trick)."""
+    `int8`: the kernel's opt-in int8 activations (MLXLAB_QMM_INT8, llama.cpp's trick);
+    `avx512` False: the AVX2 tiles on a CPU that has AVX-512 (MLXLAB_QMM_AVX512=0)."""
     from bench.gpu import collect
     from inference.engine import (
         Engine,
@@ -141,7 +142,9 @@ def engine_side(tokens: int, int8: bool = False) -> dict:
 
     config = EngineConfig(max_batch_size=8, prompt_cache=PromptCacheConfig(max_entries=0))
     engine = Engine(lambda: load_model(MODEL), config=config).start()
-    quantized_kernel.kernel_module().set_int8_activations(int8)
+    kernel = quantized_kernel.kernel_module()
+    kernel.set_int8_activations(int8)
+    kernel.set_avx512_allowed(avx512)
     try:
         ids = engine.tokenizer.encode(PROMPT)
         runs = []
@@ -156,9 +159,11 @@ def engine_side(tokens: int, int8: bool = False) -> dict:
             "prefill_tps": round(prefill, 1),
             "decode_tps": round(decode, 1),
             "rss_mb": _rss_mb(),
+            "kernel": kernel.kernel_name(),
         }
     finally:
-        quantized_kernel.kernel_module().set_int8_activations(False)
+        kernel.set_int8_activations(False)
+        kernel.set_avx512_allowed(True)
         engine.shutdown()
 
 
@@ -245,6 +250,9 @@ def main() -> int:
             print(f"llama.cpp, {threads} threads:", report[f"llama_cpp_{threads}_threads"])
     report["mlxlab"] = engine_side(args.tokens)
     print("MLX Lab engine:", report["mlxlab"])
+    if report["mlxlab"].get("kernel", "").startswith("avx512"):
+        report["mlxlab_avx2_tiles"] = engine_side(args.tokens, avx512=False)
+        print("MLX Lab engine, AVX2 tiles (MLXLAB_QMM_AVX512=0):", report["mlxlab_avx2_tiles"])
     report["mlxlab_int8"] = engine_side(args.tokens, int8=True)
     print("MLX Lab engine, int8 activations (opt-in, ~1% error):", report["mlxlab_int8"])
     report["decode_cpu_time_by_library_percent"] = where_time_goes()

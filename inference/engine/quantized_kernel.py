@@ -61,10 +61,10 @@ def kernel_module() -> ModuleType:
 
 
 def fused_decode_enabled() -> bool:
-    """Whether decode steps may run as fused layers: the AVX2 build, unless turned off."""
+    """Whether decode steps may run as fused layers: an x86 build (AVX2 or AVX-512), unless turned off."""
     off = os.environ.get(FUSED_VARIABLE, "1").strip().lower() in ("0", "false", "no", "off")
     built = _module is not None and hasattr(_module, "decode_qkv")  # an older build has not
-    return not off and built and _module.kernel_name() == "avx2"
+    return not off and built and _module.kernel_name() in ("avx2", "avx512")
 
 
 def reset_kernel_state() -> None:

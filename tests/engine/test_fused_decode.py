@@ -27,7 +27,7 @@ PROMPTS = [
 def loaded(model_folder):
     loaded = load_model(model_folder, fast_path=FastPathOptions(weights="kernel"))
     if not qk.fused_decode_enabled():
-        pytest.skip("the fused decode layers need the AVX2 build of the kernel")
+        pytest.skip("the fused decode layers need an x86 build of the kernel (AVX2 or AVX-512)")
     return loaded
 
 

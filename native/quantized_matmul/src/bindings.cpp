@@ -22,6 +22,8 @@ NB_MODULE(_qmm, m) {
   m.def("thread_count", &mlxlab::thread_count);
   m.def("set_thread_count", &mlxlab::set_thread_count, "threads"_a);
   m.def("kernel_name", &mlxlab::kernel_name);
+  m.def("avx512_allowed", &mlxlab::avx512_allowed);
+  m.def("set_avx512_allowed", &mlxlab::set_avx512_allowed, "on"_a);
   m.def(
       "decode_qkv",
       [](const mx::array& x, const mx::array& positions, const std::vector<mx::array>& weights,

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -21,6 +22,10 @@ using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int,
 // sgemm on a dequantized tile are alike; from 16 rows sgemm wins (to refine: issue 21).
 int g_blas_min_rows = 16;
 int g_threads = 0;  // 0: OpenMP's default (the CPUs this process may use)
+bool g_avx512 = [] {
+  const char* value = std::getenv("MLXLAB_QMM_AVX512");
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}();
 
 // OpenBLAS, when cpu_fast_path loaded it RTLD_GLOBAL; MLX's bundled reference
 // BLAS also exports cblas_sgemm but is slower than our kernel at every size.
@@ -97,7 +102,12 @@ void set_blas_min_rows(int rows) { g_blas_min_rows = std::max(rows, 0); }
 bool blas_found() { return sgemm() != nullptr; }
 int thread_count() { return g_threads > 0 ? g_threads : omp_get_max_threads(); }
 void set_thread_count(int threads) { g_threads = std::max(threads, 0); }
-const char* kernel_name() { return avx2_supported() ? "avx2" : "scalar"; }
+bool avx512_allowed() { return g_avx512; }
+void set_avx512_allowed(bool on) { g_avx512 = on; }
+const char* kernel_name() {
+  if (g_avx512 && avx512_supported()) return "avx512";
+  return avx2_supported() ? "avx2" : "scalar";
+}
 
 void compute(const Problem& p) {
   check(p);
@@ -114,6 +124,9 @@ void compute(const Problem& p) {
   Q8Rows q8;
   const bool int8 = fast && int8_activations();
   if (int8) quantize_q8(p, q8);
+  const bool wide = !int8 && g_avx512 && avx512_supported();
+  std::vector<float> reordered;
+  const float* x = wide ? x_for_avx512(p, reordered) : p.x;
   // Blocks of 16 output columns: few enough for both threads to get equal shares.
   const int blocks = (p.N + 15) / 16;
 #pragma omp parallel for schedule(static) num_threads(threads)
@@ -121,6 +134,8 @@ void compute(const Problem& p) {
     const int n0 = b * 16, n1 = std::min(p.N, n0 + 16);
     if (int8) {
       rows_q8_avx2(p, xsum.data(), q8, n0, n1);
+    } else if (wide) {
+      rows_avx512(p, x, xsum.data(), n0, n1);
     } else {
       fast ? rows_avx2(p, xsum.data(), n0, n1) : rows_scalar(p, xsum.data(), n0, n1);
     }

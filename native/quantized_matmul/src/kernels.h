@@ -28,8 +28,12 @@ void set_blas_min_rows(int rows);
 bool blas_found();
 int thread_count();
 void set_thread_count(int threads);
-// "avx2" or "scalar": the kernel this CPU runs.
+// "avx512", "avx2" or "scalar": the kernel this CPU runs.
 const char* kernel_name();
+// Whether decode rows may use the AVX-512 tiles where the CPU has them (MLXLAB_QMM_AVX512,
+// default 1; 0 keeps the AVX2 tiles, to compare).
+bool avx512_allowed();
+void set_avx512_allowed(bool on);
 
 // Throws std::invalid_argument for shapes or bits it does not support.
 void compute(const Problem& p);
@@ -55,6 +59,11 @@ void set_int8_activations(bool on);
 void quantize_q8(const Problem& p, Q8Rows& q);
 void rows_q8_avx2(const Problem& p, const float* xsum, const Q8Rows& q, int n0, int n1);
 void rows_avx2(const Problem& p, const float* xsum, int n0, int n1);
+// The AVX-512 tiles (kernels_avx512.cpp) take x as x_for_avx512 gives it: for 4 bits each
+// chunk of 32 reordered to the nibble order (a buffer of `out`), else x itself.
+bool avx512_supported();
+const float* x_for_avx512(const Problem& p, std::vector<float>& out);
+void rows_avx512(const Problem& p, const float* x, const float* xsum, int n0, int n1);
 void dequantize_avx2(const Problem& p, int n0, int n1, float* out);
 
 }  // namespace mlxlab
