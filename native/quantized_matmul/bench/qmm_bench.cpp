@@ -2,10 +2,12 @@
 /* Build and run from the repository root:
   g++ -O3 -g -Wall -std=c++17 -fopenmp -Inative/quantized_matmul/src \
     native/quantized_matmul/bench/qmm_bench.cpp native/quantized_matmul/src/kernels.cpp \
-    native/quantized_matmul/src/kernels_avx2.cpp native/quantized_matmul/src/kernels_q8.cpp \
+    native/quantized_matmul/src/kernels_avx2.cpp native/quantized_matmul/src/kernels_avx512.cpp \
+    native/quantized_matmul/src/kernels_q8.cpp \
     -ldl -o /tmp/qmm_bench
   /tmp/qmm_bench [filter] [reps]      e.g. /tmp/qmm_bench "4b 1536x576 M1 f16"
   MLXLAB_QMM_INT8=1 /tmp/qmm_bench     (the int8-activation variant)
+  MLXLAB_QMM_AVX512=0 /tmp/qmm_bench   (the AVX2 tiles on an AVX-512 CPU)
   valgrind --tool=callgrind --toggle-collect='mlxlab::compute(mlxlab::Problem const&)' \
     /tmp/qmm_bench "8b 49152x576 M1 f16" 1     (2 calls: halve the total)
 */
