@@ -8,7 +8,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,16 +27,6 @@ ROOT = Path(__file__).resolve().parent.parent
 TEST_SAMPLING = {"MLXLAB_DEFAULT_TEMPERATURE": "0", "MLXLAB_DEFAULT_MAX_TOKENS": "512"}
 for _name, _value in TEST_SAMPLING.items():
     os.environ.setdefault(_name, _value)
-# What servers and workers keep between requests goes to a folder of the session's, not to
-# the checkout's var/: a prompt cache left there by one run answered the next run's
-# requests (user ids start at 1 in every test database) and a test of per-user scoping saw
-# another run's prefix. Removed when the session ends.
-SCRATCH = Path(tempfile.mkdtemp(prefix="mlxlab-tests-"))
-for _name, _folder in (("MLXLAB_PROMPT_CACHE_DIR", "prompt-cache"),
-                       ("MLXLAB_CHECKPOINT_DIR", "checkpoints"),
-                       ("MLXLAB_ARTIFACTS_DIR", "artifacts"), ("MLXLAB_UPLOADS_DIR", "uploads"),
-                       ("MLXLAB_KERNEL_CACHE_DIR", "kernels")):  # fmt: skip
-    os.environ.setdefault(_name, str(SCRATCH / _folder))
 # Chromium for the UI and job page tests; evaluations shared by jobs, pages and publishing.
 pytest_plugins = ["tests.browser", "tests.evaluations"]
 DEFAULT_MODEL = os.environ.get("MLXLAB_DEFAULT_MODEL", "smollm2-135m-instruct")
@@ -212,12 +201,6 @@ def test_sampling():
     override.enable()
     yield
     override.disable()
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _scratch_folder():
-    yield
-    shutil.rmtree(SCRATCH, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)
