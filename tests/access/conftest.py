@@ -55,6 +55,10 @@ def secured_server(tmp_path_factory, model_folder) -> SecuredServer:
     env = {
         **os.environ,
         **database_env(home),
+        # Its prompt cache and checkpoints in its own folder, not the checkout's var/: kept
+        # there, a run's cache answered the next run's requests under the same user id
+        # (they restart at 1 in each test database), and the scoping test saw its prefix.
+        "MLXLAB_VAR_DIR": str(home),
         "MLXLAB_MODELS_DIR": str(model_folder.parent),
         "MLXLAB_DEFAULT_MODEL": DEFAULT_MODEL,
         "MLXLAB_PRELOAD": "1",
