@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -216,3 +217,12 @@ def test_pages_need_a_login_and_api_needs_csrf(db, alice, chat):
     url = f"/api/conversations/{chat.id}"
     assert browser.delete(url).status_code == 403  # no CSRF header
     assert browser.delete(url, headers={"X-CSRFToken": token}).status_code == 204
+
+
+@pytest.mark.parametrize(("path", "button"), [("/", "send-button"), ("/side-by-side/", "sbs-send")])
+def test_the_send_buttons_start_disabled_until_the_script_handles_the_form(client, path, button):
+    # A click before the page's module loads would submit the form natively, reload the
+    # page and lose the message; the script enables the button (the browser tests click it).
+    html = client.get(path).content.decode()
+    tag = re.search(rf'<button id="{button}"[^>]*>', html)
+    assert tag is not None and " disabled" in tag.group(0), tag
