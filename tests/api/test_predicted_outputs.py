@@ -182,3 +182,39 @@ def test_a_schema_s_forced_tokens_are_counted_as_fast_forwarded(client, http, mo
         forwarded.usage.completion_tokens_details.fast_forwarded_tokens
     )
     assert reference.usage.completion_tokens_details is None
+
+
+def test_a_forced_tool_call_s_fixed_span_is_fast_forwarded(client, model):
+    # Once tool_choice names the function, '{"name": "get_weather", "arguments": {"city": '
+    # is the only way on: those tokens come in one verifying pass, the call unchanged.
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+    common = {
+        "model": model,
+        "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+        "max_tokens": 40,
+        "temperature": 0,
+        "tools": [tool],
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+    }
+    forwarded = client.chat.completions.create(**common)
+    reference = client.chat.completions.create(**common, logprobs=True)  # never fast-forwarded
+    call, expected = (
+        forwarded.choices[0].message.tool_calls,
+        reference.choices[0].message.tool_calls,
+    )
+    assert [(c.function.name, c.function.arguments) for c in call] == [
+        (c.function.name, c.function.arguments) for c in expected
+    ]
+    assert call[0].function.name == "get_weather"
+    assert forwarded.usage.completion_tokens_details.fast_forwarded_tokens >= 8
+    assert reference.usage.completion_tokens_details is None
