@@ -22,6 +22,9 @@ SAMPLING_FIELDS = {
     "repetition_penalty": (int, float),
     "seed": int,
 }
+# Speculative decoding (README, "Faster decoding"): "ngram", "none" or a model's name, and
+# the most drafts a step; empty on the page: the model's own default draft.
+DRAFT_FIELDS = {"draft_model": str, "num_draft_tokens": int}
 
 
 class ChatInputError(ValueError):
@@ -71,7 +74,7 @@ def _params(raw) -> dict:
             if not isinstance(value, list) or not all(isinstance(s, str) and s for s in value):
                 raise ChatInputError("stop must be a list of non-empty strings")
             params["stop"] = value
-        elif name in SAMPLING_FIELDS:
+        elif name in SAMPLING_FIELDS or name in DRAFT_FIELDS:
             params[name] = value  # types and ranges are checked by the API's parser
         else:
             raise ChatInputError(f"unknown parameter {name!r}")
@@ -141,4 +144,5 @@ def chat_call(settings: ChatSettings, turns: list[dict]) -> ChatCall:
         max_tokens=fields.max_tokens(params),
         stop=fields.stop(params),
         adapter=settings.adapter or None,
+        draft=fields.drafting(params),
     )

@@ -1,7 +1,7 @@
 // The chat page's right-hand settings panel: model, adapter, system prompt, sampling
 // parameters, thinking switch, presets and structured output. `collect()` builds the
 // settings part of each websocket request ({model, adapter, system_prompt, params,
-// thinking, structured}).
+// thinking, structured}); params carry the draft source (speculative decoding) too.
 
 import { apiDelete, apiGet, apiPost, results } from './api.js';
 import { AdapterPicker, NO_ADAPTER } from './chat_adapters.js';
@@ -14,7 +14,17 @@ const PARAMS = [
   { key: 'min_p', integer: false },
   { key: 'max_tokens', integer: true },
   { key: 'repetition_penalty', integer: false },
-  { key: 'seed', integer: true }, // no default: empty means a random seed
+  { key: 'seed', integer: true, placeholder: 'random' }, // no default: empty means a random seed
+  { key: 'num_draft_tokens', integer: true, placeholder: 'auto' }, // empty: the engine's choice
+];
+const PLACEHOLDERS = Object.fromEntries(PARAMS.map(({ key, placeholder }) => [key, placeholder || '']));
+const NO_DEFAULT_FILL = new Set(['seed', 'num_draft_tokens']);
+
+// The draft choices every model has; registered models follow them.
+const DRAFT_METHODS = [
+  ['', "Model's default"],
+  ['none', 'Off'],
+  ['ngram', 'Prompt lookup'],
 ];
 
 const STRUCTURED_HINTS = {
@@ -39,6 +49,7 @@ export class SettingsPanel {
     this.adapters = new AdapterPicker({ select: $('adapter-picker'), onError });
     this.systemPrompt = $('system-prompt');
     this.stop = $('param-stop');
+    this.draft = $('param-draft_model');
     this.thinking = $('thinking-toggle');
     this.thinkingField = $('thinking-field');
     this.presetPicker = $('preset-picker');
@@ -92,6 +103,25 @@ export class SettingsPanel {
     });
     this.picker.replaceChildren(...options);
     if (selected) this.ensureModelOption(selected);
+    this.renderDraftOptions(this.draft.value);
+  }
+
+  // Drafts from another registered model (the server refuses one whose vocabulary differs,
+  // naming both), by prompt lookup, none, or the chosen model's own default draft.
+  renderDraftOptions(selected) {
+    const fallback = this.modelInfo?.draft_model;
+    const options = DRAFT_METHODS.map(([value, label]) =>
+      el('option', { value }, value === '' && fallback ? `${label} (${fallback})` : label),
+    );
+    for (const model of this.models) options.push(el('option', { value: model.name }, `Model ${model.name}`));
+    this.draft.replaceChildren(...options);
+    this.selectDraft(selected);
+  }
+
+  selectDraft(value) {
+    const exists = [...this.draft.options].some((option) => option.value === value);
+    if (!exists) this.draft.append(el('option', { value }, `Model ${value}`));
+    this.draft.value = value;
   }
 
   // A conversation may name a model that is no longer registered: still show it.
@@ -136,6 +166,7 @@ export class SettingsPanel {
     }
     if (request !== this.detailsRequest) return; // the user picked another model meanwhile
     this.modelInfo = info;
+    this.renderDraftOptions(this.draft.value);
     this.applyDefaults(info.defaults || {});
     this.showThinking(Boolean(info.supports_thinking));
   }
@@ -153,8 +184,8 @@ export class SettingsPanel {
   applyDefaults(defaults) {
     for (const [key, input] of this.inputs) {
       const value = defaults[key];
-      input.placeholder = value === undefined || value === null ? (key === 'seed' ? 'random' : '') : String(value);
-      if (this.fillDefaults && !input.dataset.dirty && key !== 'seed') {
+      input.placeholder = value === undefined || value === null ? PLACEHOLDERS[key] : String(value);
+      if (this.fillDefaults && !input.dataset.dirty && !NO_DEFAULT_FILL.has(key)) {
         input.value = value === undefined || value === null ? '' : String(value);
       }
     }
@@ -176,6 +207,7 @@ export class SettingsPanel {
       else delete input.dataset.dirty;
     }
     this.stop.value = Array.isArray(params.stop) ? params.stop.join('\n') : '';
+    this.selectDraft(typeof params.draft_model === 'string' ? params.draft_model : '');
   }
 
   readParams() {
@@ -189,6 +221,7 @@ export class SettingsPanel {
     }
     const stops = this.stop.value.split('\n').filter((line) => line.trim() !== '');
     if (stops.length) params.stop = stops;
+    if (this.draft.value) params.draft_model = this.draft.value;
     return params;
   }
 

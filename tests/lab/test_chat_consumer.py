@@ -178,6 +178,8 @@ def test_thinking_switch_splits_the_reasoning(registered_models, alice):
         (send("   "), "content must be a non-empty string"),
         (send("hi", params={"top_k": 10**9}), "top_k must be less than the vocabulary size"),
         (send("hi", structured={"kind": "regex"}), "structured must be null"),
+        (send("hi", params={"draft_model": "no-such-draft"}), "is not a registered model"),
+        (send("hi", params={"num_draft_tokens": 0}), "num_draft_tokens must be at least 1"),
         (send("hi", conversation=999), "no conversation 999 of yours"),
         ({"type": "dance"}, "type must be one of"),
         ("not json", "messages must be JSON objects"),
@@ -279,3 +281,23 @@ def test_a_structured_reply_counts_its_fast_forwarded_tokens(registered_models, 
     stats = run(scenario)["message"]["stats"]
     assert stats["fast_forwarded_tokens"] > 0
     assert stats["accepted_prediction_tokens"] == stats["rejected_prediction_tokens"] == 0
+
+
+def test_a_reply_drafted_by_prompt_lookup_is_the_plain_reply(registered_models, alice):
+    text = "Repeat this sentence exactly: the quick brown fox jumps over the lazy dog."
+
+    async def reply(params):
+        chat = await connected(alice)
+        await chat.send_json_to(send(text, params={**GREEDY, "max_tokens": 16, **params}))
+        done, _ = await until(chat, "done")
+        await chat.disconnect()
+        return done["message"]
+
+    plain = run(lambda: reply({"draft_model": "none"}))
+    drafted = run(lambda: reply({"draft_model": "ngram", "num_draft_tokens": 4}))
+    assert drafted["content"] == plain["content"]
+    stats = drafted["stats"]
+    assert stats["accepted_prediction_tokens"] + stats["rejected_prediction_tokens"] > 0
+    assert plain["stats"]["accepted_prediction_tokens"] == 0
+    saved = Message.objects.get(id=drafted["id"]).conversation
+    assert saved.params["draft_model"] == "ngram" and saved.params["num_draft_tokens"] == 4

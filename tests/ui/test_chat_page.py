@@ -146,3 +146,20 @@ def test_thinking_switch_and_model_switch(page):
 
     page.select_option("#model-picker", DEFAULT_MODEL)
     expect(toggle).to_be_hidden()
+
+
+def test_drafts_by_prompt_lookup_from_the_settings_panel(page):
+    open_chat(page)
+    drafts = page.locator("#param-draft_model")
+    expect(drafts.locator(f"option[value='{THINKING_MODEL}']")).to_have_count(1)
+    drafts.select_option("ngram")
+    set_params(page, temperature=0, max_tokens=16, num_draft_tokens=4)
+    send(page, "Repeat this sentence exactly: the quick brown fox jumps over the lazy dog.")
+    wait_reply(page)
+    expect(replies(page).last.locator("[data-stat=drafts]")).to_contain_text(
+        re.compile(r"drafts \d+/[1-9]\d* kept")
+    )
+    page.reload()  # the conversation remembers where its drafts come from
+    page.locator("#conversation-list li", has_text="the quick brown fox").first.click()
+    expect(drafts).to_have_value("ngram")
+    expect(page.locator("#param-num_draft_tokens")).to_have_value("4")
