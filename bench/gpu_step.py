@@ -14,7 +14,8 @@ decode loops on one row and on a batch, greedy, from the same prompt:
 - `eager_async`: the same, pipelined as mlx-lm's generate_step (the next step is queued
   with `mx.async_eval` before the previous token is read back);
 - `fused_async`: eager_async with each layer's q/k/v and gate/up projections as one
-  matmul each (bench/fused_projections.py): fewer kernels a step;
+  matmul each (inference/engine/fused_projections.py; measured first with a copy of
+  it in bench/, commit c6eeeab): fewer kernels a step;
 - `static_async`: a pre-allocated KV cache of fixed capacity, written at an index held
   in an array, attention masked over the capacity: every step has the same shapes;
 - `compiled_async`: that step as one `mx.compile`d function (model, cache update, mask,
@@ -146,11 +147,7 @@ def make_loop(name: str, model, prompt, tokens: int):
     if name == "eager_async":
         return lambda: pipelined(*eager_stepper(model, prompt), tokens)
     if name == "fused_async":
-        from bench.fused_projections import forward, fuse
-
-        fused = fuse(model)
-        call = lambda inputs, cache: forward(model, fused, inputs, cache)  # noqa: E731
-        return lambda: pipelined(*eager_stepper(model, prompt, call), tokens)
+        return lambda: fused_run(model, prompt, tokens)
     compiled = name == "compiled_async"
     state = {}
 
@@ -160,12 +157,23 @@ def make_loop(name: str, model, prompt, tokens: int):
     return run
 
 
-def eager_prefill(model, prompt, forward=None):
+def fused_run(model, prompt, tokens: int):
+    """eager_async with the engine's fused projections, mlx-lm's blocks again after it."""
+    from inference.engine.fused_projections import fuse_projections, plain_blocks
+
+    fuse_projections(model)  # each projection's weight becomes a view: equal values
+    try:
+        return pipelined(*eager_stepper(model, prompt), tokens)
+    finally:
+        plain_blocks(model)
+
+
+def eager_prefill(model, prompt):
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache
 
     cache = make_prompt_cache(model)
-    token = mx.argmax((forward or model)(prompt, cache=cache)[:, -1, :], axis=-1)
+    token = mx.argmax(model(prompt, cache=cache)[:, -1, :], axis=-1)
     mx.eval(token)
     return cache, token
 
@@ -195,14 +203,13 @@ def _ms(values: list[float]) -> float:
     return round(1000 * statistics.median(values), 3)
 
 
-def eager_stepper(model, prompt, forward=None):
+def eager_stepper(model, prompt):
     import mlx.core as mx
 
-    forward = forward or model
-    cache, token = eager_prefill(model, prompt, forward)
+    cache, token = eager_prefill(model, prompt)
 
     def step(token):
-        return mx.argmax(forward(token[:, None], cache=cache)[:, -1, :], axis=-1)
+        return mx.argmax(model(token[:, None], cache=cache)[:, -1, :], axis=-1)
 
     return step, token
 
