@@ -4,6 +4,7 @@
     python3 bench/gpu.py --out DIR --shapes tiny-bf16 --tokens 16   # a smoke run, CPU too
     python3 bench/gpu.py --out DIR --part restart       # first request after a restart only
     python3 bench/gpu.py --out DIR --part speed --no-torch --compare-compiled-mlp
+    python3 bench/gpu.py --out DIR --part speed --no-torch --compare-fused --shapes llama-1b-bf16
 
 Runs where MLX has its CUDA backend (`make setup` on a GPU machine, or the recipe in
 docs/BENCHMARKS.md for the lent H200). Every row is measured in this one process, side
@@ -52,6 +53,11 @@ def main() -> None:
         action="store_true",
         help="only engine rows, with the compiled MLP half at every batch size and with it off",
     )
+    parser.add_argument(
+        "--compare-fused",
+        action="store_true",
+        help="only engine rows, with fused q/k/v and gate/up projections and without",
+    )
     args = parser.parse_args()
     if not args.no_torch:
         # Before inference.engine, which otherwise keeps PyTorch out of transformers for
@@ -87,7 +93,10 @@ def main() -> None:
                 "one_stream_limit_tps": round(limit, 1),
                 "rows": rows,
             }
-            speed_rows(folder, args.tokens, batches, rows, args.compare_compiled_mlp)
+            compare = (
+                "fused" if args.compare_fused else "mlp" if args.compare_compiled_mlp else None
+            )
+            speed_rows(folder, args.tokens, batches, rows, compare)
             if not args.no_torch and shape.bits is None:
                 rows.update(torch_rows(shape, args.tokens, batches))
             print_model(shape.name, report["models"][shape.name])
@@ -154,12 +163,13 @@ class LiveRows(dict):
 
 
 def speed_rows(
-    folder: Path, tokens: int, batches: list[int], rows: dict, compare_mlp: bool = False
+    folder: Path, tokens: int, batches: list[int], rows: dict, compare: str | None = None
 ) -> dict:
     from mlx_lm import load
 
-    if compare_mlp:  # the engine alone: mlx-lm's rows do not depend on the switch
-        rows.update(compiled_mlp_rows(folder, tokens, batches))
+    if compare:  # the engine alone: mlx-lm's rows do not depend on the switch
+        alternate = fused_rows if compare == "fused" else compiled_mlp_rows
+        rows.update(alternate(folder, tokens, batches))
         return rows
     model, _ = load(str(folder))
     vocab = model.args.vocab_size
@@ -280,19 +290,35 @@ def engine_rows(folder: Path, tokens: int, batches: list[int]) -> dict:
 
 def compiled_mlp_rows(folder: Path, tokens: int, batches: list[int]) -> dict:
     """The engine with each layer's MLP half compiled at every batch size, and without it
-    (inference/engine/compiled_mlp.py): the figures its batch-size threshold comes from.
-
-    Both engines are loaded at once and their runs alternate, three of each per row: run
-    one after the other, minutes apart, the same variant moved by 20-40% on the lent H200.
-    Rows: the best run, and the median (`_med`).
-    """
+    (inference/engine/compiled_mlp.py): the figures its batch-size threshold comes from."""
     from inference.engine.compiled_mlp import MIN_BATCH_VARIABLE, VARIABLE
+    from inference.engine.fused_projections import VARIABLE as FUSED
 
     on = "force" if os.environ.get(VARIABLE) == "force" else "1"  # force: a CPU smoke run
     variants = {
-        "engine_mlp_compiled": {VARIABLE: on, MIN_BATCH_VARIABLE: "1"},
-        "engine_mlp_plain": {VARIABLE: "0"},
+        "engine_mlp_compiled": {VARIABLE: on, MIN_BATCH_VARIABLE: "1", FUSED: "0"},
+        "engine_mlp_plain": {VARIABLE: "0", FUSED: "0"},
     }
+    return alternated_rows(folder, tokens, batches, variants)
+
+
+def fused_rows(folder: Path, tokens: int, batches: list[int]) -> dict:
+    """The engine with fused q/k/v and gate/up projections and without them
+    (inference/engine/fused_projections.py), and whether their greedy texts are equal."""
+    from inference.engine.fused_projections import VARIABLE
+
+    on = "force" if os.environ.get(VARIABLE) == "force" else "1"  # force: a CPU smoke run
+    variants = {"engine_fused": {VARIABLE: on}, "engine_unfused": {VARIABLE: "0"}}
+    return alternated_rows(folder, tokens, batches, variants)
+
+
+def alternated_rows(folder: Path, tokens: int, batches: list[int], variants: dict) -> dict:
+    """Engines loaded at once under each variant's environment, their runs alternated.
+
+    Three runs of each per row: run one after the other, minutes apart, the same variant
+    moved by 20-40% on the lent H200. Rows: the best run, the median (`_med`), and
+    `_same_text`: whether every run's greedy text was the same in every variant.
+    """
     engines = {label: started_engine(folder, max(batches), env) for label, env in variants.items()}
     try:
         rows = {
@@ -301,25 +327,32 @@ def compiled_mlp_rows(folder: Path, tokens: int, batches: list[int]) -> dict:
         vocab = next(iter(engines.values())).vocab_size
         mixed = max(batches[:2])
         runs = {
-            "stream": lambda e, seed: engine_stream(e, prompts(1, PROMPT, vocab, seed)[0], tokens)[
-                0
-            ]
+            "stream": lambda e, seed, texts: engine_stream(
+                e, prompts(1, PROMPT, vocab, seed)[0], tokens, texts
+            )[0]
         }
         for batch in [1, *batches]:
-            runs[f"batch{batch}"] = lambda e, seed, b=batch: engine_batch(
-                e, prompts(b, PROMPT, vocab, seed), tokens
+            runs[f"batch{batch}"] = lambda e, seed, texts, b=batch: engine_batch(
+                e, prompts(b, PROMPT, vocab, seed), tokens, texts
             )
-        runs[f"batch{mixed}_mixed"] = lambda e, seed: engine_batch(
-            e, mixed_prompts(mixed, vocab, seed), tokens
+        runs[f"batch{mixed}_mixed"] = lambda e, seed, texts: engine_batch(
+            e, mixed_prompts(mixed, vocab, seed), tokens, texts
         )
         for name, run in runs.items():
             rates = {label: [] for label in engines}
+            same = True
             for seed in (11, 12, 13):
+                outputs = []
                 for label, engine in engines.items():
-                    rates[label].append(run(engine, seed))
+                    texts: list = []
+                    rates[label].append(run(engine, seed, texts))
+                    outputs.append(texts)
+                same = same and all(texts == outputs[0] for texts in outputs)
             for label, values in rates.items():
                 rows[f"{label}_{name}_tps"] = max(values)
                 rows[f"{label}_{name}_med_tps"] = statistics.median(values)
+            rows[f"{name}_same_text"] = same
+            print(name, {k: v for k, v in rows.items() if f"_{name}_" in k}, same, flush=True)
         return rows
     finally:
         for engine in engines.values():
@@ -372,38 +405,46 @@ def engine_speed(folder: Path, tokens: int, batches: list[int], cache, label: st
         engine.shutdown()
 
 
-def engine_stream(engine, prompt: list[int], tokens: int) -> tuple[float, float]:
+def engine_stream(
+    engine, prompt: list[int], tokens: int, texts: list | None = None
+) -> tuple[float, float]:
     """(decode tokens/s after the first token, seconds to the first token) of one request."""
     from inference.engine import GenerationRequest
 
     started = time.perf_counter()
-    stamps = collect(engine, [GenerationRequest(prompt, max_tokens=tokens)])[0]
+    stamps = collect(engine, [GenerationRequest(prompt, max_tokens=tokens)], texts)[0]
     rate = (len(stamps) - 1) / (stamps[-1] - stamps[0]) if len(stamps) > 1 else 0.0
     return round(rate, 1), round(stamps[0] - started, 4)
 
 
-def engine_batch(engine, batch_prompts: list[list[int]], tokens: int) -> float:
+def engine_batch(
+    engine, batch_prompts: list[list[int]], tokens: int, texts: list | None = None
+) -> float:
+    """Aggregate tokens/s of the rows, prefill included; each row's text into `texts`."""
     from inference.engine import GenerationRequest
 
     started = time.perf_counter()
     requests = [GenerationRequest(prompt, max_tokens=tokens) for prompt in batch_prompts]
-    produced = sum(len(stamps) for stamps in collect(engine, requests))
+    produced = sum(len(stamps) for stamps in collect(engine, requests, texts))
     return round(produced / (time.perf_counter() - started), 1)
 
 
-def collect(engine, requests) -> list[list[float]]:
-    """Submit together; per request, the time each token's text arrived."""
+def collect(engine, requests, texts: list | None = None) -> list[list[float]]:
+    """Submit together; per request, the time each token's text arrived (and the text,
+    into `texts`, when given)."""
     import threading
 
     from inference.engine import Failed, Finished, TextDelta
 
     stamps: list[list[float]] = [[] for _ in requests]
+    pieces: list[list[str]] = [[] for _ in requests]
     done = [threading.Event() for _ in requests]
 
     def emitter(index: int):
         def emit(event) -> None:
             if isinstance(event, TextDelta):
                 stamps[index].append(time.perf_counter())
+                pieces[index].append(event.text)
             elif isinstance(event, (Finished, Failed)):
                 if isinstance(event, Finished):  # a delta may carry several tokens
                     missing = event.completion_tokens - len(stamps[index])
@@ -415,6 +456,8 @@ def collect(engine, requests) -> list[list[float]]:
     engine.submit_many([(request, emitter(i)) for i, request in enumerate(requests)])
     for event in done:
         event.wait(600)
+    if texts is not None:
+        texts.extend("".join(row) for row in pieces)
     return stamps
 
 

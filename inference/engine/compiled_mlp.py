@@ -9,6 +9,9 @@ half"), so it ships off: MLXLAB_COMPILED_MLP=1 turns it on. Then decode steps (o
 a row) of at least `min_batch` rows run the compiled half; prefill, verifying passes and
 smaller batches run mlx-lm's block unchanged.
 
+Layers with fused projections (fused_projections.py, on by default on a GPU) are not
+eligible: MLXLAB_FUSED_PROJECTIONS=0 gives this switch the dense Llama layers back.
+
 The norm's and the MLP's parameters are the compiled function's captured inputs, read
 again on every call: reloaded or updated weights apply at once. A projection wrapped in an
 adapter slot with an active adapter runs mlx-lm's block (the slot's updates are Python

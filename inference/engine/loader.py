@@ -9,7 +9,7 @@ from pathlib import Path
 
 from mlx_lm import load
 
-from . import compiled_mlp
+from . import compiled_mlp, fused_projections
 from .accelerator import on_gpu
 from .dense_weights import FastPathOptions, FastPathReport, apply_fast_path
 
@@ -45,7 +45,8 @@ def load_model(path: str | Path, *, fast_path: FastPathOptions | None = None) ->
 
     On the CPU the quantized weights become dense float32 ones (the fast
     path) unless `fast_path` says otherwise or they exceed its memory budget. On a
-    GPU with MLXLAB_COMPILED_MLP=1, batched decode steps run each layer's MLP half
+    GPU, dense Llama layers run fused q/k/v and gate/up projections (fused_projections.py);
+    with MLXLAB_COMPILED_MLP=1, the other layers' batched decode steps run the MLP half
     compiled (compiled_mlp.py).
     """
     path = Path(path)
@@ -54,6 +55,8 @@ def load_model(path: str | Path, *, fast_path: FastPathOptions | None = None) ->
     vocab_size = config.get("vocab_size") or config.get("text_config", {}).get("vocab_size")
     report = apply_fast_path(model, fast_path or FastPathOptions())
     log.info("%s runs on the %s path: %s", path.name, report.path, report.reason)
+    if fused_projections.wanted(on_gpu()):
+        fused_projections.fuse_projections(model)
     if compiled_mlp.wanted(on_gpu()):
         compiled_mlp.compile_mlp_halves(model)
     return LoadedModel(

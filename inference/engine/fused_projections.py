@@ -1,0 +1,161 @@
+"""On a GPU, each Llama layer's q, k and v projections as one matmul, and gate and up as
+another (issue 18).
+
+MLX's CUDA backend spends host time on every kernel of a step (it records each into a
+CUDA graph, and at two rows and more captures each cuBLAS matmul into a child graph),
+and on an H200 that host work, not the device, bounds a decode step of a 1B model: 276
+kernels, 1.46 ms of them on the device, 3.4 ms a step (docs/BENCHMARKS.md, "Where a
+decode step's time goes"). Fusing the projections takes 7 matmuls a layer to 4: 48 fewer
+kernels a step, and the fused matrix-vector products also ran faster on the device (the
+small k and v ones were the least efficient).
+
+The fused weights are the concatenation of mlx-lm's, and each projection's own weight
+becomes a view into it, so the model holds the weights once and its parameter tree stays
+mlx-lm's. A projection that is not a plain bias-free Linear (quantized, or an adapter
+slot with an active adapter) runs mlx-lm's block; a weight replaced since (a reload, an
+update) is fused again on the next call.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models import llama
+from mlx_lm.models.activations import swiglu
+from mlx_lm.models.base import scaled_dot_product_attention
+
+from .adapters import AdapterSlot
+
+log = logging.getLogger(__name__)
+
+VARIABLE = "MLXLAB_FUSED_PROJECTIONS"  # 1 (default): on a GPU; 0: never; force: any device
+ATTENTION = ("q_proj", "k_proj", "v_proj")
+MLP = ("gate_proj", "up_proj")
+
+
+def wanted(on_gpu: bool) -> bool:
+    """Whether loaded models get fused projections (MLXLAB_FUSED_PROJECTIONS)."""
+    value = os.environ.get(VARIABLE, "1").strip().lower()
+    if value == "force":
+        return True
+    return on_gpu and value in ("1", "true", "yes", "on")
+
+
+def _base(layer: nn.Module) -> nn.Module | None:
+    """The plain Linear under a layer, or None where mlx-lm's block must run."""
+    if type(layer) is AdapterSlot:
+        if layer.active:
+            return None
+        layer = layer.base
+    if type(layer) is not nn.Linear or "bias" in layer or layer["weight"].ndim != 2:
+        return None
+    return layer
+
+
+def _sources(block: llama.TransformerBlock) -> list[nn.Module | None]:
+    # Item lookups: a Module's __getattr__ is a Python call, on every layer of every step.
+    attention, mlp = block["self_attn"], block["mlp"]
+    return [_base(attention[name]) for name in ATTENTION] + [_base(mlp[name]) for name in MLP]
+
+
+def eligible(block: nn.Module) -> bool:
+    """Whether the fused step computes what this block computes (mlx-lm's Llama block)."""
+    if type(block) not in (llama.TransformerBlock, FusedProjectionsBlock):
+        return False
+    return type(block.mlp) is llama.MLP and type(block.self_attn) is llama.Attention
+
+
+def _fuse(layers: list[nn.Module]) -> tuple[tuple[mx.array, ...], mx.array]:
+    """One weight of the layers' rows, each layer's weight made a view into it."""
+    fused = mx.concatenate([layer["weight"] for layer in layers])
+    views, start = [], 0
+    for layer in layers:
+        rows = layer["weight"].shape[0]
+        layer.weight = fused[start : start + rows]
+        views.append(layer["weight"])
+        start += rows
+    mx.eval(fused, views)
+    return tuple(views), fused
+
+
+class FusedProjectionsBlock(llama.TransformerBlock):
+    """mlx-lm's Llama block with fused q/k/v and gate/up matmuls.
+
+    Installed by swapping an instance's class: the parameter tree (loading, adapters, the
+    prompt cache's identity) stays mlx-lm's own.
+    """
+
+    _mlxlab_fused: tuple[tuple[mx.array, ...], mx.array, mx.array] | None = None
+
+    def __call__(self, x: mx.array, mask=None, cache=None) -> mx.array:
+        fused = self._fused()
+        if fused is None:
+            return super().__call__(x, mask, cache)
+        qkv, gate_up = fused
+        h = x + _attention(self["self_attn"], self["input_layernorm"](x), qkv, mask, cache)
+        gate, up = mx.split(self["post_attention_layernorm"](h) @ gate_up.T, 2, axis=-1)
+        return h + self["mlp"]["down_proj"](swiglu(gate, up))
+
+    def _fused(self) -> tuple[mx.array, mx.array] | None:
+        """The fused weights while the projections are the ones they were made of."""
+        layers = _sources(self)
+        if any(layer is None for layer in layers):
+            return None
+        built = self._mlxlab_fused
+        weights = [layer["weight"] for layer in layers]
+        if built is None or not all(a is b for a, b in zip(built[0], weights, strict=True)):
+            attention_views, qkv = _fuse(layers[:3])
+            mlp_views, gate_up = _fuse(layers[3:])
+            built = (attention_views + mlp_views, qkv, gate_up)
+            # Not through Module.__setattr__, which would file the arrays among the parameters.
+            object.__setattr__(self, "_mlxlab_fused", built)
+        return built[1], built[2]
+
+
+def _attention(attention, x: mx.array, weight: mx.array, mask, cache) -> mx.array:
+    """mlx-lm's Llama attention, its three projections one matmul."""
+    batch, length, _ = x.shape
+    heads, kv_heads = attention.n_heads, attention.n_kv_heads
+    dim = attention.head_dim
+    queries, keys, values = mx.split(x @ weight.T, [heads * dim, (heads + kv_heads) * dim], -1)
+    queries = queries.reshape(batch, length, heads, dim).transpose(0, 2, 1, 3)
+    keys = keys.reshape(batch, length, kv_heads, dim).transpose(0, 2, 1, 3)
+    values = values.reshape(batch, length, kv_heads, dim).transpose(0, 2, 1, 3)
+    if cache is not None:
+        queries = attention.rope(queries, offset=cache.offset)
+        keys = attention.rope(keys, offset=cache.offset)
+        keys, values = cache.update_and_fetch(keys, values)
+    else:
+        queries, keys = attention.rope(queries), attention.rope(keys)
+    output = scaled_dot_product_attention(
+        queries, keys, values, cache=cache, scale=attention.scale, mask=mask
+    )
+    return attention["o_proj"](output.transpose(0, 2, 1, 3).reshape(batch, length, -1))
+
+
+def fuse_projections(model: nn.Module) -> int:
+    """Give every eligible Llama block of `model` fused projections; returns how many."""
+    layers = getattr(getattr(model, "model", None), "layers", None) or []
+    count = 0
+    for block in layers:
+        if eligible(block):
+            block.__class__ = FusedProjectionsBlock
+            object.__setattr__(block, "_mlxlab_fused", None)
+            if block._fused() is None:  # quantized, or biased: mlx-lm's block as it was
+                block.__class__ = llama.TransformerBlock
+                continue
+            count += 1  # fused now, not on a request
+    if count:
+        log.info("%s decoder layers run fused q/k/v and gate/up projections", count)
+    return count
+
+
+def plain_blocks(model: nn.Module) -> list[nn.Module]:
+    """Turn fused blocks back into mlx-lm's (tests compare against them); the blocks."""
+    blocks = [b for b in model.model.layers if type(b) is FusedProjectionsBlock]
+    for block in blocks:
+        block.__class__ = llama.TransformerBlock
+    return blocks

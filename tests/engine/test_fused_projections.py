@@ -1,0 +1,140 @@
+"""Fused q/k/v and gate/up projections (issue 18), forced on here: the CPU has no GPU."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import mlx.core as mx
+import mlx.nn as nn
+import pytest
+from mlx_lm.generate import BatchGenerator
+from mlx_lm.models import llama
+from mlx_lm.models.cache import make_prompt_cache
+
+from inference.engine import decode_mask, fused_projections
+from inference.engine.adapters import AdapterSlot
+from inference.engine.fused_projections import FusedProjectionsBlock, fuse_projections
+
+
+@pytest.fixture
+def tiny():
+    mx.random.seed(5)
+    args = llama.ModelArgs(
+        model_type="llama",
+        hidden_size=64,
+        num_hidden_layers=2,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rms_norm_eps=1e-5,
+        vocab_size=256,
+    )
+    model = llama.Model(args)
+    mx.eval(model.parameters())
+    return model
+
+
+@contextmanager
+def plain(model):
+    """mlx-lm's own blocks for a while: the reference the fused ones must match."""
+    blocks = fused_projections.plain_blocks(model)
+    try:
+        yield
+    finally:
+        for block in blocks:
+            block.__class__ = FusedProjectionsBlock
+
+
+def _greedy(model, prompts: list[list[int]], tokens: int = 8) -> list[list[int]]:
+    generator = BatchGenerator(model, stop_tokens=None, completion_batch_size=8)
+    try:
+        uids = generator.insert(prompts, max_tokens=[tokens] * len(prompts))
+        out: dict[int, list[int]] = {uid: [] for uid in uids}
+        while len(sum(out.values(), [])) < tokens * len(prompts):
+            for response in generator.next_generated():
+                out[response.uid].append(response.token)
+        return [out[uid] for uid in uids]
+    finally:
+        generator.close()
+
+
+def _step_logits(model) -> mx.array:
+    """Logits of one decode step of three rows after a short prefill."""
+    cache = make_prompt_cache(model)
+    model(mx.array([[5, 6, 7]] * 3), cache=cache)
+    return model(mx.array([[8], [9], [10]]), cache=cache)
+
+
+def test_the_switch(monkeypatch):
+    monkeypatch.delenv(fused_projections.VARIABLE, raising=False)
+    assert fused_projections.wanted(on_gpu=True)  # on by default, on a GPU only
+    assert not fused_projections.wanted(on_gpu=False)
+    monkeypatch.setenv(fused_projections.VARIABLE, "0")
+    assert not fused_projections.wanted(on_gpu=True)
+    monkeypatch.setenv(fused_projections.VARIABLE, "force")
+    assert fused_projections.wanted(on_gpu=False)
+
+
+def test_the_weights_are_held_once_and_the_tree_stays_mlx_lms(tiny):
+    before = {k: mx.array(v) for k, v in _flat(tiny)}
+    assert fuse_projections(tiny) == 2
+    after = dict(_flat(tiny))
+    assert before.keys() == after.keys()
+    assert all(mx.array_equal(before[k], after[k]) for k in before)
+    block = tiny.model.layers[0]
+    views, qkv, gate_up = block._mlxlab_fused
+    assert qkv.shape == (64 + 2 * 32, 64) and gate_up.shape == (2 * 128, 64)
+    assert views[0] is block.self_attn.q_proj.weight  # the model reads the fused weights
+
+
+def _flat(model):
+    from mlx.utils import tree_flatten
+
+    return tree_flatten(model.parameters())
+
+
+@pytest.mark.parametrize("mixed", [True, False], ids=["mixed lengths", "one length"])
+def test_greedy_tokens_are_mlx_lms(tiny, mixed):
+    decode_mask.install()  # as the engine runs: no mask when no row is padded
+    prompts = [[3, 9, 27, 81, 243, 5, 15], [4, 16, 64], [7, 49, 87, 100], [2, 4, 8, 16]]
+    if not mixed:
+        prompts = [p[:3] for p in prompts]
+    with plain(tiny):
+        expected = _greedy(tiny, prompts)
+        logits = _step_logits(tiny)
+    assert fuse_projections(tiny) == 2
+    assert _greedy(tiny, prompts) == expected
+    assert _greedy(tiny, prompts[:1]) == [expected[0]]  # one row: no mask at all
+    assert mx.allclose(_step_logits(tiny), logits, atol=1e-5)
+
+
+def test_a_replaced_weight_is_fused_again(tiny):
+    fuse_projections(tiny)
+    before = _step_logits(tiny)
+    mlp = tiny.model.layers[0].mlp
+    mlp.up_proj.weight = mlp.up_proj.weight * 3  # as a reload or an update does
+    after = _step_logits(tiny)
+    assert tiny.model.layers[0]._mlxlab_fused[0][4] is mlp.up_proj.weight
+    assert not mx.allclose(before, after)
+    with plain(tiny):
+        assert mx.allclose(after, _step_logits(tiny), atol=1e-5)
+
+
+def test_an_active_adapter_runs_mlx_lms_block(tiny):
+    fuse_projections(tiny)
+    attention = tiny.model.layers[1].self_attn
+    slot = AdapterSlot(attention.v_proj)
+    slot.updates["a"] = lambda x: mx.ones((*x.shape[:-1], 32))
+    attention.v_proj = slot
+    quiet = _step_logits(tiny)
+    object.__setattr__(slot, "active", ("a",))
+    adapted = _step_logits(tiny)
+    assert not mx.allclose(quiet, adapted)
+    with plain(tiny):
+        assert mx.allclose(adapted, _step_logits(tiny), atol=1e-5)
+
+
+def test_quantized_layers_keep_mlx_lms_block(tiny):
+    nn.quantize(tiny, group_size=32, bits=4)
+    assert fuse_projections(tiny) == 0
+    assert all(type(block) is llama.TransformerBlock for block in tiny.model.layers)
