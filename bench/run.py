@@ -236,6 +236,8 @@ def main() -> int:
         "distributed", "A two-rank mx.distributed worker against one rank"
     ):
         failed = True
+    if bench_script("verify_cost", "What a verifying pass costs, by its width") != 0:
+        failed = True
     if bench_script("kv_memory", "KV cache memory") != 0:
         failed = True
     if bench_script("eval_speed", "Evaluation throughput against mlx-lm's perplexity") != 0:

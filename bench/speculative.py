@@ -121,4 +121,10 @@ def speculative_lines(results: dict | None) -> list[str]:
             f"{tokens} tokens, drafts kept {figures['accepted_prediction_tokens']}, "
             f"refused {figures['rejected_prediction_tokens']}"
         )
+    if any(f["target"] and f["speedup"] < f["target"] for f in results.values()):
+        lines.append(
+            "below a target: a verifying pass costs more than a step for each position it "
+            "adds (the kernel's arithmetic grows with the rows); bench/verify_cost.py, below, "
+            "measures it by width"
+        )
     return lines
