@@ -219,3 +219,25 @@ def test_a_rows_result_does_not_depend_on_the_rows_beside_it(tiles, bits):
         together = tiles.quantized_matmul(x[:rows], w, scales, biases, 32, bits)
         for i in range(rows):
             assert mx.array_equal(together[i : i + 1], alone[i]), (rows, i)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_a_product_is_the_same_on_one_thread_or_two(tiles, bits):
+    # MLXLAB_QMM_PARALLEL_MIN only moves where a call splits its output columns over the
+    # kernel's threads; a column is computed by one thread either way, so no bit changes.
+    mx.random.seed(10 + bits)
+    w, scales, biases = mx.quantize(mx.random.normal((520, 576)), group_size=64, bits=bits)
+    x = mx.random.normal((3, 576))
+    threads, least = tiles.thread_count(), tiles.parallel_min_work()
+    try:
+        tiles.set_thread_count(2)
+        tiles.set_parallel_min_work(1 << 40)
+        assert tiles.parallel_min_work() == 1 << 40
+        alone = tiles.quantized_matmul(x, w, scales, biases, 64, bits)
+        tiles.set_parallel_min_work(0)
+        split = tiles.quantized_matmul(x, w, scales, biases, 64, bits)
+    finally:
+        tiles.set_thread_count(threads)
+        tiles.set_parallel_min_work(least)
+    assert mx.array_equal(alone, split)
+    _close(split, mx.quantized_matmul(x, w, scales, biases, group_size=64, bits=bits))

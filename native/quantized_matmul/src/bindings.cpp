@@ -21,6 +21,8 @@ NB_MODULE(_qmm, m) {
   m.def("blas_found", &mlxlab::blas_found);
   m.def("thread_count", &mlxlab::thread_count);
   m.def("set_thread_count", &mlxlab::set_thread_count, "threads"_a);
+  m.def("parallel_min_work", &mlxlab::parallel_min_work);
+  m.def("set_parallel_min_work", &mlxlab::set_parallel_min_work, "work"_a);
   m.def("kernel_name", &mlxlab::kernel_name);
   m.def("avx512_allowed", &mlxlab::avx512_allowed);
   m.def("set_avx512_allowed", &mlxlab::set_avx512_allowed, "on"_a);

@@ -22,6 +22,12 @@ using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int,
 // sgemm on a dequantized tile are alike; from 16 rows sgemm wins (to refine: issue 21).
 int g_blas_min_rows = 16;
 int g_threads = 0;  // 0: OpenMP's default (the CPUs this process may use)
+// Weights (x rows, up to 8) below which a call runs on one thread: a thread's wake-up costs
+// more than it saves there. MLXLAB_QMM_PARALLEL_MIN overrides it, to measure.
+int64_t g_parallel_min = [] {
+  const char* value = std::getenv("MLXLAB_QMM_PARALLEL_MIN");
+  return value == nullptr ? int64_t{1} << 16 : std::max<int64_t>(std::atoll(value), 0);
+}();
 bool g_avx512 = [] {
   const char* value = std::getenv("MLXLAB_QMM_AVX512");
   return value == nullptr || std::strcmp(value, "0") != 0;
@@ -43,8 +49,7 @@ Sgemm sgemm() {
 
 int threads_for(int64_t work) {
   int threads = g_threads > 0 ? g_threads : omp_get_max_threads();
-  // Below ~64K weights a thread's wake-up costs more than it saves.
-  return work < (1 << 16) ? 1 : std::max(threads, 1);
+  return work < g_parallel_min ? 1 : std::max(threads, 1);
 }
 
 void group_sums(const Problem& p, std::vector<float>& xsum) {
@@ -102,6 +107,8 @@ void set_blas_min_rows(int rows) { g_blas_min_rows = std::max(rows, 0); }
 bool blas_found() { return sgemm() != nullptr; }
 int thread_count() { return g_threads > 0 ? g_threads : omp_get_max_threads(); }
 void set_thread_count(int threads) { g_threads = std::max(threads, 0); }
+int64_t parallel_min_work() { return g_parallel_min; }
+void set_parallel_min_work(int64_t work) { g_parallel_min = std::max<int64_t>(work, 0); }
 bool avx512_allowed() { return g_avx512; }
 void set_avx512_allowed(bool on) { g_avx512 = on; }
 const char* kernel_name() {

@@ -28,6 +28,9 @@ void set_blas_min_rows(int rows);
 bool blas_found();
 int thread_count();
 void set_thread_count(int threads);
+// Weights x rows below which a call stays on one thread (MLXLAB_QMM_PARALLEL_MIN).
+int64_t parallel_min_work();
+void set_parallel_min_work(int64_t work);
 // "avx512", "avx2" or "scalar": the kernel this CPU runs.
 const char* kernel_name();
 // Whether decode rows may use the AVX-512 tiles where the CPU has them (MLXLAB_QMM_AVX512,
