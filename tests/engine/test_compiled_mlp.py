@@ -6,15 +6,14 @@ from contextlib import contextmanager
 
 import mlx.core as mx
 import pytest
-from mlx_lm.generate import BatchGenerator
-from mlx_lm.models import llama
-from mlx_lm.models.cache import make_prompt_cache
 
 from inference.engine import compiled_mlp, decode_mask, load_model
 from inference.engine.accelerator import WarmUpShapes, warm_up
 from inference.engine.adapters import AdapterSlot
 from inference.engine.compiled_mlp import CompiledMLPBlock, compile_mlp_halves
 from inference.engine.dense_weights import FastPathOptions
+
+from .llama_blocks import greedy, step_logits, tiny_llama
 
 MIN_ROWS = 2  # lower than served, so that a short batch of the default model crosses it
 
@@ -50,16 +49,7 @@ def _fresh(model) -> list[CompiledMLPBlock]:
 
 
 def _greedy(model, prompts: list[list[int]], tokens: int = 4) -> list[list[int]]:
-    generator = BatchGenerator(model, stop_tokens=None, completion_batch_size=8)
-    try:
-        uids = generator.insert(prompts, max_tokens=[tokens] * len(prompts))
-        out: dict[int, list[int]] = {uid: [] for uid in uids}
-        while len(sum(out.values(), [])) < tokens * len(prompts):
-            for response in generator.next_generated():
-                out[response.uid].append(response.token)
-        return [out[uid] for uid in uids]
-    finally:
-        generator.close()
+    return greedy(model, prompts, tokens)
 
 
 def _chat(loaded, texts: list[str]) -> list[list[int]]:
@@ -121,39 +111,20 @@ def test_prefill_and_small_batches_run_mlx_lms_block(loaded):
 
 @pytest.fixture
 def tiny():
-    mx.random.seed(3)
-    args = llama.ModelArgs(
-        model_type="llama",
-        hidden_size=64,
-        num_hidden_layers=2,
-        intermediate_size=128,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        rms_norm_eps=1e-5,
-        vocab_size=256,
-    )
-    model = llama.Model(args)
-    mx.eval(model.parameters())
+    model = tiny_llama(3)
     assert compile_mlp_halves(model, min_rows=MIN_ROWS) == 2
     return model
 
 
-def _step_logits(model) -> mx.array:
-    """Logits of one decode step of three rows after a short prefill."""
-    cache = make_prompt_cache(model)
-    model(mx.array([[5, 6, 7]] * 3), cache=cache)
-    return model(mx.array([[8], [9], [10]]), cache=cache)
-
-
 def test_weights_are_read_at_every_call_not_baked_in(tiny):
-    before = _step_logits(tiny)
+    before = step_logits(tiny)
     mlp = tiny.model.layers[0].mlp
     mlp.down_proj.weight = mlp.down_proj.weight * 3  # as a reload or an update does
-    after = _step_logits(tiny)
+    after = step_logits(tiny)
     assert tiny.model.layers[0]._mlxlab_traced == {(3, 1, 64)}  # the same compiled function
     assert not mx.allclose(before, after)
     with plain(tiny):
-        assert mx.allclose(after, _step_logits(tiny), atol=1e-5)
+        assert mx.allclose(after, step_logits(tiny), atol=1e-5)
 
 
 def test_an_active_adapter_runs_mlx_lms_block(tiny):
@@ -161,12 +132,12 @@ def test_an_active_adapter_runs_mlx_lms_block(tiny):
     slot = AdapterSlot(mlp.up_proj)
     slot.updates["a"] = lambda x: mx.ones((*x.shape[:-1], 128))
     mlp.up_proj = slot
-    quiet = _step_logits(tiny)
+    quiet = step_logits(tiny)
     object.__setattr__(slot, "active", ("a",))
-    adapted = _step_logits(tiny)
+    adapted = step_logits(tiny)
     assert not mx.allclose(quiet, adapted)
     with plain(tiny):
-        assert mx.allclose(adapted, _step_logits(tiny), atol=1e-5)
+        assert mx.allclose(adapted, step_logits(tiny), atol=1e-5)
 
 
 def test_the_warm_up_compiles_every_batch_size_it_serves_from_the_threshold(tiny):

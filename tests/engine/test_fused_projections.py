@@ -7,31 +7,18 @@ from contextlib import contextmanager
 import mlx.core as mx
 import mlx.nn as nn
 import pytest
-from mlx_lm.generate import BatchGenerator
 from mlx_lm.models import llama
-from mlx_lm.models.cache import make_prompt_cache
 
 from inference.engine import decode_mask, fused_projections
 from inference.engine.adapters import AdapterSlot
 from inference.engine.fused_projections import FusedProjectionsBlock, fuse_projections
 
+from .llama_blocks import greedy, step_logits, tiny_llama
+
 
 @pytest.fixture
 def tiny():
-    mx.random.seed(5)
-    args = llama.ModelArgs(
-        model_type="llama",
-        hidden_size=64,
-        num_hidden_layers=2,
-        intermediate_size=128,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        rms_norm_eps=1e-5,
-        vocab_size=256,
-    )
-    model = llama.Model(args)
-    mx.eval(model.parameters())
-    return model
+    return tiny_llama(5)
 
 
 @contextmanager
@@ -46,23 +33,7 @@ def plain(model):
 
 
 def _greedy(model, prompts: list[list[int]], tokens: int = 8) -> list[list[int]]:
-    generator = BatchGenerator(model, stop_tokens=None, completion_batch_size=8)
-    try:
-        uids = generator.insert(prompts, max_tokens=[tokens] * len(prompts))
-        out: dict[int, list[int]] = {uid: [] for uid in uids}
-        while len(sum(out.values(), [])) < tokens * len(prompts):
-            for response in generator.next_generated():
-                out[response.uid].append(response.token)
-        return [out[uid] for uid in uids]
-    finally:
-        generator.close()
-
-
-def _step_logits(model) -> mx.array:
-    """Logits of one decode step of three rows after a short prefill."""
-    cache = make_prompt_cache(model)
-    model(mx.array([[5, 6, 7]] * 3), cache=cache)
-    return model(mx.array([[8], [9], [10]]), cache=cache)
+    return greedy(model, prompts, tokens)
 
 
 def test_the_switch(monkeypatch):
@@ -101,23 +72,23 @@ def test_greedy_tokens_are_mlx_lms(tiny, mixed):
         prompts = [p[:3] for p in prompts]
     with plain(tiny):
         expected = _greedy(tiny, prompts)
-        logits = _step_logits(tiny)
+        logits = step_logits(tiny)
     assert fuse_projections(tiny) == 2
     assert _greedy(tiny, prompts) == expected
     assert _greedy(tiny, prompts[:1]) == [expected[0]]  # one row: no mask at all
-    assert mx.allclose(_step_logits(tiny), logits, atol=1e-5)
+    assert mx.allclose(step_logits(tiny), logits, atol=1e-5)
 
 
 def test_a_replaced_weight_is_fused_again(tiny):
     fuse_projections(tiny)
-    before = _step_logits(tiny)
+    before = step_logits(tiny)
     mlp = tiny.model.layers[0].mlp
     mlp.up_proj.weight = mlp.up_proj.weight * 3  # as a reload or an update does
-    after = _step_logits(tiny)
+    after = step_logits(tiny)
     assert tiny.model.layers[0]._mlxlab_fused[0][4] is mlp.up_proj.weight
     assert not mx.allclose(before, after)
     with plain(tiny):
-        assert mx.allclose(after, _step_logits(tiny), atol=1e-5)
+        assert mx.allclose(after, step_logits(tiny), atol=1e-5)
 
 
 def test_an_active_adapter_runs_mlx_lms_block(tiny):
@@ -126,12 +97,12 @@ def test_an_active_adapter_runs_mlx_lms_block(tiny):
     slot = AdapterSlot(attention.v_proj)
     slot.updates["a"] = lambda x: mx.ones((*x.shape[:-1], 32))
     attention.v_proj = slot
-    quiet = _step_logits(tiny)
+    quiet = step_logits(tiny)
     object.__setattr__(slot, "active", ("a",))
-    adapted = _step_logits(tiny)
+    adapted = step_logits(tiny)
     assert not mx.allclose(quiet, adapted)
     with plain(tiny):
-        assert mx.allclose(adapted, _step_logits(tiny), atol=1e-5)
+        assert mx.allclose(adapted, step_logits(tiny), atol=1e-5)
 
 
 def test_quantized_layers_keep_mlx_lms_block(tiny):
