@@ -137,11 +137,3 @@ def compile_mlp_halves(model: nn.Module, *, min_rows: int | None = None) -> int:
     if count:
         log.info("%s decoder layers compile their MLP half at %s rows and more", count, rows)
     return count
-
-
-def plain_blocks(model: nn.Module) -> list[nn.Module]:
-    """Turn compiled blocks back into mlx-lm's (tests compare against them); the blocks."""
-    blocks = [b for b in model.model.layers if type(b) is CompiledMLPBlock]
-    for block in blocks:
-        block.__class__ = llama.TransformerBlock
-    return blocks

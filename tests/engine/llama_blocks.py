@@ -1,7 +1,11 @@
 """What the tests of swapped Llama blocks share (compiled_mlp.py, fused_projections.py): a
-tiny random Llama, mlx-lm's batch loop run greedily, and one decode step's logits."""
+tiny random Llama, mlx-lm's own blocks for a while, mlx-lm's batch loop run greedily, and
+one decode step's logits."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import mlx.core as mx
 from mlx_lm.generate import BatchGenerator
@@ -46,3 +50,16 @@ def step_logits(model) -> mx.array:
     cache = make_prompt_cache(model)
     model(mx.array([[5, 6, 7]] * 3), cache=cache)
     return model(mx.array([[8], [9], [10]]), cache=cache)
+
+
+@contextmanager
+def mlx_lm_blocks(model, swapped: type) -> Iterator[None]:
+    """The model's `swapped` blocks as mlx-lm's own for a while: the reference they must match."""
+    blocks = [b for b in model.model.layers if type(b) is swapped]
+    for block in blocks:
+        block.__class__ = llama.TransformerBlock
+    try:
+        yield
+    finally:
+        for block in blocks:
+            block.__class__ = swapped

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import mlx.core as mx
 import pytest
 
@@ -13,7 +11,7 @@ from inference.engine.adapters import AdapterSlot
 from inference.engine.compiled_mlp import CompiledMLPBlock, compile_mlp_halves
 from inference.engine.dense_weights import FastPathOptions
 
-from .llama_blocks import greedy, step_logits, tiny_llama
+from .llama_blocks import greedy, mlx_lm_blocks, step_logits, tiny_llama
 
 MIN_ROWS = 2  # lower than served, so that a short batch of the default model crosses it
 
@@ -26,17 +24,6 @@ def loaded(model_folder):
         patch.setenv(compiled_mlp.MIN_BATCH_VARIABLE, str(MIN_ROWS))
         # Dense weights: mlx-lm's own blocks (the AVX2 kernel's fused ones are not eligible).
         return load_model(model_folder, fast_path=FastPathOptions(weights="dense"))
-
-
-@contextmanager
-def plain(model):
-    """mlx-lm's own blocks for a while: the reference the compiled half must match."""
-    blocks = compiled_mlp.plain_blocks(model)
-    try:
-        yield
-    finally:
-        for block in blocks:
-            block.__class__ = CompiledMLPBlock
 
 
 def _fresh(model) -> list[CompiledMLPBlock]:
@@ -93,7 +80,7 @@ def test_greedy_tokens_are_mlx_lms(loaded, mixed):
     blocks = _fresh(loaded.model)
     compiled = _greedy(loaded.model, prompts)
     assert all(b._mlxlab_traced == {(4, 1, 576)} for b in blocks)  # it did run
-    with plain(loaded.model):
+    with mlx_lm_blocks(loaded.model, CompiledMLPBlock):
         assert compiled == _greedy(loaded.model, prompts)
 
 
@@ -123,7 +110,7 @@ def test_weights_are_read_at_every_call_not_baked_in(tiny):
     after = step_logits(tiny)
     assert tiny.model.layers[0]._mlxlab_traced == {(3, 1, 64)}  # the same compiled function
     assert not mx.allclose(before, after)
-    with plain(tiny):
+    with mlx_lm_blocks(tiny, CompiledMLPBlock):
         assert mx.allclose(after, step_logits(tiny), atol=1e-5)
 
 
@@ -136,7 +123,7 @@ def test_an_active_adapter_runs_mlx_lms_block(tiny):
     object.__setattr__(slot, "active", ("a",))
     adapted = step_logits(tiny)
     assert not mx.allclose(quiet, adapted)
-    with plain(tiny):
+    with mlx_lm_blocks(tiny, CompiledMLPBlock):
         assert mx.allclose(adapted, step_logits(tiny), atol=1e-5)
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import mlx.core as mx
 import mlx.nn as nn
 import pytest
@@ -15,6 +13,8 @@ from inference.engine import quantized_kernel as qk
 from inference.engine.dense_weights import FastPathOptions, apply_fast_path
 from inference.engine.exact_attention import exact_attention
 from inference.engine.fused_decode import FusedBlock, eligible
+
+from .llama_blocks import mlx_lm_blocks
 
 PROMPTS = [
     "What is the capital of France?",
@@ -29,19 +29,6 @@ def loaded(model_folder):
     if not qk.fused_decode_enabled():
         pytest.skip("the fused decode layers need an x86 build of the kernel (AVX2 or AVX-512)")
     return loaded
-
-
-@contextmanager
-def unfused(model):
-    """mlx-lm's own blocks for a while: the reference the fused steps must match."""
-    blocks = [b for b in model.model.layers if isinstance(b, FusedBlock)]
-    for block in blocks:
-        block.__class__ = llama.TransformerBlock
-    try:
-        yield
-    finally:
-        for block in blocks:
-            block.__class__ = FusedBlock
 
 
 def _prompts(loaded) -> list[list[int]]:
@@ -85,7 +72,7 @@ def test_a_padded_batch_decodes_as_mlx_lms_blocks(loaded):
     # Left padding: the cache's boolean mask goes into the native attention.
     prompts = _prompts(loaded)
     fused = _decode(loaded.model, prompts, 6, BatchKVCache)
-    with unfused(loaded.model):
+    with mlx_lm_blocks(loaded.model, FusedBlock):
         reference = _decode(loaded.model, prompts, 6, BatchKVCache)
     _assert_same(fused, reference)
 
@@ -96,7 +83,7 @@ def test_an_unpadded_batch_and_a_single_row_decode_as_mlx_lms_blocks(loaded):
     single = lambda padding: KVCache()  # noqa: E731 (one row, mlx-lm's plain cache)
     for rows, make_cache in ((prompts, BatchKVCache), (prompts[:1], single)):
         fused = _decode(loaded.model, rows, 4, make_cache)
-        with unfused(loaded.model):
+        with mlx_lm_blocks(loaded.model, FusedBlock):
             reference = _decode(loaded.model, rows, 4, make_cache)
         _assert_same(fused, reference)
 
@@ -127,7 +114,7 @@ def test_a_quantized_kv_cache_keeps_mlx_lms_block(loaded):
     prompts = _prompts(loaded)[:1]
     make_cache = lambda padding: QuantizedKVCache(group_size=64, bits=8)  # noqa: E731
     fused = _decode(loaded.model, prompts, 3, make_cache)
-    with unfused(loaded.model):
+    with mlx_lm_blocks(loaded.model, FusedBlock):
         reference = _decode(loaded.model, prompts, 3, make_cache)
     for got, want in zip(fused, reference, strict=True):
         assert mx.array_equal(got, want)

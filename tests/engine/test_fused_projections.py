@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import mlx.core as mx
 import mlx.nn as nn
 import pytest
@@ -13,23 +11,12 @@ from inference.engine import decode_mask, fused_projections
 from inference.engine.adapters import AdapterSlot
 from inference.engine.fused_projections import FusedProjectionsBlock, fuse_projections
 
-from .llama_blocks import greedy, step_logits, tiny_llama
+from .llama_blocks import greedy, mlx_lm_blocks, step_logits, tiny_llama
 
 
 @pytest.fixture
 def tiny():
     return tiny_llama(5)
-
-
-@contextmanager
-def plain(model):
-    """mlx-lm's own blocks for a while: the reference the fused ones must match."""
-    blocks = fused_projections.plain_blocks(model)
-    try:
-        yield
-    finally:
-        for block in blocks:
-            block.__class__ = FusedProjectionsBlock
 
 
 def _greedy(model, prompts: list[list[int]], tokens: int = 8) -> list[list[int]]:
@@ -70,7 +57,7 @@ def test_greedy_tokens_are_mlx_lms(tiny, mixed):
     prompts = [[3, 9, 27, 81, 243, 5, 15], [4, 16, 64], [7, 49, 87, 100], [2, 4, 8, 16]]
     if not mixed:
         prompts = [p[:3] for p in prompts]
-    with plain(tiny):
+    with mlx_lm_blocks(tiny, FusedProjectionsBlock):
         expected = _greedy(tiny, prompts)
         logits = step_logits(tiny)
     assert fuse_projections(tiny) == 2
@@ -87,7 +74,7 @@ def test_a_replaced_weight_is_fused_again(tiny):
     after = step_logits(tiny)
     assert tiny.model.layers[0]._mlxlab_fused[0][4] is mlp.up_proj.weight
     assert not mx.allclose(before, after)
-    with plain(tiny):
+    with mlx_lm_blocks(tiny, FusedProjectionsBlock):
         assert mx.allclose(after, step_logits(tiny), atol=1e-5)
 
 
@@ -101,7 +88,7 @@ def test_an_active_adapter_runs_mlx_lms_block(tiny):
     object.__setattr__(slot, "active", ("a",))
     adapted = step_logits(tiny)
     assert not mx.allclose(quiet, adapted)
-    with plain(tiny):
+    with mlx_lm_blocks(tiny, FusedProjectionsBlock):
         assert mx.allclose(adapted, step_logits(tiny), atol=1e-5)
 
 
