@@ -154,7 +154,7 @@ def fuse_projections(model: nn.Module) -> int:
 
 
 def plain_blocks(model: nn.Module) -> list[nn.Module]:
-    """Turn fused blocks back into mlx-lm's (tests compare against them); the blocks."""
+    """Turn fused blocks back into mlx-lm's (bench/gpu_step.py compares against them); the blocks."""
     blocks = [b for b in model.model.layers if type(b) is FusedProjectionsBlock]
     for block in blocks:
         block.__class__ = llama.TransformerBlock
