@@ -126,10 +126,13 @@ def llama_side(python: Path, tokens: int, threads: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def engine_side(tokens: int, int8: bool = False, avx512: bool = True) -> dict:
+def engine_side(
+    tokens: int, int8: bool = False, avx512: bool = True, threads: int | None = None
+) -> dict:
     """MLX Lab's engine in this process, as a model worker runs it, prompt cache off;
     `int8`: the kernel's opt-in int8 activations (MLXLAB_QMM_INT8, llama.cpp's trick);
-    `avx512` False: the AVX2 tiles on a CPU that has AVX-512 (MLXLAB_QMM_AVX512=0)."""
+    `avx512` False: the AVX2 tiles on a CPU that has AVX-512 (MLXLAB_QMM_AVX512=0);
+    `threads`: the kernel's threads (MLXLAB_QMM_THREADS), else the engine's default."""
     from bench.gpu import collect
     from inference.engine import (
         Engine,
@@ -145,6 +148,8 @@ def engine_side(tokens: int, int8: bool = False, avx512: bool = True) -> dict:
     kernel = quantized_kernel.kernel_module()
     kernel.set_int8_activations(int8)
     kernel.set_avx512_allowed(avx512)
+    default_threads = kernel.thread_count()
+    kernel.set_thread_count(threads or default_threads)
     try:
         ids = engine.tokenizer.encode(PROMPT)
         runs = []
@@ -160,10 +165,12 @@ def engine_side(tokens: int, int8: bool = False, avx512: bool = True) -> dict:
             "decode_tps": round(decode, 1),
             "rss_mb": _rss_mb(),
             "kernel": kernel.kernel_name(),
+            "threads": kernel.thread_count(),
         }
     finally:
         kernel.set_int8_activations(False)
         kernel.set_avx512_allowed(True)
+        kernel.set_thread_count(default_threads)
         engine.shutdown()
 
 
@@ -250,6 +257,9 @@ def main() -> int:
             print(f"llama.cpp, {threads} threads:", report[f"llama_cpp_{threads}_threads"])
     report["mlxlab"] = engine_side(args.tokens)
     print("MLX Lab engine:", report["mlxlab"])
+    if report["mlxlab"].get("threads", 1) > 1:  # and on one, as llama.cpp is run both ways
+        report["mlxlab_1_thread"] = engine_side(args.tokens, threads=1)
+        print("MLX Lab engine, 1 kernel thread (MLXLAB_QMM_THREADS=1):", report["mlxlab_1_thread"])
     if report["mlxlab"].get("kernel", "").startswith("avx512"):
         report["mlxlab_avx2_tiles"] = engine_side(args.tokens, avx512=False)
         print("MLX Lab engine, AVX2 tiles (MLXLAB_QMM_AVX512=0):", report["mlxlab_avx2_tiles"])

@@ -21,9 +21,10 @@ from native.quantized_matmul import KernelUnavailable, load
 
 SUPPORTED_BITS = (4, 8)
 SUPPORTED_GROUP_SIZES = (32, 64, 128)
-# One thread by default: OpenMP's barrier stalls a step for a whole time slice when
-# the other core is busy (measured 40 ms -> 440 ms a step on a shared 2-core machine).
-THREADS_VARIABLE = "MLXLAB_QMM_THREADS"  # 0: every CPU
+# Every CPU by default (0). The extension's own threads claim work as they come, and when
+# one is descheduled mid-claim the kernel runs on the caller alone for a while
+# (native/quantized_matmul/src/thread_pool.h); 1 keeps a shared machine's other core free.
+THREADS_VARIABLE = "MLXLAB_QMM_THREADS"
 FUSED_VARIABLE = "MLXLAB_FUSED_DECODE"  # 0: decode steps as mlx-lm's per-operation graph
 
 
@@ -49,7 +50,7 @@ def kernel_state() -> KernelState:
         except KernelUnavailable as error:
             _state = KernelState(False, str(error))
         else:
-            _module.set_thread_count(int(os.environ.get(THREADS_VARIABLE, "1")))
+            _module.set_thread_count(int(os.environ.get(THREADS_VARIABLE, "0")))
             _state = KernelState(True, "the quantized matmul kernel is loaded", _describe(_module))
     return _state
 

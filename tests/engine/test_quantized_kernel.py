@@ -241,3 +241,40 @@ def test_a_product_is_the_same_on_one_thread_or_two(tiles, bits):
         tiles.set_parallel_min_work(least)
     assert mx.array_equal(alone, split)
     _close(split, mx.quantized_matmul(x, w, scales, biases, group_size=64, bits=bits))
+
+
+@pytest.mark.parametrize("spin", [0, 200])
+def test_the_extension_s_threads_compute_every_column_once(tiles, spin):
+    # The caller and a worker claim shrinking runs of columns; spin 0 sends the worker to
+    # sleep after each call, so every call also wakes it. Sizes cover runs that end inside
+    # a 16-column block, one block, and the sgemm path's tiles (from 16 rows).
+    mx.random.seed(spin)
+    threads, least, idle = (
+        tiles.thread_count(),
+        tiles.parallel_min_work(),
+        tiles.spin_microseconds(),
+    )
+    cases = []
+    for columns, rows in ((1, 1), (17, 2), (250, 1), (700, 3), (1031, 8), (300, 20)):
+        w, scales, biases = mx.quantize(mx.random.normal((columns, 256)), group_size=32, bits=4)
+        cases.append((mx.random.normal((rows, 256)), w, scales, biases))
+    try:
+        tiles.set_parallel_min_work(0)
+        tiles.set_spin_microseconds(spin)
+        assert tiles.spin_microseconds() == spin
+        results = {}
+        for count in (1, 2):
+            tiles.set_thread_count(count)
+            results[count] = [
+                [tiles.quantized_matmul(x, w, s, b, 32, 4) for x, w, s, b in cases]
+                for _ in range(3)
+            ]
+            mx.eval(results[count])
+    finally:
+        tiles.set_thread_count(threads)
+        tiles.set_parallel_min_work(least)
+        tiles.set_spin_microseconds(idle)
+    for one, two in zip(results[1][0], results[2][0], strict=True):
+        assert mx.array_equal(one, two)
+    for repeat in results[2][1:]:
+        assert all(mx.array_equal(a, b) for a, b in zip(results[2][0], repeat, strict=True))

@@ -1,18 +1,19 @@
 // The kernels alone, without MLX: CPU time per call for the default model's shapes.
 /* Build and run from the repository root:
-  g++ -O3 -g -Wall -std=c++17 -fopenmp -Inative/quantized_matmul/src \
+  g++ -O3 -g -Wall -std=c++17 -pthread -Inative/quantized_matmul/src \
     native/quantized_matmul/bench/qmm_bench.cpp native/quantized_matmul/src/kernels.cpp \
     native/quantized_matmul/src/kernels_avx2.cpp native/quantized_matmul/src/kernels_avx512.cpp \
-    native/quantized_matmul/src/kernels_q8.cpp \
+    native/quantized_matmul/src/kernels_q8.cpp native/quantized_matmul/src/thread_pool.cpp \
     -ldl -o /tmp/qmm_bench
-  /tmp/qmm_bench [filter] [reps]      e.g. /tmp/qmm_bench "4b 1536x576 M1 f16"
+  /tmp/qmm_bench [filter] [reps] [threads]   e.g. /tmp/qmm_bench "4b 1536x576 M1 f16"
+  /tmp/qmm_bench step [reps] [threads]       (a decode step's matmuls, weights from memory)
   MLXLAB_QMM_INT8=1 /tmp/qmm_bench     (the int8-activation variant)
   MLXLAB_QMM_AVX512=0 /tmp/qmm_bench   (the AVX2 tiles on an AVX-512 CPU)
   valgrind --tool=callgrind --toggle-collect='mlxlab::compute(mlxlab::Problem const&)' \
     /tmp/qmm_bench "8b 49152x576 M1 f16" 1     (2 calls: halve the total)
 */
-// Each line: bits, N x K, rows M, scale type, best CPU microseconds of a call (one
-// thread), weights per ns, and the max error against the scalar kernel relative to
+// Each line: bits, N x K, rows M, scale type, best microseconds of a call (the calling
+// thread's CPU time on one thread, wall time on more), weights per ns, and the max error against the scalar kernel relative to
 // the largest output.
 #include <time.h>
 
@@ -30,9 +31,11 @@ using namespace mlxlab;
 
 namespace {
 
+int g_bench_threads = 1;
+
 double cpu_now() {
   timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  clock_gettime(g_bench_threads > 1 ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID, &t);
   return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
@@ -98,13 +101,59 @@ void run(const Case& c, int M, ScaleType type, int reps) {
               static_cast<double>(c.N) * c.K * M / (best * 1e9), error / largest);
 }
 
+// A decode step's matmuls of the default model, one row, every layer's weights its own (so
+// read from memory, as in a real step, not from cache): wall microseconds, best of `reps`.
+void step(int reps) {
+  struct Weights {
+    std::vector<uint8_t> w;
+    std::vector<uint16_t> scales, biases;
+    int bits, N, K;
+  };
+  const int gs = 32;  // the default model's
+  std::mt19937 rng(21);
+  std::vector<Weights> layers;
+  auto add = [&](int bits, int N, int K) {
+    Weights m{std::vector<uint8_t>(static_cast<size_t>(N) * K * bits / 8),
+              std::vector<uint16_t>(static_cast<size_t>(N) * K / gs, to_half(0.01f)),
+              std::vector<uint16_t>(static_cast<size_t>(N) * K / gs, to_half(-0.08f)), bits, N, K};
+    for (uint8_t& v : m.w) v = static_cast<uint8_t>(rng());
+    layers.push_back(std::move(m));
+  };
+  for (int layer = 0; layer < 30; ++layer) {
+    for (auto [N, K] : {std::pair{576, 576}, {192, 576}, {192, 576}, {576, 576}, {1536, 576},
+                        {1536, 576}, {576, 1536}}) {
+      add(4, N, K);
+    }
+  }
+  add(8, 49152, 576);
+  std::vector<float> x(1536, 0.5f), y(49152);
+  double best = 1e9;
+  for (int r = 0; r < reps; ++r) {
+    timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (Weights& m : layers) {
+      Problem p{x.data(), m.w.data(), m.scales.data(), m.biases.data(), ScaleType::Float16,
+                y.data(), 1, m.N, m.K, gs, m.bits};
+      compute(p);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    best = std::min(best, (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
+  }
+  std::printf("decode step, one row, %d threads: %8.1f us\n", g_bench_threads, best * 1e6);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string filter = argc > 1 ? argv[1] : "";
   const int reps_arg = argc > 2 ? std::atoi(argv[2]) : 0;
-  set_thread_count(1);
+  g_bench_threads = argc > 3 ? std::max(std::atoi(argv[3]), 1) : 1;
+  set_thread_count(g_bench_threads);
   set_blas_min_rows(0);
+  if (filter == "step") {
+    step(reps_arg > 0 ? reps_arg : 20);
+    return 0;
+  }
   const Case cases[] = {{4, 576, 576}, {4, 192, 576}, {4, 1536, 576}, {4, 576, 1536},
                         {8, 49152, 576}};
   for (const Case& c : cases) {

@@ -6,6 +6,7 @@
 
 #include "kernels.h"
 #include "primitive.h"
+#include "thread_pool.h"
 
 namespace nb = nanobind;
 namespace mx = mlx::core;
@@ -23,6 +24,8 @@ NB_MODULE(_qmm, m) {
   m.def("set_thread_count", &mlxlab::set_thread_count, "threads"_a);
   m.def("parallel_min_work", &mlxlab::parallel_min_work);
   m.def("set_parallel_min_work", &mlxlab::set_parallel_min_work, "work"_a);
+  m.def("spin_microseconds", &mlxlab::spin_microseconds);
+  m.def("set_spin_microseconds", &mlxlab::set_spin_microseconds, "microseconds"_a);
   m.def("kernel_name", &mlxlab::kernel_name);
   m.def("avx512_allowed", &mlxlab::avx512_allowed);
   m.def("set_avx512_allowed", &mlxlab::set_avx512_allowed, "on"_a);

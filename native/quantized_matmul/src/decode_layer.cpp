@@ -8,11 +8,15 @@
 #include "array_io.h"
 #include "decode_math.h"
 #include "kernels.h"
+#include "thread_pool.h"
 #include "mlx/backend/cpu/encoder.h"
 
 namespace mlxlab {
 
 namespace {
+
+// Query heads x keys x head size below which attention stays on one thread.
+constexpr int64_t kAttentionParallelMin = 65536;
 
 // The inputs of DecodeRest, in order.
 enum RestInput { kH, kQ, kKeys, kValues, kPostNorm, kO = 5, kGate = 8, kUp = 11, kDown = 14, kMask = 17 };
@@ -120,7 +124,8 @@ MaskRow mask_row(const std::vector<mx::array>& in, int row, int query) {
 void run_rest(const std::vector<mx::array>& in, mx::array& out, float eps, float scale,
               const std::vector<int>& quant) {
   thread_local std::vector<float> h_copy, norm_copy, keys_copy, values_copy, attended, projected,
-      normed, gate, up, scores, query;
+      normed, gate, up;
+  thread_local std::vector<KVRow> row_keys, row_values;
   keys_copy.clear();
   values_copy.clear();
   const auto &h_in = in[kH], &q = in[kQ], &keys = in[kKeys];
@@ -128,20 +133,29 @@ void run_rest(const std::vector<mx::array>& in, mx::array& out, float eps, float
   const int H = q.shape(1), hd = q.shape(3), Hkv = keys.shape(1), S = keys.shape(2);
   const int F = in[kGate].shape(0);
   attended.resize(static_cast<size_t>(M) * H * hd);
-  query.resize(static_cast<size_t>(H) * hd);
-  const float* queries = q.data<float>();
+  row_keys.clear();
+  row_values.clear();
   for (int b = 0; b < B; ++b) {
-    const KVRow row_keys = kv_row(keys, b, keys_copy), row_values = kv_row(in[kValues], b, values_copy);
-    for (int i = 0; i < L; ++i) {
-      // Query i sees the keys up to its own position: what a one-token step there sees.
-      for (int h = 0; h < H; ++h) {
-        const float* src = queries + ((static_cast<int64_t>(b) * H + h) * L + i) * hd;
-        std::copy(src, src + hd, query.data() + h * hd);
-      }
-      attend(query.data(), H, Hkv, hd, S - L + i + 1, row_keys, row_values, mask_row(in, b, i),
-             scale, attended.data() + (static_cast<int64_t>(b) * L + i) * H * hd, scores);
-    }
+    row_keys.push_back(kv_row(keys, b, keys_copy));
+    row_values.push_back(kv_row(in[kValues], b, values_copy));
   }
+  // One query head of one token a task: each is computed alone, whichever thread runs it.
+  // (Through plain pointers: in the lambda, a thread_local's name is the running thread's.)
+  const float* queries = q.data<float>();
+  const KVRow *keys_of = row_keys.data(), *values_of = row_values.data();
+  float* attended_at = attended.data();
+  const int repeats = H / Hkv, tasks = M * H;
+  const int64_t work = static_cast<int64_t>(tasks) * S * hd;
+  parallel_for(tasks, work < kAttentionParallelMin ? 1 : thread_count(), 1, [&](int first, int last) {
+    for (int task = first; task < last; ++task) {
+      const int b = task / (L * H), i = (task / H) % L, h = task % H, kv = h / repeats;
+      const KVRow &k = keys_of[b], &v = values_of[b];
+      // Query i sees the keys up to its own position: what a one-token step there sees.
+      attend(queries + ((static_cast<int64_t>(b) * H + h) * L + i) * hd, hd, S - L + i + 1,
+             k.data + kv * k.head, k.seq, v.data + kv * v.head, v.seq, mask_row(in, b, i), scale,
+             attended_at + ((static_cast<int64_t>(b) * L + i) * H + h) * hd);
+    }
+  });
   // h + o_proj(attention), then + down(silu(gate) * up) of its norm: into out.
   float* y = out.data<float>();
   projected.resize(static_cast<size_t>(M) * D);

@@ -20,6 +20,18 @@ MLXLAB_AVX2 inline float dot(const float* a, const float* b, int n) {
   return total;
 }
 
+// dot(a, b_i, n) for the four rows b + i * stride, n a multiple of 8: the same FMAs in the
+// same order as dot's, four independent chains instead of one waiting on each FMA.
+MLXLAB_AVX2 inline void dot4(const float* a, const float* b, int64_t stride, int n, float* out) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+  for (int i = 0; i < n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(a + i);
+    for (int r = 0; r < 4; ++r) acc[r] = _mm256_fmadd_ps(x, _mm256_loadu_ps(b + r * stride + i), acc[r]);
+  }
+  for (int r = 0; r < 4; ++r) out[r] = horizontal_sum(acc[r]);
+}
+
 // y += alpha * x
 MLXLAB_AVX2 inline void axpy(float alpha, const float* x, float* y, int n) {
   const __m256 a = _mm256_set1_ps(alpha);
@@ -105,27 +117,83 @@ void rope(float* heads, int n_heads, int head_dim, float position, float base, f
   }
 }
 
-MLXLAB_AVX2 void attend(const float* q, int n_heads, int n_kv_heads, int head_dim, int S,
-                        const KVRow& keys, const KVRow& values, const MaskRow& mask, float scale,
-                        float* out, std::vector<float>& scores) {
-  thread_local std::vector<float> scaled;
+// out = sum over s of p[s] * values[s], key by key as axpy would add them (the same FMAs,
+// so the same bits), with out held in registers: 8 vectors, a 64-wide head.
+MLXLAB_AVX2 void weighted_sum64(const float* p, int S, const float* values, int64_t value_seq,
+                                float* out) {
+  __m256 acc[8];
+  for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+  for (int s = 0; s < S; ++s) {
+    const __m256 weight = _mm256_set1_ps(p[s]);
+    const float* v = values + s * value_seq;
+    for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(v + 8 * j), acc[j]);
+  }
+  for (int j = 0; j < 8; ++j) _mm256_storeu_ps(out + 8 * j, acc[j]);
+}
+
+#define MLXLAB_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
+
+// A 64-wide head on AVX-512: a key's dot product is four FMAs into one vector and a reduce,
+// four keys at a time; the weighted sum of the values keeps `out` in four registers.
+MLXLAB_AVX512 void attend64_avx512(const float* q, int S, const float* keys, int64_t key_seq,
+                                   const float* values, int64_t value_seq, const MaskRow& mask,
+                                   float scale, float* out, float* scores) {
+  const __m512 factor = _mm512_set1_ps(scale);
+  __m512 query[4];
+  for (int j = 0; j < 4; ++j) query[j] = _mm512_mul_ps(_mm512_loadu_ps(q + 16 * j), factor);
+  int s = 0;
+  for (; s + 4 <= S; s += 4) {
+    __m512 acc[4];
+    for (int r = 0; r < 4; ++r) {
+      const float* k = keys + (s + r) * key_seq;
+      acc[r] = _mm512_mul_ps(query[0], _mm512_loadu_ps(k));
+      for (int j = 1; j < 4; ++j) acc[r] = _mm512_fmadd_ps(query[j], _mm512_loadu_ps(k + 16 * j), acc[r]);
+    }
+    for (int r = 0; r < 4; ++r) scores[s + r] = _mm512_reduce_add_ps(acc[r]);
+  }
+  for (; s < S; ++s) {
+    const float* k = keys + s * key_seq;
+    __m512 acc = _mm512_mul_ps(query[0], _mm512_loadu_ps(k));
+    for (int j = 1; j < 4; ++j) acc = _mm512_fmadd_ps(query[j], _mm512_loadu_ps(k + 16 * j), acc);
+    scores[s] = _mm512_reduce_add_ps(acc);
+  }
+  for (s = 0; s < S; ++s) scores[s] = masked(scores[s], mask, s);
+  softmax(scores, S);
+  __m512 acc[4];
+  for (int j = 0; j < 4; ++j) acc[j] = _mm512_setzero_ps();
+  for (s = 0; s < S; ++s) {
+    const __m512 weight = _mm512_set1_ps(scores[s]);
+    const float* v = values + s * value_seq;
+    for (int j = 0; j < 4; ++j) acc[j] = _mm512_fmadd_ps(weight, _mm512_loadu_ps(v + 16 * j), acc[j]);
+  }
+  for (int j = 0; j < 4; ++j) _mm512_storeu_ps(out + 16 * j, acc[j]);
+}
+
+MLXLAB_AVX2 void attend(const float* q, int head_dim, int S, const float* keys, int64_t key_seq,
+                        const float* values, int64_t value_seq, const MaskRow& mask, float scale,
+                        float* out) {
+  thread_local std::vector<float> scores, scaled;
   scores.resize(S);
   scaled.resize(head_dim);
-  const int repeats = n_heads / n_kv_heads;
-  for (int h = 0; h < n_heads; ++h) {
-    const int kv = h / repeats;
-    // MLX scales the query first, then takes the dot products.
-    for (int d = 0; d < head_dim; ++d) scaled[d] = q[h * head_dim + d] * scale;
-    const float* k = keys.data + kv * keys.head;
-    for (int s = 0; s < S; ++s) {
-      scores[s] = masked(dot(scaled.data(), k + s * keys.seq, head_dim), mask, s);
-    }
-    softmax(scores.data(), S);
-    float* o = out + static_cast<int64_t>(h) * head_dim;
-    for (int d = 0; d < head_dim; ++d) o[d] = 0.0f;
-    const float* v = values.data + kv * values.head;
-    for (int s = 0; s < S; ++s) axpy(scores[s], v + s * values.seq, o, head_dim);
+  if (head_dim == 64 && avx512_allowed() && avx512_supported()) {
+    attend64_avx512(q, S, keys, key_seq, values, value_seq, mask, scale, out, scores.data());
+    return;
   }
+  // MLX scales the query first, then takes the dot products.
+  for (int d = 0; d < head_dim; ++d) scaled[d] = q[d] * scale;
+  int s = 0;
+  if (head_dim % 8 == 0) {
+    for (; s + 4 <= S; s += 4) dot4(scaled.data(), keys + s * key_seq, key_seq, head_dim, &scores[s]);
+  }
+  for (; s < S; ++s) scores[s] = dot(scaled.data(), keys + s * key_seq, head_dim);
+  for (s = 0; s < S; ++s) scores[s] = masked(scores[s], mask, s);
+  softmax(scores.data(), S);
+  if (head_dim == 64) {
+    weighted_sum64(scores.data(), S, values, value_seq, out);
+    return;
+  }
+  for (int d = 0; d < head_dim; ++d) out[d] = 0.0f;
+  for (int s = 0; s < S; ++s) axpy(scores[s], values + s * value_seq, out, head_dim);
 }
 
 MLXLAB_AVX2 void silu_mul(float* gate, const float* up, int n) {
@@ -156,8 +224,8 @@ namespace {
 }  // namespace
 void rms_norm(const float*, const float*, int, float, float*) { unsupported(); }
 void rope(float*, int, int, float, float, float, bool) { unsupported(); }
-void attend(const float*, int, int, int, int, const KVRow&, const KVRow&, const MaskRow&, float,
-            float*, std::vector<float>&) {
+void attend(const float*, int, int, const float*, int64_t, const float*, int64_t, const MaskRow&,
+            float, float*) {
   unsupported();
 }
 void silu_mul(float*, const float*, int) { unsupported(); }

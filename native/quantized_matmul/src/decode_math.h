@@ -28,11 +28,10 @@ struct MaskRow {
   int64_t seq = 0;
 };
 
-// softmax(q * scale @ K^T) @ V for every query head of one row (grouped query heads share
-// a key/value head); out is n_heads x head_dim, `scores` scratch of S.
-void attend(const float* q, int n_heads, int n_kv_heads, int head_dim, int S, const KVRow& keys,
-            const KVRow& values, const MaskRow& mask, float scale, float* out,
-            std::vector<float>& scores);
+// softmax(q * scale @ K^T) @ V for one query head over the first S keys of its key/value
+// head (keys and values: element (s, d) at [s * seq + d]); out is head_dim floats.
+void attend(const float* q, int head_dim, int S, const float* keys, int64_t key_seq,
+            const float* values, int64_t value_seq, const MaskRow& mask, float scale, float* out);
 
 // silu(gate) * up, n values; in place in gate.
 void silu_mul(float* gate, const float* up, int n);

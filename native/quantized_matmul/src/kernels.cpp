@@ -2,7 +2,7 @@
 #include "kernels.h"
 
 #include <dlfcn.h>
-#include <omp.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "thread_pool.h"
 
 namespace mlxlab {
 
@@ -21,7 +23,7 @@ using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int,
 // A first, noisy measurement on the shared 2-core EPYC: at 8 rows the fused kernel and
 // sgemm on a dequantized tile are alike; from 16 rows sgemm wins (to refine: issue 21).
 int g_blas_min_rows = 16;
-int g_threads = 0;  // 0: OpenMP's default (the CPUs this process may use)
+int g_threads = 0;  // 0: the CPUs this process may run on
 // Weights (x rows, up to 8) below which a call runs on one thread: a thread's wake-up costs
 // more than it saves there. MLXLAB_QMM_PARALLEL_MIN overrides it, to measure.
 int64_t g_parallel_min = [] {
@@ -47,9 +49,14 @@ Sgemm sgemm() {
   return found;
 }
 
+int usable_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return std::max(CPU_COUNT(&set), 1);
+}
+
 int threads_for(int64_t work) {
-  int threads = g_threads > 0 ? g_threads : omp_get_max_threads();
-  return work < g_parallel_min ? 1 : std::max(threads, 1);
+  return work < g_parallel_min ? 1 : thread_count();
 }
 
 void group_sums(const Problem& p, std::vector<float>& xsum) {
@@ -81,15 +88,16 @@ void check(const Problem& p) {
 
 // Rows of output columns per sgemm: a tile of 128 x K floats stays in L2.
 constexpr int kTile = 128;
+// Weights x rows in a chunk of a decode matmul that one thread claims (a few microseconds).
+constexpr int64_t kChunkWork = 32768;
 
 void blas_path(const Problem& p, Sgemm gemm, int threads) {
   const bool fast = avx2_supported();
   const int tiles = (p.N + kTile - 1) / kTile;
-#pragma omp parallel num_threads(threads)
-  {
-    std::vector<float> scratch(static_cast<size_t>(kTile) * p.K);
-#pragma omp for schedule(static)
-    for (int t = 0; t < tiles; ++t) {
+  parallel_for(tiles, threads, 1, [&](int first, int last) {
+    thread_local std::vector<float> scratch;
+    scratch.resize(static_cast<size_t>(kTile) * p.K);
+    for (int t = first; t < last; ++t) {
       const int n0 = t * kTile, n1 = std::min(p.N, n0 + kTile);
       fast ? dequantize_avx2(p, n0, n1, scratch.data())
            : dequantize_scalar(p, n0, n1, scratch.data());
@@ -97,7 +105,7 @@ void blas_path(const Problem& p, Sgemm gemm, int threads) {
       gemm(101, 111, 112, p.M, n1 - n0, p.K, 1.0f, p.x, p.K, scratch.data(), p.K,
            0.0f, p.y + n0, p.N);
     }
-  }
+  });
 }
 
 }  // namespace
@@ -105,7 +113,10 @@ void blas_path(const Problem& p, Sgemm gemm, int threads) {
 int blas_min_rows() { return g_blas_min_rows; }
 void set_blas_min_rows(int rows) { g_blas_min_rows = std::max(rows, 0); }
 bool blas_found() { return sgemm() != nullptr; }
-int thread_count() { return g_threads > 0 ? g_threads : omp_get_max_threads(); }
+int thread_count() {
+  static const int cpus = usable_cpus();
+  return g_threads > 0 ? g_threads : cpus;
+}
 void set_thread_count(int threads) { g_threads = std::max(threads, 0); }
 int64_t parallel_min_work() { return g_parallel_min; }
 void set_parallel_min_work(int64_t work) { g_parallel_min = std::max<int64_t>(work, 0); }
@@ -134,11 +145,12 @@ void compute(const Problem& p) {
   const bool wide = !int8 && g_avx512 && avx512_supported();
   thread_local std::vector<float> reordered;  // reused: a decode step makes ~200 calls
   const float* x = wide ? x_for_avx512(p, reordered) : p.x;
-  // Blocks of 16 output columns: few enough for both threads to get equal shares.
+  // Blocks of 16 output columns, claimed in runs of at least kChunkWork weights x rows: a
+  // claim costs a compare-and-swap on a line both threads write, so a run must outweigh it.
   const int blocks = (p.N + 15) / 16;
-#pragma omp parallel for schedule(static) num_threads(threads)
-  for (int b = 0; b < blocks; ++b) {
-    const int n0 = b * 16, n1 = std::min(p.N, n0 + 16);
+  const int grain = std::max<int>(1, kChunkWork / (16 * int64_t{p.K} * std::min(p.M, 8)));
+  parallel_for(blocks, threads, grain, [&](int first, int last) {
+    const int n0 = first * 16, n1 = std::min(p.N, last * 16);
     if (int8) {
       rows_q8_avx2(p, xsum.data(), q8, n0, n1);
     } else if (wide) {
@@ -146,7 +158,7 @@ void compute(const Problem& p) {
     } else {
       fast ? rows_avx2(p, xsum.data(), n0, n1) : rows_scalar(p, xsum.data(), n0, n1);
     }
-  }
+  });
 }
 
 float scale_at(const void* data, ScaleType type, int64_t index) {
