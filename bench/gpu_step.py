@@ -16,8 +16,9 @@ decode loops on one row and on a batch, greedy, from the same prompt:
 - `fused_async`: eager_async with each layer's q/k/v and gate/up projections as one
   matmul each (inference/engine/fused_projections.py; measured first with a copy of
   it in bench/, commit c6eeeab): fewer kernels a step;
-- `kernels_async`: fused_async with decode_kernels.py's two custom CUDA kernels on its
-  one-token steps (RoPE'd q/k/v from the fused matmul's output; residual add and norm);
+- `kernels_async`: fused_async with decode_kernels.py's RoPE kernel on its one-token
+  steps (RoPE'd q/k/v from the fused matmul's output); `kernelsall_async`: with its
+  residual-add-and-norm kernel too;
 - `fused_batchcache`, `kernels_batchcache`: the two above over mlx-lm's BatchKVCache (an
   offset per row, as the engine runs) with the engine's mask rule (decode_mask.py);
 - `static_async`: a pre-allocated KV cache of fixed capacity, written at an index held
@@ -56,6 +57,7 @@ LOOPS = (
     "eager_async",
     "fused_async",
     "kernels_async",
+    "kernelsall_async",
     "fused_batchcache",
     "kernels_batchcache",
     "static_async",
@@ -164,8 +166,9 @@ def make_loop(name: str, model, prompt, tokens: int):
         return lambda: eager_sync(model, prompt, tokens)
     if name == "eager_async":
         return lambda: pipelined(*eager_stepper(model, prompt), tokens)
-    if name in ("fused_async", "kernels_async", "fused_batchcache", "kernels_batchcache"):
-        kernels, batch_cache = name.startswith("kernels"), name.endswith("batchcache")
+    if name.startswith(("fused_", "kernels")):
+        kernels = {"fused": "0", "kernels": "qkv", "kernelsall": "all"}[name.split("_")[0]]
+        batch_cache = name.endswith("batchcache")
         return lambda: fused_run(model, prompt, tokens, kernels, batch_cache)
     compiled = name == "compiled_async"
     state = {}
@@ -176,15 +179,16 @@ def make_loop(name: str, model, prompt, tokens: int):
     return run
 
 
-def fused_run(model, prompt, tokens: int, kernels: bool = False, batch_cache: bool = False):
+def fused_run(model, prompt, tokens: int, kernels: str = "0", batch_cache: bool = False):
     """eager_async with the engine's fused projections, mlx-lm's blocks again after it;
-    `kernels`: with decode_kernels.py's kernels on one-token steps; `batch_cache`: with
+    `kernels`: decode_kernels.py's kernels on one-token steps (MLXLAB_DECODE_KERNELS: 0,
+    qkv: the RoPE kernel, all: both kernels); `batch_cache`: with
     mlx-lm's BatchKVCache (per-row offsets, as the engine runs) and the engine's mask rule."""
     from inference.engine import decode_kernels, decode_mask
     from inference.engine.fused_projections import fuse_projections, plain_blocks
 
-    on = "reference" if KERNELS_SET == "reference" else "1"  # reference: a CPU smoke run
-    os.environ[decode_kernels.VARIABLE] = on if kernels else "0"
+    reference = KERNELS_SET == "reference" and kernels != "0"  # a CPU smoke run
+    os.environ[decode_kernels.VARIABLE] = "reference" if reference else kernels
     if batch_cache:
         decode_mask.install()
     fuse_projections(model)  # each projection's weight becomes a view: equal values

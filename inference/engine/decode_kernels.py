@@ -31,7 +31,10 @@ import struct
 import mlx.core as mx
 import mlx.nn as nn
 
-VARIABLE = "MLXLAB_DECODE_KERNELS"  # 1 (default): on a CUDA GPU; 0: never; reference: MLX ops
+# On a CUDA GPU: qkv (the RoPE kernel), all (both kernels), 1 (the default kind), 0 (none);
+# reference: MLX's operations in their place, on any device (the tests).
+VARIABLE = "MLXLAB_DECODE_KERNELS"
+DEFAULT = "1"
 DTYPES = (mx.bfloat16, mx.float16, mx.float32)
 THREADS = 256
 
@@ -220,79 +223,98 @@ _ADD_NORM = """
 
 
 class Cuda:
-    """The two kernels, JIT-compiled by MLX (NVRTC) per dtype, shape and setting."""
+    """Both kernels, JIT-compiled by MLX (NVRTC) per dtype, shape and setting.
+
+    Building a call to a custom kernel costs the host more than one of MLX's own
+    operations (about 6-10 us against 1-2, `bench/gpu_kernel_cost.py`), so what does not
+    change between calls (the kernel, its template arguments) is made once per setting.
+    """
 
     name = "cuda"
-    _kernels: dict = {}
-
-    @classmethod
-    def _kernel(cls, kind: str, tag: str, inputs, outputs, source: str):
-        key = (kind, tag)
-        if key not in cls._kernels:
-            cls._kernels[key] = mx.fast.cuda_kernel(
-                name=f"mlxlab_{kind}_{tag}",
-                input_names=inputs,
-                output_names=outputs,
-                source=source,
-            )
-        return cls._kernels[key]
+    _prepared: dict = {}
 
     @classmethod
     def qkv_rope(cls, projected: mx.array, offset: mx.array, p: Plan):
-        batch = projected.shape[0]
-        log2_base, scale = _bits(_log2_f32(p.base)), _bits(p.scale)
-        tag = f"{log2_base:08x}_{scale:08x}"
-        source = _QKV_ROPE.replace("LOG2_BASE_BITS", f"0x{log2_base:08x}").replace(
-            "SCALE_BITS", f"0x{scale:08x}"
-        )
-        kernel = cls._kernel(
-            "qkv_rope", tag, ["qkv", "offset"], ["queries", "keys", "values"], source
-        )
-        heads, kv_heads, dim = p.heads, p.kv_heads, p.dim
         dtype = projected.dtype
+        key = ("qkv_rope", p.heads, p.kv_heads, p.dim, p.traditional, p.base, p.scale, dtype)
+        prepared = cls._prepared.get(key)
+        if prepared is None:
+            prepared = cls._prepared[key] = _prepare_qkv_rope(p, dtype)
+        kernel, templates = prepared
+        batch, heads, kv_heads, dim = projected.shape[0], p.heads, p.kv_heads, p.dim
+        kv_shape = (batch, kv_heads, 1, dim)
         return kernel(
             inputs=[projected, offset],
-            template=[
-                ("T", dtype),
-                ("H", heads),
-                ("KV", kv_heads),
-                ("D", dim),
-                ("TRADITIONAL", p.traditional),
-                ("PER_ROW", offset.size != 1),
-            ],
+            template=templates[offset.size != 1],
             grid=(batch * (heads + 2 * kv_heads) * (dim // 2), 1, 1),
             threadgroup=(THREADS, 1, 1),
-            output_shapes=[(batch, heads, 1, dim)] + [(batch, kv_heads, 1, dim)] * 2,
-            output_dtypes=[dtype] * 3,
+            output_shapes=[(batch, heads, 1, dim), kv_shape, kv_shape],
+            output_dtypes=[dtype, dtype, dtype],
         )
 
     @classmethod
     def add_norm(cls, x: mx.array, y: mx.array, weight: mx.array, eps: float):
-        eps_bits = _bits(eps)
-        source = _ADD_NORM.replace("EPS_BITS", f"0x{eps_bits:08x}")
-        kernel = cls._kernel(
-            "add_norm", f"{eps_bits:08x}", ["x", "y", "weight"], ["h", "normed"], source
-        )
-        dim = x.shape[-1]
-        rows = x.size // dim
+        dtype, dim = x.dtype, x.shape[-1]
+        key = ("add_norm", eps, dim, dtype)
+        prepared = cls._prepared.get(key)
+        if prepared is None:
+            prepared = cls._prepared[key] = _prepare_add_norm(eps, dim, dtype)
+        kernel, template = prepared
         return kernel(
             inputs=[x, y, weight],
-            template=[("T", x.dtype), ("DIM", dim), ("THREADS", THREADS)],
-            grid=(rows * THREADS, 1, 1),
+            template=template,
+            grid=(x.size // dim * THREADS, 1, 1),
             threadgroup=(THREADS, 1, 1),
             output_shapes=[x.shape, x.shape],
-            output_dtypes=[x.dtype, x.dtype],
+            output_dtypes=[dtype, dtype],
         )
+
+
+class CudaQkv(Cuda):
+    """The RoPE kernel alone: the add and the norm stay MLX's (its two operations cost the
+    host less than one custom kernel's call)."""
+
+    name = "cuda (q/k/v and RoPE only)"
+    add_norm = Reference.add_norm
+
+
+def _prepare_qkv_rope(p: Plan, dtype) -> tuple:
+    log2_base, scale = _bits(_log2_f32(p.base)), _bits(p.scale)
+    source = _QKV_ROPE.replace("LOG2_BASE_BITS", f"0x{log2_base:08x}")
+    kernel = mx.fast.cuda_kernel(
+        name=f"mlxlab_qkv_rope_{log2_base:08x}_{scale:08x}",
+        input_names=["qkv", "offset"],
+        output_names=["queries", "keys", "values"],
+        source=source.replace("SCALE_BITS", f"0x{scale:08x}"),
+    )
+    common = [("T", dtype), ("H", p.heads), ("KV", p.kv_heads), ("D", p.dim)]
+    common.append(("TRADITIONAL", p.traditional))
+    return kernel, (common + [("PER_ROW", False)], common + [("PER_ROW", True)])
+
+
+def _prepare_add_norm(eps: float, dim: int, dtype) -> tuple:
+    bits = _bits(eps)
+    kernel = mx.fast.cuda_kernel(
+        name=f"mlxlab_add_norm_{bits:08x}",
+        input_names=["x", "y", "weight"],
+        output_names=["h", "normed"],
+        source=_ADD_NORM.replace("EPS_BITS", f"0x{bits:08x}"),
+    )
+    return kernel, [("T", dtype), ("DIM", dim), ("THREADS", THREADS)]
 
 
 def chosen() -> type | None:
     """The kernels loaded models use (MLXLAB_DECODE_KERNELS), or None."""
-    value = os.environ.get(VARIABLE, "1").strip().lower()
+    value = os.environ.get(VARIABLE, DEFAULT).strip().lower()
     if value == "reference":
         return Reference
-    if value not in ("1", "true", "yes", "on"):
+    kinds = {"qkv": CudaQkv, "all": Cuda, "1": DEFAULT_KIND, "on": DEFAULT_KIND}
+    if value not in kinds:
         return None
     cuda = getattr(mx, "cuda", None)
     if cuda is None or not cuda.is_available() or not hasattr(mx.fast, "cuda_kernel"):
         return None
-    return Cuda
+    return kinds[value]
+
+
+DEFAULT_KIND = CudaQkv
