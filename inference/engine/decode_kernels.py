@@ -2,16 +2,17 @@
 
 MLX's CUDA backend spends about 7 us of host time on every kernel of a step (it records
 each into a new CUDA graph), and on an H200 that host work, not the device, bounds a
-decode step of a 1B model (docs/BENCHMARKS.md, "Where a decode step's time goes"). The
-layers of fused_projections.py run these two custom kernels (`mx.fast.cuda_kernel`) on
-their one-token steps:
+decode step of a 1B model (docs/BENCHMARKS.md, "Where a decode step's time goes"). With
+MLXLAB_DECODE_KERNELS set, the layers of fused_projections.py run one or both of these
+custom kernels (`mx.fast.cuda_kernel`) on their one-token steps:
 
 - `qkv_rope`: from the fused q/k/v matmul's output and the cache's offset (an int, or one
   per row as mlx-lm's BatchKVCache keeps them), the RoPE'd queries and keys and the values
   in the (B, heads, 1, head_dim) layout attention takes: it replaces two RoPE kernels and
   the copies of the split;
-- `add_norm`: the residual add after attention and the RMSNorm before the MLP, both
-  outputs from one kernel.
+- `add_norm` (`all` only): the residual add after attention and the RMSNorm before the
+  MLP, both outputs from one kernel; and each layer's last residual add with the next
+  layer's input norm.
 
 Each computes what mlx-lm's operations compute, in their order and at their precision
 (RoPE's angle as MLX's kernel forms it, products rounded to the dtype where MLX rounds
@@ -21,6 +22,12 @@ The attention output also skips its transpose: with one query, (B, heads, 1, dim
 
 The `reference` kind computes the same with MLX's own operations, on any device: the
 tests run the decode path on the CPU with it.
+
+Off by default (docs/BENCHMARKS.md, "Custom CUDA kernels for the decode step"): on the
+H200, the RoPE kernel took 16-32 kernels off a step (7-12%) and lowered its host and
+device time, but the engine's tok/s alternated in one process moved between 0.86x and
+1.10x; a custom kernel's call costs the host 5-11 us against 1-2 for one of MLX's own
+operations, so `add_norm`, which replaces two cheap ones, saves nothing.
 """
 
 from __future__ import annotations
@@ -31,10 +38,11 @@ import struct
 import mlx.core as mx
 import mlx.nn as nn
 
-# On a CUDA GPU: qkv (the RoPE kernel), all (both kernels), 1 (the default kind), 0 (none);
-# reference: MLX's operations in their place, on any device (the tests).
+# On a CUDA GPU: 1 or qkv (the RoPE kernel), all (both kernels), 0 (none: the default, as
+# measured in docs/BENCHMARKS.md); reference: MLX's operations in their place, on any
+# device (the tests).
 VARIABLE = "MLXLAB_DECODE_KERNELS"
-DEFAULT = "1"
+DEFAULT = "0"
 DTYPES = (mx.bfloat16, mx.float16, mx.float32)
 THREADS = 256
 

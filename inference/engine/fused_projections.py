@@ -13,7 +13,8 @@ The fused weights are the concatenation of mlx-lm's, and each projection's own w
 becomes a view into it, so the model holds the weights once and its parameter tree stays
 mlx-lm's. A projection that is not a plain bias-free Linear (quantized, or an adapter
 slot with an active adapter) runs mlx-lm's block; a weight replaced since (a reload, an
-update) is fused again on the next call.
+update) is fused again on the next call. With MLXLAB_DECODE_KERNELS set (off by default),
+their one-token decode steps also run decode_kernels.py's custom CUDA kernels.
 """
 
 from __future__ import annotations

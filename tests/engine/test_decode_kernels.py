@@ -30,7 +30,9 @@ def reference(monkeypatch):
 
 def test_the_switch(monkeypatch):
     monkeypatch.delenv(decode_kernels.VARIABLE, raising=False)
-    assert decode_kernels.chosen() is (decode_kernels.DEFAULT_KIND if CUDA else None)
+    assert decode_kernels.chosen() is None  # off unless asked for (docs/BENCHMARKS.md)
+    monkeypatch.setenv(decode_kernels.VARIABLE, "1")
+    assert decode_kernels.chosen() is (decode_kernels.CudaQkv if CUDA else None)
     monkeypatch.setenv(decode_kernels.VARIABLE, "all")
     assert decode_kernels.chosen() is (decode_kernels.Cuda if CUDA else None)
     monkeypatch.setenv(decode_kernels.VARIABLE, "qkv")
