@@ -24,10 +24,10 @@ The `reference` kind computes the same with MLX's own operations, on any device:
 tests run the decode path on the CPU with it.
 
 Off by default (docs/BENCHMARKS.md, "Custom CUDA kernels for the decode step"): on the
-H200, the RoPE kernel took 16-32 kernels off a step (7-12%) and lowered its host and
+H200, the RoPE kernel took 16-32 kernels off a step (6.5-12%) and lowered its host and
 device time, but the engine's tok/s alternated in one process moved between 0.86x and
-1.10x; a custom kernel's call costs the host 5-11 us against 1-2 for one of MLX's own
-operations, so `add_norm`, which replaces two cheap ones, saves nothing.
+1.10x; a custom kernel's call costs the host 4.5-11 us against about 1 for one of MLX's
+own operations, so `add_norm`, which replaces two cheap ones, saves nothing.
 """
 
 from __future__ import annotations
@@ -234,7 +234,7 @@ class Cuda:
     """Both kernels, JIT-compiled by MLX (NVRTC) per dtype, shape and setting.
 
     Building a call to a custom kernel costs the host more than one of MLX's own
-    operations (about 6-10 us against 1-2, `bench/gpu_kernel_cost.py`), so what does not
+    operations (4.5-11 us against about 1, `bench/gpu_kernel_cost.py`), so what does not
     change between calls (the kernel, its template arguments) is made once per setting.
     """
 
