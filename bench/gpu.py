@@ -5,6 +5,7 @@
     python3 bench/gpu.py --out DIR --part restart       # first request after a restart only
     python3 bench/gpu.py --out DIR --part speed --no-torch --compare-compiled-mlp
     python3 bench/gpu.py --out DIR --part speed --no-torch --compare-fused --shapes llama-1b-bf16
+    python3 bench/gpu.py --out DIR --part speed --no-torch --compare-kernels --shapes llama-1b-bf16
 
 Runs where MLX has its CUDA backend (`make setup` on a GPU machine, or the recipe in
 docs/BENCHMARKS.md for the lent H200). Every row is measured in this one process, side
@@ -58,6 +59,11 @@ def main() -> None:
         action="store_true",
         help="only engine rows, with fused q/k/v and gate/up projections and without",
     )
+    parser.add_argument(
+        "--compare-kernels",
+        action="store_true",
+        help="only engine rows, fused projections with decode_kernels.py's kernels and without",
+    )
     args = parser.parse_args()
     if not args.no_torch:
         # Before inference.engine, which otherwise keeps PyTorch out of transformers for
@@ -94,7 +100,13 @@ def main() -> None:
                 "rows": rows,
             }
             compare = (
-                "fused" if args.compare_fused else "mlp" if args.compare_compiled_mlp else None
+                "kernels"
+                if args.compare_kernels
+                else "fused"
+                if args.compare_fused
+                else "mlp"
+                if args.compare_compiled_mlp
+                else None
             )
             speed_rows(folder, args.tokens, batches, rows, compare)
             if not args.no_torch and shape.bits is None:
@@ -168,7 +180,9 @@ def speed_rows(
     from mlx_lm import load
 
     if compare:  # the engine alone: mlx-lm's rows do not depend on the switch
-        alternate = fused_rows if compare == "fused" else compiled_mlp_rows
+        alternate = {"fused": fused_rows, "kernels": kernels_rows, "mlp": compiled_mlp_rows}[
+            compare
+        ]
         rows.update(alternate(folder, tokens, batches))
         return rows
     model, _ = load(str(folder))
@@ -309,6 +323,19 @@ def fused_rows(folder: Path, tokens: int, batches: list[int]) -> dict:
 
     on = "force" if os.environ.get(VARIABLE) == "force" else "1"  # force: a CPU smoke run
     variants = {"engine_fused": {VARIABLE: on}, "engine_unfused": {VARIABLE: "0"}}
+    return alternated_rows(folder, tokens, batches, variants)
+
+
+def kernels_rows(folder: Path, tokens: int, batches: list[int]) -> dict:
+    """The engine's fused layers with decode_kernels.py's two custom CUDA kernels on their
+    one-token steps and without them, and whether their greedy texts are equal."""
+    from inference.engine.decode_kernels import VARIABLE
+    from inference.engine.fused_projections import VARIABLE as FUSED
+
+    variants = {
+        "engine_kernels": {FUSED: "1", VARIABLE: os.environ.get(VARIABLE, "1")},
+        "engine_fused": {FUSED: "1", VARIABLE: "0"},
+    }
     return alternated_rows(folder, tokens, batches, variants)
 
 

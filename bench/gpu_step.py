@@ -16,6 +16,11 @@ decode loops on one row and on a batch, greedy, from the same prompt:
 - `fused_async`: eager_async with each layer's q/k/v and gate/up projections as one
   matmul each (inference/engine/fused_projections.py; measured first with a copy of
   it in bench/, commit c6eeeab): fewer kernels a step;
+- `kernels_async`: fused_async with decode_kernels.py's RoPE kernel on its one-token
+  steps (RoPE'd q/k/v from the fused matmul's output); `kernelsall_async`: with its
+  residual-add-and-norm kernel too;
+- `fused_batchcache`, `kernels_batchcache`: the two above over mlx-lm's BatchKVCache (an
+  offset per row, as the engine runs) with the engine's mask rule (decode_mask.py);
 - `static_async`: a pre-allocated KV cache of fixed capacity, written at an index held
   in an array, attention masked over the capacity: every step has the same shapes;
 - `compiled_async`: that step as one `mx.compile`d function (model, cache update, mask,
@@ -46,7 +51,18 @@ from bench.gpu_models import SHAPES, build_folder, weight_bytes  # noqa: E402
 
 TOKENIZER = ROOT / "var" / "models" / "smollm2-135m-instruct"
 PROMPT = 32
-LOOPS = ("eager_sync", "eager_async", "fused_async", "static_async", "compiled_async")
+KERNELS_SET = os.environ.get("MLXLAB_DECODE_KERNELS")  # as the process started
+LOOPS = (
+    "eager_sync",
+    "eager_async",
+    "fused_async",
+    "kernels_async",
+    "kernelsall_async",
+    "fused_batchcache",
+    "kernels_batchcache",
+    "static_async",
+    "compiled_async",
+)
 
 
 def main() -> None:
@@ -57,7 +73,9 @@ def main() -> None:
     parser.add_argument("--batches", default="1,32")
     parser.add_argument("--envs", default="default,60,200", help="MLX_MAX_OPS_PER_BUFFER values")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs of each loop")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--loops", default=",".join(LOOPS), help="eager_sync first: the reference")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -76,7 +94,8 @@ def main() -> None:
         if value != "default":
             env["MLX_MAX_OPS_PER_BUFFER"] = value
         command = [sys.executable, __file__, "--out", str(args.out), "--child", str(folder)]
-        command += ["--tokens", str(args.tokens), "--batches", args.batches]
+        command += ["--tokens", str(args.tokens), "--batches", args.batches, "--loops", args.loops]
+        command += ["--repeats", str(args.repeats)]
         command += ["--profile"] if profiled else []
         started = time.perf_counter()
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=400)
@@ -108,14 +127,15 @@ def child(args) -> None:
     vocab = model.args.vocab_size
     batches = [int(b) for b in args.batches.split(",")]
     result = {"rates": collections.defaultdict(list), "host": {}, "primitives": {}, "match": {}}
+    names = args.loops.split(",")
     for batch in batches:
         prompt = mx.random.randint(3, vocab, (batch, PROMPT), key=mx.random.key(batch))
-        loops = {name: make_loop(name, model, prompt, args.tokens) for name in LOOPS}
+        loops = {name: make_loop(name, model, prompt, args.tokens) for name in names}
         reference = None
-        for attempt in range(4):  # the first compiles and is not counted
+        for attempt in range(args.repeats + 1):  # the first compiles and is not counted
             for name, loop in loops.items():
                 tokens, rate, host = loop()
-                if attempt == 1 and name == LOOPS[0]:  # is the reference itself repeatable?
+                if attempt == 1 and name == names[0]:  # is the reference itself repeatable?
                     result["match"][f"repeat_b{batch}"] = first_difference(reference, tokens)
                 if attempt == 0:
                     reference = reference if reference is not None else tokens
@@ -146,8 +166,10 @@ def make_loop(name: str, model, prompt, tokens: int):
         return lambda: eager_sync(model, prompt, tokens)
     if name == "eager_async":
         return lambda: pipelined(*eager_stepper(model, prompt), tokens)
-    if name == "fused_async":
-        return lambda: fused_run(model, prompt, tokens)
+    if name.startswith(("fused_", "kernels")):
+        kernels = {"fused": "0", "kernels": "qkv", "kernelsall": "all"}[name.split("_")[0]]
+        batch_cache = name.endswith("batchcache")
+        return lambda: fused_run(model, prompt, tokens, kernels, batch_cache)
     compiled = name == "compiled_async"
     state = {}
 
@@ -157,22 +179,33 @@ def make_loop(name: str, model, prompt, tokens: int):
     return run
 
 
-def fused_run(model, prompt, tokens: int):
-    """eager_async with the engine's fused projections, mlx-lm's blocks again after it."""
+def fused_run(model, prompt, tokens: int, kernels: str = "0", batch_cache: bool = False):
+    """eager_async with the engine's fused projections, mlx-lm's blocks again after it;
+    `kernels`: decode_kernels.py's kernels on one-token steps (MLXLAB_DECODE_KERNELS: 0,
+    qkv: the RoPE kernel, all: both kernels); `batch_cache`: with
+    mlx-lm's BatchKVCache (per-row offsets, as the engine runs) and the engine's mask rule."""
+    from inference.engine import decode_kernels, decode_mask
     from inference.engine.fused_projections import fuse_projections, plain_blocks
 
+    reference = KERNELS_SET == "reference" and kernels != "0"  # a CPU smoke run
+    os.environ[decode_kernels.VARIABLE] = "reference" if reference else kernels
+    if batch_cache:
+        decode_mask.install()
     fuse_projections(model)  # each projection's weight becomes a view: equal values
     try:
-        return pipelined(*eager_stepper(model, prompt), tokens)
+        return pipelined(*eager_stepper(model, prompt, batch_cache), tokens)
     finally:
         plain_blocks(model)
 
 
-def eager_prefill(model, prompt):
+def eager_prefill(model, prompt, batch_cache: bool = False):
     import mlx.core as mx
-    from mlx_lm.models.cache import make_prompt_cache
+    from mlx_lm.models.cache import BatchKVCache, make_prompt_cache
 
-    cache = make_prompt_cache(model)
+    if batch_cache:
+        cache = [BatchKVCache([0] * prompt.shape[0]) for _ in model.layers]
+    else:
+        cache = make_prompt_cache(model)
     token = mx.argmax(model(prompt, cache=cache)[:, -1, :], axis=-1)
     mx.eval(token)
     return cache, token
@@ -203,10 +236,10 @@ def _ms(values: list[float]) -> float:
     return round(1000 * statistics.median(values), 3)
 
 
-def eager_stepper(model, prompt):
+def eager_stepper(model, prompt, batch_cache: bool = False):
     import mlx.core as mx
 
-    cache, token = eager_prefill(model, prompt)
+    cache, token = eager_prefill(model, prompt, batch_cache)
 
     def step(token):
         return mx.argmax(model(token[:, None], cache=cache)[:, -1, :], axis=-1)

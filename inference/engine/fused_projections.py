@@ -13,7 +13,8 @@ The fused weights are the concatenation of mlx-lm's, and each projection's own w
 becomes a view into it, so the model holds the weights once and its parameter tree stays
 mlx-lm's. A projection that is not a plain bias-free Linear (quantized, or an adapter
 slot with an active adapter) runs mlx-lm's block; a weight replaced since (a reload, an
-update) is fused again on the next call.
+update) is fused again on the next call. With MLXLAB_DECODE_KERNELS set (off by default),
+their one-token decode steps also run decode_kernels.py's custom CUDA kernels.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from mlx_lm.models import llama
 from mlx_lm.models.activations import swiglu
 from mlx_lm.models.base import scaled_dot_product_attention
 
+from . import decode_kernels
 from .adapters import AdapterSlot
 
 log = logging.getLogger(__name__)
@@ -89,15 +91,55 @@ class FusedProjectionsBlock(llama.TransformerBlock):
     """
 
     _mlxlab_fused: tuple[tuple[mx.array, ...], mx.array, mx.array] | None = None
+    # (kernels, plan) for one-token steps (decode_kernels.py), or None: set at fusing.
+    _mlxlab_kernels: tuple[type, decode_kernels.Plan] | None = None
+    # The next layer when it decodes with the kernels too: this layer's last residual add
+    # and that layer's input norm run as one kernel, its result left in the next layer's
+    # _mlxlab_pre as (this layer's output, its norm), taken only for that very array.
+    _mlxlab_next: FusedProjectionsBlock | None = None
+    _mlxlab_pre: tuple[mx.array, mx.array] | None = None
 
     def __call__(self, x: mx.array, mask=None, cache=None) -> mx.array:
         fused = self._fused()
         if fused is None:
             return super().__call__(x, mask, cache)
         qkv, gate_up = fused
+        kernels, pre = self._mlxlab_kernels, self._mlxlab_pre
+        if pre is not None:
+            object.__setattr__(self, "_mlxlab_pre", None)
+        if kernels is not None and cache is not None and x.shape[1] == 1:
+            offset = decode_kernels.offsets(cache.offset, x.shape[0])
+            if offset is not None and x.dtype in decode_kernels.DTYPES:
+                normed = pre[1] if pre is not None and pre[0] is x else None
+                return self._decode(x, normed, mask, cache, offset, qkv, gate_up, *kernels)
         h = x + _attention(self["self_attn"], self["input_layernorm"](x), qkv, mask, cache)
         gate, up = mx.split(self["post_attention_layernorm"](h) @ gate_up.T, 2, axis=-1)
         return h + self["mlp"]["down_proj"](swiglu(gate, up))
+
+    def _decode(self, x, normed, mask, cache, offset, qkv, gate_up, kernels, plan) -> mx.array:
+        """A one-token step with decode_kernels' two kernels: what __call__ computes.
+        `normed`: this layer's input norm of `x` if the layer before computed it."""
+        attention = self["self_attn"]
+        if normed is None:
+            normed = self["input_layernorm"](x)
+        queries, keys, values = kernels.qkv_rope(normed @ qkv.T, offset, plan)
+        keys, values = cache.update_and_fetch(keys, values)
+        output = scaled_dot_product_attention(
+            queries, keys, values, cache=cache, scale=attention.scale, mask=mask
+        )
+        # One query: (B, heads, 1, dim) holds its elements in (B, 1, heads, dim)'s order.
+        output = attention["o_proj"](output.reshape(x.shape[0], 1, -1))
+        norm = self["post_attention_layernorm"]
+        h, normed = kernels.add_norm(x, output, norm["weight"], plan.eps)
+        gate, up = mx.split(normed @ gate_up.T, 2, axis=-1)
+        mlp = self["mlp"]["down_proj"](swiglu(gate, up))
+        following = self._mlxlab_next
+        if following is None:
+            return h + mlp
+        norm = following["input_layernorm"]
+        out, normed = kernels.add_norm(h, mlp, norm["weight"], norm.eps)
+        object.__setattr__(following, "_mlxlab_pre", (out, normed))
+        return out
 
     def _fused(self) -> tuple[mx.array, mx.array] | None:
         """The fused weights while the projections are the ones they were made of."""
@@ -139,17 +181,31 @@ def _attention(attention, x: mx.array, weight: mx.array, mask, cache) -> mx.arra
 def fuse_projections(model: nn.Module) -> int:
     """Give every eligible Llama block of `model` fused projections; returns how many."""
     layers = getattr(getattr(model, "model", None), "layers", None) or []
-    count = 0
+    kernels = decode_kernels.chosen()
+    count = with_kernels = 0
     for block in layers:
         if eligible(block):
             block.__class__ = FusedProjectionsBlock
             object.__setattr__(block, "_mlxlab_fused", None)
+            object.__setattr__(block, "_mlxlab_kernels", None)
+            object.__setattr__(block, "_mlxlab_next", None)
+            object.__setattr__(block, "_mlxlab_pre", None)
             if block._fused() is None:  # quantized, or biased: mlx-lm's block as it was
                 block.__class__ = llama.TransformerBlock
                 continue
             count += 1  # fused now, not on a request
+            plan = decode_kernels.plan(block) if kernels is not None else None
+            if plan is not None:
+                object.__setattr__(block, "_mlxlab_kernels", (kernels, plan))
+                with_kernels += 1
+    decoding = [type(b) is FusedProjectionsBlock and b._mlxlab_kernels is not None for b in layers]
+    for index in range(len(layers) - 1):
+        if decoding[index] and decoding[index + 1]:
+            object.__setattr__(layers[index], "_mlxlab_next", layers[index + 1])
     if count:
         log.info("%s decoder layers run fused q/k/v and gate/up projections", count)
+    if with_kernels:
+        log.info("%s of them decode with %s kernels", with_kernels, kernels.name)
     return count
 
 
