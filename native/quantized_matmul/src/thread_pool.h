@@ -18,8 +18,10 @@
 namespace mlxlab {
 
 // Runs body(begin, end) over chunks covering [0, count) exactly once, on the calling thread
-// and up to threads - 1 workers; no chunk is shorter than `grain` (but the last). Re-entrant
-// calls, and calls made while another thread's loop runs, run serially.
+// and threads - 1 workers; no chunk is shorter than `grain` (but the last). Re-entrant
+// calls, and calls made while another thread's loop runs, run serially. Workers stay once
+// started: after a larger count, a smaller one still shares with all of them (only the
+// bench and tests change the count in a running process).
 void parallel_for(int count, int threads, int grain, const std::function<void(int, int)>& body);
 
 // How long an idle worker spins before it sleeps (MLXLAB_QMM_SPIN_US, microseconds).
