@@ -185,7 +185,8 @@ DECODE_LOOP = textwrap.dedent(
     cache = make_prompt_cache(model)
     y = mx.array([[42]])
     mx.eval(model(mx.array([list(range(100, 140))]), cache=cache))
-    time.sleep(float(sys.argv[3]))  # perf starts recording here (--delay)
+    print("ready", flush=True)
+    time.sleep(float(sys.argv[3]))  # perf attaches meanwhile
     for _ in range(int(sys.argv[4])):
         y = mx.argmax(model(y, cache=cache)[:, -1, :], axis=-1, keepdims=True)
         mx.eval(y)
@@ -193,15 +194,26 @@ DECODE_LOOP = textwrap.dedent(
 )
 
 
-def where_time_goes(steps: int = 400) -> dict[str, float] | None:
-    """Shares of a decode step's CPU time by library (`perf record`), where perf runs."""
+def where_time_goes(steps: int = 600, seconds: float = 4.0) -> dict[str, float] | None:
+    """Shares of a decode step's CPU time by library (`perf record`), where perf runs.
+
+    perf attaches to the loop once the model is loaded and warm (`perf record -D`, a delay
+    from the start, recorded no samples on a 2026-12-02 guest)."""
     perf = shutil.which("perf")
     if perf is None:
         return None
     data = OUT.parent / "decode.perf.data"
-    argv = [sys.executable, "-c", DECODE_LOOP, str(ROOT), str(MODEL), "4", str(steps)]
-    record = [perf, "record", "-q", "-F", "499", "-D", "12000", "-o", str(data), *argv]
-    if subprocess.run(record, capture_output=True, timeout=600).returncode != 0:
+    data.parent.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-c", DECODE_LOOP, str(ROOT), str(MODEL), "1", str(steps)]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as loop:
+        if loop.stdout.readline().strip() != "ready":
+            return None
+        record = [perf, "record", "-q", "-F", "499", "-p", str(loop.pid), "-o", str(data)]
+        recorded = subprocess.run(
+            [*record, "--", "sleep", str(seconds)], capture_output=True, timeout=120
+        )
+        loop.wait(timeout=600)
+    if recorded.returncode != 0:
         return None
     report = subprocess.run(
         [perf, "report", "-i", str(data), "--no-children", "--sort", "dso", "--stdio"],
