@@ -347,6 +347,7 @@ class WorkerServer:
                 "blas": asdict(blas_state()),
                 "device": device_name(),
                 "warm_up_seconds": round(stats.warm_up_seconds, 3),
+                "python_objects_frozen": gc.get_freeze_count(),
             },
         )
 

@@ -278,3 +278,12 @@ def test_the_extension_s_threads_compute_every_column_once(tiles, spin):
         assert mx.array_equal(one, two)
     for repeat in results[2][1:]:
         assert all(mx.array_equal(a, b) for a, b in zip(results[2][0], repeat, strict=True))
+
+
+def test_a_worker_descheduled_mid_chunk_sends_the_kernel_to_one_thread(kernel):
+    # A worker whose chunk takes 3 ms keeps the caller waiting past the 1 ms a stall is, and
+    # the pool backs off (within 20 loops: under load the caller may be the one descheduled,
+    # and find the worker done). A worker that is not held up does not make it back off (in
+    # one of five tries at least: another process may deschedule it for real).
+    assert kernel.backs_off_after(3000, 20)
+    assert not all(kernel.backs_off_after(0, 3) for _ in range(5))

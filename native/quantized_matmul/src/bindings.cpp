@@ -26,6 +26,8 @@ NB_MODULE(_qmm, m) {
   m.def("set_parallel_min_work", &mlxlab::set_parallel_min_work, "work"_a);
   m.def("spin_microseconds", &mlxlab::spin_microseconds);
   m.def("set_spin_microseconds", &mlxlab::set_spin_microseconds, "microseconds"_a);
+  m.def("backs_off_after", &mlxlab::backs_off_after, "worker_us"_a, "loops"_a,
+        "For the tests: whether a worker this slow mid-chunk sends the pool to one thread.");
   m.def("kernel_name", &mlxlab::kernel_name);
   m.def("avx512_allowed", &mlxlab::avx512_allowed);
   m.def("set_avx512_allowed", &mlxlab::set_avx512_allowed, "on"_a);

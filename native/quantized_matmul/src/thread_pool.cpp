@@ -94,6 +94,11 @@ class Pool {
     return until != 0 && now_ns() < until;
   }
 
+  void stop_backing_off() {
+    serial_until_.store(0, std::memory_order_relaxed);
+    backoff_ns_ = 0;
+  }
+
  private:
   inline static bool forked_ = false;
 
@@ -203,6 +208,22 @@ void parallel_for(int count, int threads, int grain, const std::function<void(in
     return;
   }
   pool.run(count, threads, grain, body);
+}
+
+bool backs_off_after(int64_t worker_us, int loops) {
+  Pool& pool = Pool::instance();
+  pool.stop_backing_off();
+  const auto caller = std::this_thread::get_id();
+  bool backed_off = false;
+  for (int loop = 0; loop < loops && !backed_off; ++loop) {
+    pool.run(8, 2, 1, [&](int first, int last) {
+      const int64_t us = (last - first) * (std::this_thread::get_id() != caller ? worker_us : 100);
+      if (us > 0) std::this_thread::sleep_for(std::chrono::microseconds(us));
+    });
+    backed_off = pool.backing_off();
+  }
+  pool.stop_backing_off();
+  return backed_off;
 }
 
 int64_t spin_microseconds() { return g_spin_us.load(); }

@@ -24,6 +24,11 @@ namespace mlxlab {
 // bench and tests change the count in a running process).
 void parallel_for(int count, int threads, int grain, const std::function<void(int, int)>& body);
 
+// For the tests: runs up to `loops` loops whose chunks take `worker_us` on a worker and
+// 100 us on the caller (a worker descheduled mid-chunk, when worker_us is long); whether the
+// pool backed off to the caller alone after one. Leaves no back-off behind.
+bool backs_off_after(int64_t worker_us, int loops);
+
 // How long an idle worker spins before it sleeps (MLXLAB_QMM_SPIN_US, microseconds).
 int64_t spin_microseconds();
 void set_spin_microseconds(int64_t microseconds);
