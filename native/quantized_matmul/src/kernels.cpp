@@ -144,7 +144,8 @@ void compute(const Problem& p) {
   if (int8) quantize_q8(p, q8);
   const bool wide = !int8 && g_avx512 && avx512_supported();
   thread_local std::vector<float> reordered;  // reused: a decode step makes ~200 calls
-  const float* x = wide ? x_for_avx512(p, reordered) : p.x;
+  const float* x = wide ? x_for_avx512(p, reordered)
+                       : (fast && !int8 ? x_for_avx2(p, reordered) : p.x);
   // Blocks of 16 output columns, claimed in runs of at least kChunkWork weights x rows: a
   // claim costs a compare-and-swap on a line both threads write, so a run must outweigh it.
   const int blocks = (p.N + 15) / 16;
@@ -156,7 +157,7 @@ void compute(const Problem& p) {
     } else if (wide) {
       rows_avx512(p, x, xsum.data(), n0, n1);
     } else {
-      fast ? rows_avx2(p, xsum.data(), n0, n1) : rows_scalar(p, xsum.data(), n0, n1);
+      fast ? rows_avx2(p, x, xsum.data(), n0, n1) : rows_scalar(p, xsum.data(), n0, n1);
     }
   });
 }

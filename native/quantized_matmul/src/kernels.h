@@ -61,7 +61,10 @@ bool int8_activations();
 void set_int8_activations(bool on);
 void quantize_q8(const Problem& p, Q8Rows& q);
 void rows_q8_avx2(const Problem& p, const float* xsum, const Q8Rows& q, int n0, int n1);
-void rows_avx2(const Problem& p, const float* xsum, int n0, int n1);
+// The AVX2 tiles take x as x_for_avx2 gives it: for 4 bits each 16 values reordered to the
+// nibble order (evens, then odds; a buffer of `out`), else x itself.
+const float* x_for_avx2(const Problem& p, std::vector<float>& out);
+void rows_avx2(const Problem& p, const float* x, const float* xsum, int n0, int n1);
 // The AVX-512 tiles (kernels_avx512.cpp) take x as x_for_avx512 gives it: for 4 bits each
 // chunk of 32 reordered to the nibble order (a buffer of `out`), else x itself.
 bool avx512_supported();

@@ -28,11 +28,31 @@ MLXLAB_AVX2 inline __m256 load8(const uint8_t* src) {
   }
 }
 
-// 32 quantized values (one chunk) as 4 x 8 floats, in order.
+// 32 quantized values (one chunk) as 4 x 8 floats, in order (for dequantizing).
 template <int BITS>
 MLXLAB_AVX2 inline void unpack32(const uint8_t* src, __m256 out[4]) {
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) out[i] = load8<BITS>(src + i * BITS);
+}
+
+// The same chunk in the order x_for_avx2 gives x: for 4 bits, each 8 bytes zero-extended
+// to 8 lanes give 8 even values (low nibbles) and 8 odd ones (high nibbles), two
+// operations each. On a Zen 1 guest, where 256-bit operations issue as two halves, this
+// ran 1.6x the broadcast-and-shift unpacking above (5.6 against 3.5 weights/ns).
+template <int BITS>
+MLXLAB_AVX2 inline void unpack32_tile(const uint8_t* src, __m256 out[4]) {
+  if constexpr (BITS == 8) {
+    unpack32<8>(src, out);
+  } else {
+    const __m256i low = _mm256_set1_epi32(0xF);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256i bytes =
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + 8 * h)));
+      out[2 * h] = _mm256_cvtepi32_ps(_mm256_and_si256(bytes, low));
+      out[2 * h + 1] = _mm256_cvtepi32_ps(_mm256_srli_epi32(bytes, 4));
+    }
+  }
 }
 
 // NB output columns from n, MB rows of x from m0, NB x MB accumulators in registers
@@ -41,11 +61,12 @@ MLXLAB_AVX2 inline void unpack32(const uint8_t* src, __m256 out[4]) {
 // accumulator with the group's scale: one FMA, and no more registers for groups of
 // 64 or 128.
 template <int BITS, int GS, int MB, int NB>
-MLXLAB_AVX2 void tile(const Problem& p, const Block& b, const float* xsum, int n, int m0) {
+MLXLAB_AVX2 void tile(const Problem& p, const float* x_in, const Block& b, const float* xsum,
+                      int n, int m0) {
   constexpr int kGroupBytes = GS * BITS / 8;
   const int64_t row_bytes = static_cast<int64_t>(p.K) * BITS / 8;
   const uint8_t* rows = p.w + static_cast<int64_t>(n) * row_bytes;
-  const float* x = p.x + static_cast<int64_t>(m0) * p.K;
+  const float* x = x_in + static_cast<int64_t>(m0) * p.K;
   const float* scales = b.scales + static_cast<int64_t>(n - b.n0) * b.groups;
   __m256 acc[NB][MB];
 #pragma GCC unroll 8
@@ -76,7 +97,7 @@ MLXLAB_AVX2 void tile(const Problem& p, const Block& b, const float* xsum, int n
 #pragma GCC unroll 8
       for (int j = 0; j < NB; ++j) {
         __m256 w[4];
-        unpack32<BITS>(wrow[j] + g * kGroupBytes + c * BITS / 8, w);
+        unpack32_tile<BITS>(wrow[j] + g * kGroupBytes + c * BITS / 8, w);
         const __m256 scale = _mm256_broadcast_ss(scales + j * b.groups + g);
 #pragma GCC unroll 8
         for (int m = 0; m < MB; ++m) {
@@ -101,25 +122,26 @@ MLXLAB_AVX2 void tile(const Problem& p, const Block& b, const float* xsum, int n
 
 // Rows m0.. (MB of them) for the block's columns: NB at a time, then one by one.
 template <int BITS, int GS, int MB, int NB>
-MLXLAB_AVX2 void strip(const Problem& p, const Block& b, const float* xsum, int n1, int m0) {
+MLXLAB_AVX2 void strip(const Problem& p, const float* x, const Block& b, const float* xsum,
+                       int n1, int m0) {
   int n = b.n0;
-  for (; n + NB <= n1; n += NB) tile<BITS, GS, MB, NB>(p, b, xsum, n, m0);
-  for (; n < n1; ++n) tile<BITS, GS, MB, 1>(p, b, xsum, n, m0);
+  for (; n + NB <= n1; n += NB) tile<BITS, GS, MB, NB>(p, x, b, xsum, n, m0);
+  for (; n < n1; ++n) tile<BITS, GS, MB, 1>(p, x, b, xsum, n, m0);
 }
 
 template <int BITS, int GS>
-MLXLAB_AVX2 void rows(const Problem& p, const float* xsum, int n0, int n1) {
+MLXLAB_AVX2 void rows(const Problem& p, const float* x, const float* xsum, int n0, int n1) {
   const Block b = block_floats(p, n0, n1);
   // The caller's column block is small (16 columns), so its weights stay in L1 while
   // every strip of rows passes over them. NB x MB stays at 4 to 8 accumulators: enough
   // chains to hide the FMA latency, few enough to leave registers for the weights.
   int m = 0;
-  for (; m + 8 <= p.M; m += 8) strip<BITS, GS, 8, 1>(p, b, xsum, n1, m);
-  for (; m + 4 <= p.M; m += 4) strip<BITS, GS, 4, 2>(p, b, xsum, n1, m);
+  for (; m + 8 <= p.M; m += 8) strip<BITS, GS, 8, 1>(p, x, b, xsum, n1, m);
+  for (; m + 4 <= p.M; m += 4) strip<BITS, GS, 4, 2>(p, x, b, xsum, n1, m);
   switch (p.M - m) {
-    case 3: strip<BITS, GS, 3, 2>(p, b, xsum, n1, m); break;
-    case 2: strip<BITS, GS, 2, 4>(p, b, xsum, n1, m); break;
-    case 1: strip<BITS, GS, 1, 4>(p, b, xsum, n1, m); break;
+    case 3: strip<BITS, GS, 3, 2>(p, x, b, xsum, n1, m); break;
+    case 2: strip<BITS, GS, 2, 4>(p, x, b, xsum, n1, m); break;
+    case 1: strip<BITS, GS, 1, 4>(p, x, b, xsum, n1, m); break;
     default: break;
   }
 }
@@ -154,16 +176,28 @@ bool avx2_supported() {
   return supported;
 }
 
-void rows_avx2(const Problem& p, const float* xsum, int n0, int n1) {
+const float* x_for_avx2(const Problem& p, std::vector<float>& out) {
+  if (p.bits != 4) return p.x;
+  out.resize(static_cast<size_t>(p.M) * p.K);
+  for (int64_t at = 0; at < static_cast<int64_t>(p.M) * p.K; at += 16) {
+    for (int i = 0; i < 8; ++i) {
+      out[at + i] = p.x[at + 2 * i];
+      out[at + 8 + i] = p.x[at + 2 * i + 1];
+    }
+  }
+  return out.data();
+}
+
+void rows_avx2(const Problem& p, const float* x, const float* xsum, int n0, int n1) {
   // Every (bits, group size) pair gets its own fully unrolled kernel.
   const int key = p.bits * 1000 + p.group_size;
   switch (key) {
-    case 4032: rows<4, 32>(p, xsum, n0, n1); break;
-    case 4064: rows<4, 64>(p, xsum, n0, n1); break;
-    case 4128: rows<4, 128>(p, xsum, n0, n1); break;
-    case 8032: rows<8, 32>(p, xsum, n0, n1); break;
-    case 8064: rows<8, 64>(p, xsum, n0, n1); break;
-    default: rows<8, 128>(p, xsum, n0, n1); break;
+    case 4032: rows<4, 32>(p, x, xsum, n0, n1); break;
+    case 4064: rows<4, 64>(p, x, xsum, n0, n1); break;
+    case 4128: rows<4, 128>(p, x, xsum, n0, n1); break;
+    case 8032: rows<8, 32>(p, x, xsum, n0, n1); break;
+    case 8064: rows<8, 64>(p, x, xsum, n0, n1); break;
+    default: rows<8, 128>(p, x, xsum, n0, n1); break;
   }
 }
 
@@ -177,7 +211,8 @@ void dequantize_avx2(const Problem& p, int n0, int n1, float* out) {
 
 namespace mlxlab {
 bool avx2_supported() { return false; }
-void rows_avx2(const Problem& p, const float* xsum, int n0, int n1) {
+const float* x_for_avx2(const Problem& p, std::vector<float>&) { return p.x; }
+void rows_avx2(const Problem& p, const float*, const float* xsum, int n0, int n1) {
   rows_scalar(p, xsum, n0, n1);
 }
 void dequantize_avx2(const Problem& p, int n0, int n1, float* out) {
