@@ -19,6 +19,7 @@ from .cpu_fast_path import blas_state
 from .fused_decode import fuse_decode_layers
 from .quantized_kernel import (
     fused_decode_enabled,
+    fused_kv_float16,
     kernel_module,
     kernel_state,
     route_through_kernel,
@@ -62,6 +63,7 @@ class FastPathReport:
     kernel: str | None = None  # how the kernel runs, e.g. "avx2, 2 threads, ..."
     quantized_weight_bytes: int = 0  # what the kernel reads: packed weights, scales, biases
     layers_fused: int = 0  # decoder layers whose decode steps run as two native calls
+    kv_cache: str | None = None  # the fused layers' KV cache type: "float16" or "float32"
 
 
 class DenseLinear(nn.Module):
@@ -141,9 +143,12 @@ def apply_fast_path(model: nn.Module, options: FastPathOptions) -> FastPathRepor
         packed = sum(quantized_bytes(module) for _, module in layers if supports(module))
         count = route_through_kernel(model, layers)
         reason = f"{count} of {len(layers)} quantized layers on the quantized matmul kernel"
-        fused = fuse_decode_layers(model, kernel_module()) if fused_decode_enabled() else 0
+        half = fused_kv_float16()
+        fused = fuse_decode_layers(model, kernel_module(), half) if fused_decode_enabled() else 0
+        kv_cache = ("float16" if half else "float32") if fused else None
         if fused:
             reason += f"; {fused} decoder layers decode as two native calls each"
+            reason += f", their keys and values cached as {kv_cache}"
         return FastPathReport(
             "kernel",
             reason,
@@ -152,6 +157,7 @@ def apply_fast_path(model: nn.Module, options: FastPathOptions) -> FastPathRepor
             kernel=kernel.description,
             quantized_weight_bytes=packed,
             layers_fused=fused,
+            kv_cache=kv_cache,
         )
     if options.weights == "kernel":
         return FastPathReport("quantized", kernel.reason, blas.path)

@@ -10,6 +10,11 @@ kind keeps mlx-lm's logic. A pass that verifies drafts (inside `exact_attention(
 the same calls, each of its queries computed as a one-token step there computes it, so
 drafting changes no logit. Anything else (prefill, a quantized KV cache, an adapter on a
 projection) runs mlx-lm's block unchanged.
+
+The keys and values are cached as float16 by default, as llama.cpp caches them: attention
+reads the whole cache on every step, as many bytes as the weights at a thousand tokens in
+float32. Prefill through mlx-lm's block stores them the same way (`HalfWrites`), and a
+cache that already holds float32 (a prompt cache saved by float32 layers) stays float32.
 """
 
 from __future__ import annotations
@@ -88,17 +93,28 @@ class FusedBlock(llama.TransformerBlock):
 
     _mlxlab_module: ModuleType
     _mlxlab_plan: _Plan | None = None
+    _mlxlab_kv_float16: bool = False
 
     def __call__(self, x: mx.array, mask=None, cache=None) -> mx.array:
         length = x.shape[1]
         plan = self._plan() if length == 1 or exact_attention_on() else None
-        if plan is None or not isinstance(cache, PLAIN_CACHES) or not _usable(mask, length):
+        plain = isinstance(cache, PLAIN_CACHES)
+        if plan is None or not plain or not _usable(mask, length):
+            if plain and self._mlxlab_kv_float16:
+                cache = HalfWrites(cache)
             return super().__call__(x, mask, cache)
         kernel = self._mlxlab_module
         offset = cache.offset
         positions = offset if isinstance(offset, mx.array) else mx.array(offset, mx.int32)
         q, k, v = kernel.decode_qkv(
-            x, positions, plan.qkv_weights, plan.qkv_quant, *plan.shape, plan.eps[0], *plan.rope
+            x,
+            positions,
+            plan.qkv_weights,
+            plan.qkv_quant,
+            *plan.shape,
+            plan.eps[0],
+            *plan.rope,
+            kv_float16=_stored_type(cache, self._mlxlab_kv_float16) == mx.float16,
         )
         keys, values = cache.update_and_fetch(k, v)
         if isinstance(mask, str):  # "causal": each query sees the keys up to it, as it does
@@ -121,6 +137,32 @@ class FusedBlock(llama.TransformerBlock):
         return plan
 
 
+def _stored_type(cache, float16: bool) -> mx.Dtype:
+    """The type the cache keeps keys in: what it holds already, else the layers' choice."""
+    keys = cache.keys
+    if keys is not None:
+        return keys.dtype
+    return mx.float16 if float16 else mx.float32
+
+
+class HalfWrites:
+    """A plain cache whose new keys and values are stored as float16 (or as the float32
+    the cache already holds). Everything else is the cache's own; MLX's attention widens
+    float16 keys and values to the query's float32, exactly as the native attention does."""
+
+    __slots__ = ("_cache",)
+
+    def __init__(self, cache):
+        self._cache = cache
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array):
+        stored = _stored_type(self._cache, True)
+        return self._cache.update_and_fetch(keys.astype(stored), values.astype(stored))
+
+    def __getattr__(self, name: str):
+        return getattr(self._cache, name)
+
+
 def _usable(mask, length: int) -> bool:
     if mask is None or isinstance(mask, str):
         return True
@@ -129,13 +171,15 @@ def _usable(mask, length: int) -> bool:
     return mask.dtype in (mx.bool_, mx.float32)
 
 
-def fuse_decode_layers(model: nn.Module, kernel: ModuleType) -> int:
-    """Give every eligible Llama block of `model` the fused decode step; returns how many."""
+def fuse_decode_layers(model: nn.Module, kernel: ModuleType, kv_float16: bool = True) -> int:
+    """Give every eligible Llama block of `model` the fused decode step, its KV cache float16
+    or float32; returns how many."""
     layers = getattr(getattr(model, "model", None), "layers", None) or []
     count = 0
     for block in layers:
         if eligible(block):
             block.__class__ = FusedBlock
             block._mlxlab_module = kernel
+            block._mlxlab_kv_float16 = kv_float16
             count += 1
     return count

@@ -57,6 +57,7 @@ def model_identity(loaded) -> dict:
         "path": str(loaded.path),
         "weights": files_fingerprint(loaded.path),
         "execution": loaded.fast_path.path,  # kernel, dense float32, MLX's quantized...
+        "kv_cache": loaded.fast_path.kv_cache,  # the fused layers' float16 or float32
         "device": device_name(),
     }
 

@@ -26,6 +26,10 @@ SUPPORTED_GROUP_SIZES = (32, 64, 128)
 # (native/quantized_matmul/src/thread_pool.h); 1 keeps a shared machine's other core free.
 THREADS_VARIABLE = "MLXLAB_QMM_THREADS"
 FUSED_VARIABLE = "MLXLAB_FUSED_DECODE"  # 0: decode steps as mlx-lm's per-operation graph
+# 0: the fused layers' KV cache in float32, as the rest of the CPU path computes. 1 (the
+# default): float16, as llama.cpp keeps it: attention reads half the bytes each step.
+KV_FLOAT16_VARIABLE = "MLXLAB_FUSED_KV_FLOAT16"
+OFF = ("0", "false", "no", "off")
 
 
 @dataclass(frozen=True)
@@ -63,9 +67,14 @@ def kernel_module() -> ModuleType:
 
 def fused_decode_enabled() -> bool:
     """Whether decode steps may run as fused layers: an x86 build (AVX2 or AVX-512), unless turned off."""
-    off = os.environ.get(FUSED_VARIABLE, "1").strip().lower() in ("0", "false", "no", "off")
+    off = os.environ.get(FUSED_VARIABLE, "1").strip().lower() in OFF
     built = _module is not None and hasattr(_module, "decode_qkv")  # an older build has not
     return not off and built and _module.kernel_name() in ("avx2", "avx512")
+
+
+def fused_kv_float16() -> bool:
+    """Whether the fused layers keep their keys and values as float16 (else float32)."""
+    return os.environ.get(KV_FLOAT16_VARIABLE, "1").strip().lower() not in OFF
 
 
 def reset_kernel_state() -> None:

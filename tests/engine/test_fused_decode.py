@@ -12,7 +12,8 @@ from inference.engine import decode_mask, load_model
 from inference.engine import quantized_kernel as qk
 from inference.engine.dense_weights import FastPathOptions, apply_fast_path
 from inference.engine.exact_attention import exact_attention
-from inference.engine.fused_decode import FusedBlock, eligible
+from inference.engine.fused_decode import FusedBlock, HalfWrites, eligible
+from inference.engine.identity import model_identity
 
 from .llama_blocks import mlx_lm_blocks
 
@@ -36,11 +37,14 @@ def _prompts(loaded) -> list[list[int]]:
     return [template([{"role": "user", "content": p}], add_generation_prompt=True) for p in PROMPTS]
 
 
-def _decode(model, prompts: list[list[int]], steps: int, make_cache) -> list[mx.array]:
-    """Each decode step's logits for left-padded prompts, greedy tokens fed back."""
+def _decode(model, prompts: list[list[int]], steps: int, make_cache, half=False) -> list[mx.array]:
+    """Each decode step's logits for left-padded prompts, greedy tokens fed back; `half`:
+    keys and values stored as float16 whatever blocks run (as the fused layers store them)."""
     width = max(len(p) for p in prompts)
     padding = [width - len(p) for p in prompts]
     cache = [make_cache(padding) for _ in model.model.layers]
+    if half:
+        cache = [HalfWrites(c) for c in cache]
     logits = model(
         mx.array([[0] * pad + p for pad, p in zip(padding, prompts, strict=True)]), cache=cache
     )
@@ -73,7 +77,7 @@ def test_a_padded_batch_decodes_as_mlx_lms_blocks(loaded):
     prompts = _prompts(loaded)
     fused = _decode(loaded.model, prompts, 6, BatchKVCache)
     with mlx_lm_blocks(loaded.model, FusedBlock):
-        reference = _decode(loaded.model, prompts, 6, BatchKVCache)
+        reference = _decode(loaded.model, prompts, 6, BatchKVCache, half=True)
     _assert_same(fused, reference)
 
 
@@ -84,8 +88,51 @@ def test_an_unpadded_batch_and_a_single_row_decode_as_mlx_lms_blocks(loaded):
     for rows, make_cache in ((prompts, BatchKVCache), (prompts[:1], single)):
         fused = _decode(loaded.model, rows, 4, make_cache)
         with mlx_lm_blocks(loaded.model, FusedBlock):
-            reference = _decode(loaded.model, rows, 4, make_cache)
+            reference = _decode(loaded.model, rows, 4, make_cache, half=True)
         _assert_same(fused, reference)
+
+
+def test_keys_and_values_are_cached_as_float16_and_stay_near_float32(loaded):
+    # Half the bytes for attention to read; the logits move by little against a float32
+    # cache, and the greedy tokens not at all on these prompts.
+    assert loaded.fast_path.kv_cache == "float16"
+    assert "keys and values cached as float16" in loaded.fast_path.reason
+    assert model_identity(loaded)["kv_cache"] == "float16"  # a saved state says its type
+    prompts = _prompts(loaded)
+    caches = []
+
+    def make_cache(padding):
+        caches.append(BatchKVCache(padding))
+        return caches[-1]
+
+    half = _decode(loaded.model, prompts, 6, make_cache)
+    assert {c.keys.dtype for c in caches} == {c.values.dtype for c in caches} == {mx.float16}
+    layers = loaded.model.model.layers
+    try:
+        for block in layers:
+            block._mlxlab_kv_float16 = False
+        caches.clear()
+        full = _decode(loaded.model, prompts, 6, make_cache)
+        assert {c.keys.dtype for c in caches} == {mx.float32}
+    finally:
+        for block in layers:
+            block._mlxlab_kv_float16 = True
+    for got, want in zip(half, full, strict=True):
+        assert mx.abs(got - want).max().item() <= 0.01 * (1.0 + mx.abs(want).max().item())
+        assert mx.array_equal(mx.argmax(got, axis=-1), mx.argmax(want, axis=-1))
+
+
+def test_a_cache_that_holds_float32_keeps_float32(loaded):
+    # A prompt cache saved by float32 layers: decode steps write the type it holds.
+    prompt = _prompts(loaded)[:1]
+    cache = [KVCache() for _ in loaded.model.model.layers]
+    with mlx_lm_blocks(loaded.model, FusedBlock):
+        loaded.model(mx.array(prompt), cache=cache)
+    assert cache[0].keys.dtype == mx.float32
+    logits = loaded.model(mx.array([[42]]), cache=cache)
+    mx.eval(logits)
+    assert {c.keys.dtype for c in cache} == {mx.float32}
+    assert not mx.isnan(logits).any().item()
 
 
 def test_a_verifying_pass_computes_each_position_as_a_one_token_step(loaded):
@@ -165,3 +212,14 @@ def test_the_native_calls_refuse_shapes_they_do_not_compute(loaded):
             1.0,
             True,
         )
+
+
+def test_a_float32_kv_cache_when_asked(model_folder, monkeypatch):
+    monkeypatch.setenv("MLXLAB_FUSED_KV_FLOAT16", "0")
+    model = load_model(model_folder, fast_path=FastPathOptions(enabled=False)).model
+    report = apply_fast_path(model, FastPathOptions(weights="kernel"))
+    assert report.layers_fused == 30 and report.kv_cache == "float32", report.reason
+    cache = [KVCache() for _ in model.model.layers]
+    model(mx.array([[1, 2, 3]]), cache=cache)
+    mx.eval(model(mx.array([[4]]), cache=cache))
+    assert {c.keys.dtype for c in cache} == {mx.float32}

@@ -58,16 +58,26 @@ float position_of(const mx::array& positions, int row) {
   return static_cast<float>(positions.data<int32_t>()[at * stride]);
 }
 
-// Rows of (B x L, heads x hd) into (B, heads, L, hd), as the cache and attention take them.
-void to_heads(const std::vector<float>& rows, int B, int L, int heads, int hd, float* out) {
+// Rows of (B x L, heads x hd) into (B, heads, L, hd), as the cache and attention take them;
+// into float16 rounded to nearest even, as MLX's astype rounds.
+template <typename T>
+void to_heads_as(const std::vector<float>& rows, int B, int L, int heads, int hd, T* out) {
   for (int b = 0; b < B; ++b) {
     for (int i = 0; i < L; ++i) {
       const float* src = rows.data() + (static_cast<int64_t>(b) * L + i) * heads * hd;
       for (int h = 0; h < heads; ++h) {
-        float* dst = out + ((static_cast<int64_t>(b) * heads + h) * L + i) * hd;
-        std::copy(src + h * hd, src + (h + 1) * hd, dst);
+        T* dst = out + ((static_cast<int64_t>(b) * heads + h) * L + i) * hd;
+        for (int d = 0; d < hd; ++d) dst[d] = static_cast<T>(src[h * hd + d]);
       }
     }
+  }
+}
+
+void to_heads(const std::vector<float>& rows, int B, int L, int heads, int hd, mx::array& out) {
+  if (out.dtype() == mx::float16) {
+    to_heads_as(rows, B, L, heads, hd, out.data<mx::float16_t>());
+  } else {
+    to_heads_as(rows, B, L, heads, hd, out.data<float>());
   }
 }
 
@@ -94,21 +104,24 @@ void run_qkv(const std::vector<mx::array>& in, std::vector<mx::array>& out, cons
     rope(k.data() + m * kv_row, a.n_kv_heads, a.head_dim, at, a.rope_base, a.rope_scale,
          a.rope_traditional);
   }
-  to_heads(q, B, L, a.n_heads, a.head_dim, out[0].data<float>());
-  to_heads(k, B, L, a.n_kv_heads, a.head_dim, out[1].data<float>());
-  to_heads(v, B, L, a.n_kv_heads, a.head_dim, out[2].data<float>());
+  to_heads(q, B, L, a.n_heads, a.head_dim, out[0]);
+  to_heads(k, B, L, a.n_kv_heads, a.head_dim, out[1]);
+  to_heads(v, B, L, a.n_kv_heads, a.head_dim, out[2]);
 }
 
-// One row's keys or values: the cache's own memory when float32 with contiguous head
-// dimension (a slice of its buffer), else a contiguous float32 copy.
+// One row's keys or values: the cache's own memory when float32 or float16 with contiguous
+// head dimension (a slice of its buffer), else a contiguous float32 copy.
 KVRow kv_row(const mx::array& kv, int row, std::vector<float>& copy) {
-  if (kv.dtype() == mx::float32 && kv.strides()[3] == 1) {
-    const auto& st = kv.strides();
-    return {kv.data<float>() + row * st[0], st[1], st[2]};
+  const auto& st = kv.strides();
+  if (kv.dtype() == mx::float32 && st[3] == 1) {
+    return {kv.data<float>() + row * st[0], st[1], st[2], false};
+  }
+  if (kv.dtype() == mx::float16 && st[3] == 1) {
+    return {kv.data<mx::float16_t>() + row * st[0], st[1], st[2], true};
   }
   if (copy.empty()) float_rows(kv, copy);
   const int64_t head = static_cast<int64_t>(kv.shape(2)) * kv.shape(3);
-  return {copy.data() + row * head * kv.shape(1), head, kv.shape(3)};
+  return {copy.data() + row * head * kv.shape(1), head, kv.shape(3), false};
 }
 
 // Query i of row b's mask over the keys (a mask of one query row serves them all).
@@ -152,7 +165,7 @@ void run_rest(const std::vector<mx::array>& in, mx::array& out, float eps, float
       const KVRow &k = keys_of[b], &v = values_of[b];
       // Query i sees the keys up to its own position: what a one-token step there sees.
       attend(queries + ((static_cast<int64_t>(b) * H + h) * L + i) * hd, hd, S - L + i + 1,
-             k.data + kv * k.head, k.seq, v.data + kv * v.head, v.seq, mask_row(in, b, i), scale,
+             k.at_head(kv), v.at_head(kv), mask_row(in, b, i), scale,
              attended_at + ((static_cast<int64_t>(b) * L + i) * H + h) * hd);
     }
   });
@@ -218,8 +231,12 @@ void DecodeRest::eval_gpu(const std::vector<mx::array>&, mx::array&) {
 
 std::vector<mx::array> decode_qkv(const mx::array& x, const mx::array& positions,
                                   const std::vector<mx::array>& weights,
-                                  const std::vector<int>& quant, const Attention& attention) {
+                                  const std::vector<int>& quant, const Attention& attention,
+                                  mx::Dtype kv_dtype) {
   check_quant(quant, 6);
+  if (kv_dtype != mx::float32 && kv_dtype != mx::float16) {
+    throw std::invalid_argument("decode_qkv: keys and values are float32 or float16");
+  }
   if (x.ndim() != 3 || weights.size() != 10) {
     throw std::invalid_argument("decode_qkv: x must be (B, L, D), weights norm + 3 x (w, s, b)");
   }
@@ -234,7 +251,7 @@ std::vector<mx::array> decode_qkv(const mx::array& x, const mx::array& positions
       {{B, attention.n_heads, L, attention.head_dim},
        {B, attention.n_kv_heads, L, attention.head_dim},
        {B, attention.n_kv_heads, L, attention.head_dim}},
-      {mx::float32, mx::float32, mx::float32},
+      {mx::float32, kv_dtype, kv_dtype},
       std::make_shared<DecodeQKV>(stream, attention, quant), inputs);
 }
 
@@ -247,6 +264,9 @@ mx::array decode_rest(const mx::array& h, const mx::array& q, const mx::array& k
       values.shape() != keys.shape() || keys.shape(2) < h.shape(1) || weights.size() != 13) {
     throw std::invalid_argument("decode_rest: h (B, L, D), q (B, H, L, hd), keys and values "
                                 "(B, Hkv, S >= L, hd), 13 weights");
+  }
+  if (keys.dtype() != values.dtype() || !is_float(keys.dtype())) {
+    throw std::invalid_argument("decode_rest: keys and values must be one float type");
   }
   if (mask && (mask->ndim() != 4 || mask->shape(-1) != keys.shape(2) ||
                (mask->shape(2) != 1 && mask->shape(2) != h.shape(1)) ||

@@ -18,7 +18,8 @@ struct Attention {
 };
 
 // Inputs: x (B, 1, D), positions (B,) int32, then the input norm's weight and (w, scales,
-// biases) of q, k and v. Outputs q (B, H, 1, hd), k and v (B, Hkv, 1, hd), float32, RoPE'd.
+// biases) of q, k and v. Outputs q (B, H, 1, hd) float32, k and v (B, Hkv, 1, hd) in the
+// cache's type (float32 or float16), RoPE'd.
 class DecodeQKV : public mx::Primitive {
  public:
   DecodeQKV(mx::Stream stream, Attention attention, std::vector<int> quant)
@@ -51,7 +52,8 @@ class DecodeRest : public mx::UnaryPrimitive {
 
 std::vector<mx::array> decode_qkv(const mx::array& x, const mx::array& positions,
                                   const std::vector<mx::array>& weights,
-                                  const std::vector<int>& quant, const Attention& attention);
+                                  const std::vector<int>& quant, const Attention& attention,
+                                  mx::Dtype kv_dtype = mx::float32);
 
 mx::array decode_rest(const mx::array& h, const mx::array& q, const mx::array& keys,
                       const mx::array& values, const std::vector<mx::array>& weights,

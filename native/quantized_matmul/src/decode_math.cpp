@@ -11,35 +11,46 @@ namespace mlxlab {
 
 namespace {
 
-MLXLAB_AVX2 inline float dot(const float* a, const float* b, int n) {
+// 8 keys' or values' elements as floats: float32 as they are, float16 widened (exact).
+MLXLAB_AVX2 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+MLXLAB_AVX2 inline __m256 load8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+MLXLAB_AVX2 inline float load1(const float* p) { return *p; }
+MLXLAB_AVX2 inline float load1(const uint16_t* p) { return _cvtsh_ss(*p); }
+
+template <typename T>
+MLXLAB_AVX2 inline float dot(const float* a, const T* b, int n) {
   __m256 acc = _mm256_setzero_ps();
   int i = 0;
-  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load8(b + i), acc);
   float total = horizontal_sum(acc);
-  for (; i < n; ++i) total += a[i] * b[i];
+  for (; i < n; ++i) total += a[i] * load1(b + i);
   return total;
 }
 
 // dot(a, b_i, n) for the four rows b + i * stride, n a multiple of 8: the same FMAs in the
 // same order as dot's, four independent chains instead of one waiting on each FMA.
-MLXLAB_AVX2 inline void dot4(const float* a, const float* b, int64_t stride, int n, float* out) {
+template <typename T>
+MLXLAB_AVX2 inline void dot4(const float* a, const T* b, int64_t stride, int n, float* out) {
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                    _mm256_setzero_ps()};
   for (int i = 0; i < n; i += 8) {
     const __m256 x = _mm256_loadu_ps(a + i);
-    for (int r = 0; r < 4; ++r) acc[r] = _mm256_fmadd_ps(x, _mm256_loadu_ps(b + r * stride + i), acc[r]);
+    for (int r = 0; r < 4; ++r) acc[r] = _mm256_fmadd_ps(x, load8(b + r * stride + i), acc[r]);
   }
   for (int r = 0; r < 4; ++r) out[r] = horizontal_sum(acc[r]);
 }
 
 // y += alpha * x
-MLXLAB_AVX2 inline void axpy(float alpha, const float* x, float* y, int n) {
+template <typename T>
+MLXLAB_AVX2 inline void axpy(float alpha, const T* x, float* y, int n) {
   const __m256 a = _mm256_set1_ps(alpha);
   int i = 0;
   for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, load8(x + i), _mm256_loadu_ps(y + i)));
   }
-  for (; i < n; ++i) y[i] += alpha * x[i];
+  for (; i < n; ++i) y[i] += alpha * load1(x + i);
 }
 
 // exp(x) for 8 floats: range reduction by ln 2 and a degree-6 polynomial (about 1 ulp),
@@ -119,24 +130,31 @@ void rope(float* heads, int n_heads, int head_dim, float position, float base, f
 
 // out = sum over s of p[s] * values[s], key by key as axpy would add them (the same FMAs,
 // so the same bits), with out held in registers: 8 vectors, a 64-wide head.
-MLXLAB_AVX2 void weighted_sum64(const float* p, int S, const float* values, int64_t value_seq,
+template <typename T>
+MLXLAB_AVX2 void weighted_sum64(const float* p, int S, const T* values, int64_t value_seq,
                                 float* out) {
   __m256 acc[8];
   for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
   for (int s = 0; s < S; ++s) {
     const __m256 weight = _mm256_set1_ps(p[s]);
-    const float* v = values + s * value_seq;
-    for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(v + 8 * j), acc[j]);
+    const T* v = values + s * value_seq;
+    for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(weight, load8(v + 8 * j), acc[j]);
   }
   for (int j = 0; j < 8; ++j) _mm256_storeu_ps(out + 8 * j, acc[j]);
 }
 
 #define MLXLAB_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
 
+MLXLAB_AVX512 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+MLXLAB_AVX512 inline __m512 load16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
 // A 64-wide head on AVX-512: a key's dot product is four FMAs into one vector and a reduce,
 // four keys at a time; the weighted sum of the values keeps `out` in four registers.
-MLXLAB_AVX512 void attend64_avx512(const float* q, int S, const float* keys, int64_t key_seq,
-                                   const float* values, int64_t value_seq, const MaskRow& mask,
+template <typename T>
+MLXLAB_AVX512 void attend64_avx512(const float* q, int S, const T* keys, int64_t key_seq,
+                                   const T* values, int64_t value_seq, const MaskRow& mask,
                                    float scale, float* out, float* scores) {
   const __m512 factor = _mm512_set1_ps(scale);
   __m512 query[4];
@@ -145,16 +163,16 @@ MLXLAB_AVX512 void attend64_avx512(const float* q, int S, const float* keys, int
   for (; s + 4 <= S; s += 4) {
     __m512 acc[4];
     for (int r = 0; r < 4; ++r) {
-      const float* k = keys + (s + r) * key_seq;
-      acc[r] = _mm512_mul_ps(query[0], _mm512_loadu_ps(k));
-      for (int j = 1; j < 4; ++j) acc[r] = _mm512_fmadd_ps(query[j], _mm512_loadu_ps(k + 16 * j), acc[r]);
+      const T* k = keys + (s + r) * key_seq;
+      acc[r] = _mm512_mul_ps(query[0], load16(k));
+      for (int j = 1; j < 4; ++j) acc[r] = _mm512_fmadd_ps(query[j], load16(k + 16 * j), acc[r]);
     }
     for (int r = 0; r < 4; ++r) scores[s + r] = _mm512_reduce_add_ps(acc[r]);
   }
   for (; s < S; ++s) {
-    const float* k = keys + s * key_seq;
-    __m512 acc = _mm512_mul_ps(query[0], _mm512_loadu_ps(k));
-    for (int j = 1; j < 4; ++j) acc = _mm512_fmadd_ps(query[j], _mm512_loadu_ps(k + 16 * j), acc);
+    const T* k = keys + s * key_seq;
+    __m512 acc = _mm512_mul_ps(query[0], load16(k));
+    for (int j = 1; j < 4; ++j) acc = _mm512_fmadd_ps(query[j], load16(k + 16 * j), acc);
     scores[s] = _mm512_reduce_add_ps(acc);
   }
   for (s = 0; s < S; ++s) scores[s] = masked(scores[s], mask, s);
@@ -163,15 +181,16 @@ MLXLAB_AVX512 void attend64_avx512(const float* q, int S, const float* keys, int
   for (int j = 0; j < 4; ++j) acc[j] = _mm512_setzero_ps();
   for (s = 0; s < S; ++s) {
     const __m512 weight = _mm512_set1_ps(scores[s]);
-    const float* v = values + s * value_seq;
-    for (int j = 0; j < 4; ++j) acc[j] = _mm512_fmadd_ps(weight, _mm512_loadu_ps(v + 16 * j), acc[j]);
+    const T* v = values + s * value_seq;
+    for (int j = 0; j < 4; ++j) acc[j] = _mm512_fmadd_ps(weight, load16(v + 16 * j), acc[j]);
   }
   for (int j = 0; j < 4; ++j) _mm512_storeu_ps(out + 16 * j, acc[j]);
 }
 
-MLXLAB_AVX2 void attend(const float* q, int head_dim, int S, const float* keys, int64_t key_seq,
-                        const float* values, int64_t value_seq, const MaskRow& mask, float scale,
-                        float* out) {
+template <typename T>
+MLXLAB_AVX2 void attend_as(const float* q, int head_dim, int S, const T* keys, int64_t key_seq,
+                           const T* values, int64_t value_seq, const MaskRow& mask, float scale,
+                           float* out) {
   thread_local std::vector<float> scores, scaled;
   scores.resize(S);
   scaled.resize(head_dim);
@@ -194,6 +213,17 @@ MLXLAB_AVX2 void attend(const float* q, int head_dim, int S, const float* keys, 
   }
   for (int d = 0; d < head_dim; ++d) out[d] = 0.0f;
   for (int s = 0; s < S; ++s) axpy(scores[s], values + s * value_seq, out, head_dim);
+}
+
+void attend(const float* q, int head_dim, int S, const KVRow& keys, const KVRow& values,
+            const MaskRow& mask, float scale, float* out) {
+  if (keys.half) {
+    attend_as(q, head_dim, S, static_cast<const uint16_t*>(keys.data), keys.seq,
+              static_cast<const uint16_t*>(values.data), values.seq, mask, scale, out);
+  } else {
+    attend_as(q, head_dim, S, static_cast<const float*>(keys.data), keys.seq,
+              static_cast<const float*>(values.data), values.seq, mask, scale, out);
+  }
 }
 
 MLXLAB_AVX2 void silu_mul(float* gate, const float* up, int n) {
@@ -224,8 +254,7 @@ namespace {
 }  // namespace
 void rms_norm(const float*, const float*, int, float, float*) { unsupported(); }
 void rope(float*, int, int, float, float, float, bool) { unsupported(); }
-void attend(const float*, int, int, const float*, int64_t, const float*, int64_t, const MaskRow&,
-            float, float*) {
+void attend(const float*, int, int, const KVRow&, const KVRow&, const MaskRow&, float, float*) {
   unsupported();
 }
 void silu_mul(float*, const float*, int) { unsupported(); }

@@ -15,10 +15,17 @@ void rms_norm(const float* x, const float* weight, int D, float eps, float* out)
 void rope(float* heads, int n_heads, int head_dim, float position, float base, float scale,
           bool traditional);
 
-// The keys or values of one row: element (head, s, d) at data[head * head + s * seq + d].
+// The keys or values of one row: element (head, s, d) at data[head * head + s * seq + d],
+// float32, or float16 where `half` (the cache llama.cpp also keeps: half the bytes that
+// attention reads each step).
 struct KVRow {
-  const float* data;
+  const void* data;
   int64_t head, seq;
+  bool half;
+  KVRow at_head(int h) const {
+    const int64_t offset = h * head * (half ? 2 : 4);
+    return {static_cast<const char*>(data) + offset, head, seq, half};
+  }
 };
 
 // One row's additive or boolean mask over the S keys; kind 0: none.
@@ -29,9 +36,10 @@ struct MaskRow {
 };
 
 // softmax(q * scale @ K^T) @ V for one query head over the first S keys of its key/value
-// head (keys and values: element (s, d) at [s * seq + d]); out is head_dim floats.
-void attend(const float* q, int head_dim, int S, const float* keys, int64_t key_seq,
-            const float* values, int64_t value_seq, const MaskRow& mask, float scale, float* out);
+// head (`keys` and `values` at that head: element (s, d) at [s * seq + d]); out is head_dim
+// floats. A float16 key or value is widened exactly, so both kinds compute the same math.
+void attend(const float* q, int head_dim, int S, const KVRow& keys, const KVRow& values,
+            const MaskRow& mask, float scale, float* out);
 
 // silu(gate) * up, n values; in place in gate.
 void silu_mul(float* gate, const float* up, int n);
