@@ -5,8 +5,9 @@
 
 A parent process builds the random-weight model once, then runs child processes that
 alternate between MLX environment settings (MLX_MAX_OPS_PER_BUFFER: how many operations
-MLX's CUDA backend records into one CUDA graph before it launches it; read once per
-process, so it cannot alternate inside one). Each child alternates, in itself, these
+MLX's CUDA backend records into one CUDA graph before it launches it; MLX_USE_CUDA_GRAPHS=0:
+launch each kernel at once, no graph; each is read once per process, so it cannot
+alternate inside one). Each child alternates, in itself, these
 decode loops on one row and on a batch, greedy, from the same prompt:
 
 - `eager_sync`: mlx-lm's model and KVCache, `mx.eval` after each step; the host time to
@@ -71,7 +72,11 @@ def main() -> None:
     parser.add_argument("--shape", default="llama-1b-bf16")
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--batches", default="1,32")
-    parser.add_argument("--envs", default="default,60,200", help="MLX_MAX_OPS_PER_BUFFER values")
+    parser.add_argument(
+        "--envs",
+        default="default,60,200",
+        help="settings to alternate: a number is MLX_MAX_OPS_PER_BUFFER, or NAME=VALUE",
+    )
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each loop")
     parser.add_argument("--profile", action="store_true")
@@ -91,7 +96,10 @@ def main() -> None:
     runs = [(r, value, False) for r in range(args.rounds) for value in envs]
     for round_, value, profiled in runs + ([(args.rounds, envs[0], True)] if args.profile else []):
         env = dict(os.environ)
-        if value != "default":
+        if "=" in value:
+            name, _, setting = value.partition("=")
+            env[name] = setting
+        elif value != "default":
             env["MLX_MAX_OPS_PER_BUFFER"] = value
         command = [sys.executable, __file__, "--out", str(args.out), "--child", str(folder)]
         command += ["--tokens", str(args.tokens), "--batches", args.batches, "--loops", args.loops]
@@ -101,7 +109,7 @@ def main() -> None:
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=400)
         lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
         run = json.loads(lines[-1]) if lines else {"error": result.stderr[-3000:]}
-        run.update(ops_per_buffer=value, round=round_, process_s=time.perf_counter() - started)
+        run.update(setting=value, round=round_, process_s=time.perf_counter() - started)
         report["runs"].append(run)
         (args.out / "gpu_step.json").write_text(json.dumps(report, indent=1))
         print(summary(run), flush=True)
@@ -109,8 +117,8 @@ def main() -> None:
 
 def summary(run: dict) -> str:
     if "error" in run:
-        return f"ops/buffer {run['ops_per_buffer']}: error {run['error'][-600:]}"
-    parts = [f"ops/buffer {run['ops_per_buffer']} round {run['round']}:"]
+        return f"{run['setting']}: error {run['error'][-600:]}"
+    parts = [f"{run['setting']} round {run['round']}:"]
     for key, value in run["rates"].items():
         parts.append(f"{key} {max(value):.0f}")
     return " ".join(parts)
