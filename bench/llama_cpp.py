@@ -127,10 +127,15 @@ def llama_side(python: Path, tokens: int, threads: int) -> dict:
 
 
 def engine_side(
-    tokens: int, int8: bool = False, avx512: bool = True, threads: int | None = None
+    tokens: int,
+    int8: bool = False,
+    avx512: bool = True,
+    threads: int | None = None,
+    int16: bool | None = None,
 ) -> dict:
     """MLX Lab's engine in this process, as a model worker runs it, prompt cache off;
     `int8`: the kernel's opt-in int8 activations (MLXLAB_QMM_INT8, llama.cpp's trick);
+    `int16`: int16 activations on or off (MLXLAB_QMM_INT16), else the kernel's setting;
     `avx512` False: the AVX2 tiles on a CPU that has AVX-512 (MLXLAB_QMM_AVX512=0);
     `threads`: the kernel's threads (MLXLAB_QMM_THREADS), else the engine's default."""
     from bench.gpu import collect
@@ -147,6 +152,8 @@ def engine_side(
     engine = Engine(lambda: load_model(MODEL), config=config).start()
     kernel = quantized_kernel.kernel_module()
     kernel.set_int8_activations(int8)
+    default_int16 = kernel.int16_activations()
+    kernel.set_int16_activations(default_int16 if int16 is None else int16)
     kernel.set_avx512_allowed(avx512)
     default_threads = kernel.thread_count()
     kernel.set_thread_count(threads or default_threads)
@@ -166,9 +173,11 @@ def engine_side(
             "rss_mb": _rss_mb(),
             "kernel": kernel.kernel_name(),
             "threads": kernel.thread_count(),
+            "int16": kernel.int16_activations(),
         }
     finally:
         kernel.set_int8_activations(False)
+        kernel.set_int16_activations(default_int16)
         kernel.set_avx512_allowed(True)
         kernel.set_thread_count(default_threads)
         engine.shutdown()
@@ -275,6 +284,12 @@ def main() -> int:
     if report["mlxlab"].get("kernel", "").startswith("avx512"):
         report["mlxlab_avx2_tiles"] = engine_side(args.tokens, avx512=False)
         print("MLX Lab engine, AVX2 tiles (MLXLAB_QMM_AVX512=0):", report["mlxlab_avx2_tiles"])
+    other = not report["mlxlab"].get("int16", False)
+    report["mlxlab_other_int16"] = engine_side(args.tokens, int16=other)
+    print(
+        f"MLX Lab engine, int16 activations {'on' if other else 'off'}:",
+        report["mlxlab_other_int16"],
+    )
     report["mlxlab_int8"] = engine_side(args.tokens, int8=True)
     print("MLX Lab engine, int8 activations (opt-in, ~1% error):", report["mlxlab_int8"])
     report["decode_cpu_time_by_library_percent"] = where_time_goes()

@@ -92,6 +92,28 @@ def test_the_opt_in_int8_activations_stay_near_mlx(kernel, bits, group_size):
         kernel.set_int8_activations(False)
 
 
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("group_size", [32, 64, 128])
+def test_int16_activations_stay_within_float_tolerance(kernel, bits, group_size):
+    """x as int16 per 32 values (MLXLAB_QMM_INT16=1): within the float tiles' tolerance of
+    MLX, and nearer than int8, on weights far from centred (the correction's case)."""
+    mx.random.seed(16)
+    weights = mx.random.normal((130, 512)) + 3.0  # every q far above the middle
+    w, scales, biases = mx.quantize(weights, group_size=group_size, bits=bits)
+    assert not kernel.int16_activations()
+    kernel.set_int16_activations(True)
+    try:
+        for rows in (1, 3, 8):
+            x = mx.random.normal((rows, 512)) + 0.5  # sums of x far from zero
+            want = mx.quantized_matmul(x, w, scales, biases, group_size=group_size, bits=bits)
+            got = kernel.quantized_matmul(x, w, scales, biases, group_size, bits)
+            _close(got, want)
+            error = mx.abs(got - want).max().item()
+            assert 0 < error <= 1e-4 * mx.abs(want).max().item(), error
+    finally:
+        kernel.set_int16_activations(False)
+
+
 @pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16])
 def test_half_inputs_and_leading_dimensions(kernel, dtype):
     w, scales, biases = mx.quantize(mx.random.normal((48, 256)), group_size=64, bits=4)

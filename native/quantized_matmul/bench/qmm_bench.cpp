@@ -8,6 +8,7 @@
   /tmp/qmm_bench [filter] [reps] [threads]   e.g. /tmp/qmm_bench "4b 1536x576 M1 f16"
   /tmp/qmm_bench step [reps] [threads]       (a decode step's matmuls, weights from memory)
   MLXLAB_QMM_INT8=1 /tmp/qmm_bench     (the int8-activation variant)
+  MLXLAB_QMM_INT16=1 /tmp/qmm_bench    (the int16-activation variant)
   MLXLAB_QMM_AVX512=0 /tmp/qmm_bench   (the AVX2 tiles on an AVX-512 CPU)
   valgrind --tool=callgrind --toggle-collect='mlxlab::compute(mlxlab::Problem const&)' \
     /tmp/qmm_bench "8b 49152x576 M1 f16" 1     (2 calls: halve the total)

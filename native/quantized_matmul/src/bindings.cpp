@@ -50,4 +50,6 @@ NB_MODULE(_qmm, m) {
         "A decode step's attention, o projection, residual and MLP: the layer's output.");
   m.def("int8_activations", &mlxlab::int8_activations);
   m.def("set_int8_activations", &mlxlab::set_int8_activations, "on"_a);
+  m.def("int16_activations", &mlxlab::int16_activations);
+  m.def("set_int16_activations", &mlxlab::set_int16_activations, "on"_a);
 }

@@ -140,12 +140,15 @@ void compute(const Problem& p) {
   group_sums(p, xsum);
   const bool fast = avx2_supported();
   Q8Rows q8;
+  Q16Rows q16;
   const bool int8 = fast && int8_activations();
+  const bool int16 = fast && !int8 && int16_activations();
   if (int8) quantize_q8(p, q8);
-  const bool wide = !int8 && g_avx512 && avx512_supported();
+  if (int16) quantize_q16(p, q16);
+  const bool wide = !int8 && !int16 && g_avx512 && avx512_supported();
   thread_local std::vector<float> reordered;  // reused: a decode step makes ~200 calls
   const float* x = wide ? x_for_avx512(p, reordered)
-                       : (fast && !int8 ? x_for_avx2(p, reordered) : p.x);
+                       : (fast && !int8 && !int16 ? x_for_avx2(p, reordered) : p.x);
   // Blocks of 16 output columns, claimed in runs of at least kChunkWork weights x rows: a
   // claim costs a compare-and-swap on a line both threads write, so a run must outweigh it.
   const int blocks = (p.N + 15) / 16;
@@ -154,6 +157,8 @@ void compute(const Problem& p) {
     const int n0 = first * 16, n1 = std::min(p.N, last * 16);
     if (int8) {
       rows_q8_avx2(p, xsum.data(), q8, n0, n1);
+    } else if (int16) {
+      rows_q16_avx2(p, xsum.data(), q16, n0, n1);
     } else if (wide) {
       rows_avx512(p, x, xsum.data(), n0, n1);
     } else {

@@ -51,16 +51,28 @@ void rows_scalar(const Problem& p, const float* xsum, int n0, int n1);
 void dequantize_scalar(const Problem& p, int n0, int n1, float* out);
 bool avx2_supported();
 
-// The int8-activation variant (opt-in, MLXLAB_QMM_INT8=1 or the setter; decode rows on an
-// AVX2 CPU only): x per 32 values as int8 and a scale, 4-bit values in unpacking order.
-struct Q8Rows {
-  std::vector<int8_t> values;  // M x K
-  std::vector<float> scales;   // M x K / 32
+// The integer-activation variants (decode rows on an AVX2 CPU): x per 32 values as int8
+// or int16 and a float scale, 4-bit values in unpacking order (evens, then odds).
+// int8 (opt-in, MLXLAB_QMM_INT8=1): llama.cpp's trick, about 1% of a product off.
+// int16 (MLXLAB_QMM_INT16): about 2e-5 of the largest output off.
+template <typename X>
+struct QuantizedRows {
+  std::vector<X> values;      // M x K
+  std::vector<float> scales;  // M x K / 32
+  // int16: per row and group (M x xsum_stride), the middle of the weights' range times
+  // (the sum of x minus the sum of its int16 image): the tiles add it times each scale.
+  std::vector<float> corrections;
 };
+using Q8Rows = QuantizedRows<int8_t>;
+using Q16Rows = QuantizedRows<int16_t>;
 bool int8_activations();
 void set_int8_activations(bool on);
+bool int16_activations();
+void set_int16_activations(bool on);
 void quantize_q8(const Problem& p, Q8Rows& q);
+void quantize_q16(const Problem& p, Q16Rows& q);
 void rows_q8_avx2(const Problem& p, const float* xsum, const Q8Rows& q, int n0, int n1);
+void rows_q16_avx2(const Problem& p, const float* xsum, const Q16Rows& q, int n0, int n1);
 // The AVX2 tiles take x as x_for_avx2 gives it: for 4 bits each 16 values reordered to the
 // nibble order (evens, then odds; a buffer of `out`), else x itself.
 const float* x_for_avx2(const Problem& p, std::vector<float>& out);
