@@ -147,8 +147,9 @@ void compute(const Problem& p) {
   if (int16) quantize_q16(p, q16);
   const bool wide = !int8 && !int16 && g_avx512 && avx512_supported();
   thread_local std::vector<float> reordered;  // reused: a decode step makes ~200 calls
-  const float* x = wide ? x_for_avx512(p, reordered)
-                       : (fast && !int8 && !int16 ? x_for_avx2(p, reordered) : p.x);
+  const float* x = wide || (fast && !int8 && !int16)
+                       ? x_in_nibble_order(p, wide ? 32 : 16, reordered)
+                       : p.x;
   // Blocks of 16 output columns, claimed in runs of at least kChunkWork weights x rows: a
   // claim costs a compare-and-swap on a line both threads write, so a run must outweigh it.
   const int blocks = (p.N + 15) / 16;
@@ -165,6 +166,19 @@ void compute(const Problem& p) {
       fast ? rows_avx2(p, x, xsum.data(), n0, n1) : rows_scalar(p, xsum.data(), n0, n1);
     }
   });
+}
+
+const float* x_in_nibble_order(const Problem& p, int run, std::vector<float>& out) {
+  if (p.bits != 4) return p.x;
+  const int half = run / 2;
+  out.resize(static_cast<size_t>(p.M) * p.K);
+  for (int64_t at = 0; at < static_cast<int64_t>(p.M) * p.K; at += run) {
+    for (int i = 0; i < half; ++i) {
+      out[at + i] = p.x[at + 2 * i];
+      out[at + half + i] = p.x[at + 2 * i + 1];
+    }
+  }
+  return out.data();
 }
 
 float scale_at(const void* data, ScaleType type, int64_t index) {

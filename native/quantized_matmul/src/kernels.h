@@ -73,14 +73,12 @@ void quantize_q8(const Problem& p, Q8Rows& q);
 void quantize_q16(const Problem& p, Q16Rows& q);
 void rows_q8_avx2(const Problem& p, const float* xsum, const Q8Rows& q, int n0, int n1);
 void rows_q16_avx2(const Problem& p, const float* xsum, const Q16Rows& q, int n0, int n1);
-// The AVX2 tiles take x as x_for_avx2 gives it: for 4 bits each 16 values reordered to the
-// nibble order (evens, then odds; a buffer of `out`), else x itself.
-const float* x_for_avx2(const Problem& p, std::vector<float>& out);
+// The AVX2 and AVX-512 tiles (kernels_avx512.cpp) take x in the order their 4-bit weights
+// unpack: each run of 16 (AVX2) or 32 (AVX-512) values as its even ones, then its odd ones
+// (a buffer of `out`); x itself for 8 bits.
+const float* x_in_nibble_order(const Problem& p, int run, std::vector<float>& out);
 void rows_avx2(const Problem& p, const float* x, const float* xsum, int n0, int n1);
-// The AVX-512 tiles (kernels_avx512.cpp) take x as x_for_avx512 gives it: for 4 bits each
-// chunk of 32 reordered to the nibble order (a buffer of `out`), else x itself.
 bool avx512_supported();
-const float* x_for_avx512(const Problem& p, std::vector<float>& out);
 void rows_avx512(const Problem& p, const float* x, const float* xsum, int n0, int n1);
 void dequantize_avx2(const Problem& p, int n0, int n1, float* out);
 

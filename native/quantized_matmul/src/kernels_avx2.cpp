@@ -35,9 +35,9 @@ MLXLAB_AVX2 inline void unpack32(const uint8_t* src, __m256 out[4]) {
   for (int i = 0; i < 4; ++i) out[i] = load8<BITS>(src + i * BITS);
 }
 
-// The same chunk in the order x_for_avx2 gives x: for 4 bits, each 8 bytes zero-extended
+// The same chunk in the order x_in_nibble_order(p, 16, ...) gives x: for 4 bits, each 8 bytes zero-extended
 // to 8 lanes give 8 even values (low nibbles) and 8 odd ones (high nibbles), two
-// operations each. On a Zen 1 guest, where 256-bit operations issue as two halves, this
+// operations each (x in nibble order, runs of 16). On a Zen 1 guest, where 256-bit operations issue as two halves, this
 // ran 1.6x the broadcast-and-shift unpacking above (5.6 against 3.5 weights/ns).
 template <int BITS>
 MLXLAB_AVX2 inline void unpack32_tile(const uint8_t* src, __m256 out[4]) {
@@ -176,18 +176,6 @@ bool avx2_supported() {
   return supported;
 }
 
-const float* x_for_avx2(const Problem& p, std::vector<float>& out) {
-  if (p.bits != 4) return p.x;
-  out.resize(static_cast<size_t>(p.M) * p.K);
-  for (int64_t at = 0; at < static_cast<int64_t>(p.M) * p.K; at += 16) {
-    for (int i = 0; i < 8; ++i) {
-      out[at + i] = p.x[at + 2 * i];
-      out[at + 8 + i] = p.x[at + 2 * i + 1];
-    }
-  }
-  return out.data();
-}
-
 void rows_avx2(const Problem& p, const float* x, const float* xsum, int n0, int n1) {
   // Every (bits, group size) pair gets its own fully unrolled kernel.
   const int key = p.bits * 1000 + p.group_size;
@@ -211,7 +199,6 @@ void dequantize_avx2(const Problem& p, int n0, int n1, float* out) {
 
 namespace mlxlab {
 bool avx2_supported() { return false; }
-const float* x_for_avx2(const Problem& p, std::vector<float>&) { return p.x; }
 void rows_avx2(const Problem& p, const float*, const float* xsum, int n0, int n1) {
   rows_scalar(p, xsum, n0, n1);
 }

@@ -24,7 +24,7 @@ namespace mlxlab {
 namespace {
 
 // 32 quantized values as 2 x 16 floats: for 4 bits, the even then the odd ones (the
-// order x_for_avx512 gives x); for 8 bits, in order.
+// order x_in_nibble_order(p, 32, ...) gives x); for 8 bits, in order.
 template <int BITS>
 MLXLAB_AVX512 inline void unpack32(const uint8_t* src, __m512 out[2]) {
   if constexpr (BITS == 8) {
@@ -135,18 +135,6 @@ bool avx512_supported() {
   return supported;
 }
 
-const float* x_for_avx512(const Problem& p, std::vector<float>& out) {
-  if (p.bits != 4) return p.x;
-  out.resize(static_cast<size_t>(p.M) * p.K);
-  for (int64_t at = 0; at < static_cast<int64_t>(p.M) * p.K; at += 32) {
-    for (int i = 0; i < 16; ++i) {
-      out[at + i] = p.x[at + 2 * i];
-      out[at + 16 + i] = p.x[at + 2 * i + 1];
-    }
-  }
-  return out.data();
-}
-
 void rows_avx512(const Problem& p, const float* x, const float* xsum, int n0, int n1) {
   const int key = p.bits * 1000 + p.group_size;
   switch (key) {
@@ -165,7 +153,6 @@ void rows_avx512(const Problem& p, const float* x, const float* xsum, int n0, in
 
 namespace mlxlab {
 bool avx512_supported() { return false; }
-const float* x_for_avx512(const Problem& p, std::vector<float>&) { return p.x; }
 void rows_avx512(const Problem& p, const float*, const float* xsum, int n0, int n1) {
   rows_scalar(p, xsum, n0, n1);
 }
