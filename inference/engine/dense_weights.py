@@ -62,7 +62,7 @@ class FastPathReport:
     layers_on_kernel: int = 0
     kernel: str | None = None  # how the kernel runs, e.g. "avx2, 2 threads, ..."
     quantized_weight_bytes: int = 0  # what the kernel reads: packed weights, scales, biases
-    layers_fused: int = 0  # decoder layers whose decode steps run as two native calls
+    layers_fused: int = 0  # decoder layers run as two native calls (decode and prefill)
     kv_cache: str | None = None  # the fused layers' KV cache type: "float16" or "float32"
 
 
@@ -147,7 +147,7 @@ def apply_fast_path(model: nn.Module, options: FastPathOptions) -> FastPathRepor
         fused = fuse_decode_layers(model, kernel_module(), half) if fused_decode_enabled() else 0
         kv_cache = ("float16" if half else "float32") if fused else None
         if fused:
-            reason += f"; {fused} decoder layers decode as two native calls each"
+            reason += f"; {fused} decoder layers run as two native calls each (decode and prefill)"
             reason += f", their keys and values cached as {kv_cache}"
         return FastPathReport(
             "kernel",

@@ -68,7 +68,7 @@ def _assert_same(fused: list[mx.array], reference: list[mx.array]) -> None:
 def test_every_layer_is_fused_on_the_kernel(loaded):
     report = loaded.fast_path
     assert report.path == "kernel" and report.layers_fused == 30, report.reason
-    assert "30 decoder layers decode as two native calls" in report.reason
+    assert "30 decoder layers run as two native calls each (decode and prefill)" in report.reason
     assert all(type(b) is FusedBlock for b in loaded.model.model.layers)
 
 
@@ -154,6 +154,63 @@ def test_a_verifying_pass_computes_each_position_as_a_one_token_step(loaded):
             steps = [loaded.model(drafts[:, i : i + 1], cache=cache) for i in range(4)]
             results.append(mx.concatenate(steps, axis=1))
     assert mx.array_equal(results[0], results[1])
+
+
+def _prefill(model, prompts: list[list[int]], make_cache, half=False):
+    """The last position's logits of left-padded prompts, and the caches they filled."""
+    width = max(len(p) for p in prompts)
+    padding = [width - len(p) for p in prompts]
+    cache = [make_cache(padding) for _ in model.model.layers]
+    tokens = mx.array([[0] * pad + p for pad, p in zip(padding, prompts, strict=True)])
+    logits = model(tokens, cache=[HalfWrites(c) for c in cache] if half else cache)[:, -1, :]
+    mx.eval(logits, [c.state for c in cache])
+    return logits, cache
+
+
+class _CountingKernel:
+    """The extension, noting how many tokens each decode_qkv call takes."""
+
+    def __init__(self, kernel):
+        self.kernel, self.lengths = kernel, []
+
+    def decode_qkv(self, x, *args, **kwargs):
+        self.lengths.append(x.shape[1])
+        return self.kernel.decode_qkv(x, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.kernel, name)
+
+
+def test_a_prefill_runs_the_native_calls_and_fills_the_cache_as_mlx_lms_blocks(loaded, monkeypatch):
+    # Prefill takes the native calls too (MLX's CPU softmax and SiLU run a scalar exp on
+    # x86): a padded batch, and one row longer than the rows whose buffers the calls keep.
+    counting = _CountingKernel(qk.kernel_module())
+    for block in loaded.model.model.layers:
+        monkeypatch.setattr(block, "_mlxlab_module", counting)
+    prompts = _prompts(loaded)
+    long = [sum(prompts, [])[:150]]
+    single = lambda padding: KVCache()  # noqa: E731
+    for rows, make_cache in ((prompts, BatchKVCache), (long, single)):
+        counting.lengths.clear()
+        logits, cache = _prefill(loaded.model, rows, make_cache)
+        assert counting.lengths == [max(len(p) for p in rows)] * 30
+        with mlx_lm_blocks(loaded.model, FusedBlock):
+            want_logits, want_cache = _prefill(loaded.model, rows, make_cache, half=True)
+        _assert_same([logits], [want_logits])
+        width = max(len(p) for p in rows)
+        for got, want in zip(cache, want_cache, strict=True):
+            assert got.keys.dtype == want.keys.dtype == mx.float16
+            for a, b in ((got.keys, want.keys), (got.values, want.values)):
+                for row, prompt in enumerate(rows):  # a padding position is never attended
+                    x, y = (
+                        t[row, :, width - len(prompt) : width].astype(mx.float32) for t in (a, b)
+                    )
+                    assert mx.abs(x - y).max().item() <= 1e-2 * (1.0 + mx.abs(y).max().item())
+    # The long row's first decode steps after it, on the buffers the prefill freed.
+    steps = _decode(loaded.model, long, 3, single)
+    with mlx_lm_blocks(loaded.model, FusedBlock):
+        reference = _decode(loaded.model, long, 3, single, half=True)
+    _assert_same(steps, reference)
 
 
 def test_a_quantized_kv_cache_keeps_mlx_lms_block(loaded):

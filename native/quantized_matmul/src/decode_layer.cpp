@@ -17,6 +17,14 @@ namespace {
 
 // Query heads x keys x head size below which attention stays on one thread.
 constexpr int64_t kAttentionParallelMin = 65536;
+// Rows (tokens) above which a call frees its buffers when done: a prefill chunk's take
+// megabytes (rows x 1536 floats each, thread-local), a decode step's are reused.
+constexpr int kKeptRows = 64;
+
+template <typename... Buffers>
+void release_if_long(int rows, Buffers&... buffers) {
+  if (rows > kKeptRows) (std::vector<float>().swap(buffers), ...);
+}
 
 // The inputs of DecodeRest, in order.
 enum RestInput { kH, kQ, kKeys, kValues, kPostNorm, kO = 5, kGate = 8, kUp = 11, kDown = 14, kMask = 17 };
@@ -107,6 +115,7 @@ void run_qkv(const std::vector<mx::array>& in, std::vector<mx::array>& out, cons
   to_heads(q, B, L, a.n_heads, a.head_dim, out[0]);
   to_heads(k, B, L, a.n_kv_heads, a.head_dim, out[1]);
   to_heads(v, B, L, a.n_kv_heads, a.head_dim, out[2]);
+  release_if_long(M, x_copy, norm_copy, normed, q, k, v);
 }
 
 // One row's keys or values: the cache's own memory when float32 or float16 with contiguous
@@ -185,6 +194,8 @@ void run_rest(const std::vector<mx::array>& in, mx::array& out, float eps, float
   for (int m = 0; m < M; ++m) silu_mul(gate.data() + m * F, up.data() + m * F, F);
   project(in, kDown, &quant[6], gate.data(), M, projected.data());
   add_into(y, projected.data(), M * D);
+  release_if_long(M, h_copy, norm_copy, keys_copy, values_copy, attended, projected, normed, gate,
+                  up);
 }
 
 void check_quant(const std::vector<int>& quant, size_t expected) {

@@ -1,6 +1,7 @@
-// A Llama decoder layer's decode step (one new token per row) as two MLX primitives, so
-// that a step builds 2 graph nodes per layer instead of about 20 (issue 21: the framework's
-// per-operation cost was two thirds of a decode step). Between them the caller runs the KV
+// A Llama decoder layer as two MLX primitives, so that a decode step builds 2 graph nodes
+// per layer instead of about 20 (issue 21: the framework's per-operation cost was two
+// thirds of a decode step); prefill chunks take them too (their softmax and SiLU are
+// vectorized here, scalar in MLX's CPU backend on x86). Between them the caller runs the KV
 // cache's own update (mlx-lm's update_and_fetch), so every cache kind keeps its logic.
 #pragma once
 
@@ -17,9 +18,9 @@ struct Attention {
   bool rope_traditional;
 };
 
-// Inputs: x (B, 1, D), positions (B,) int32, then the input norm's weight and (w, scales,
-// biases) of q, k and v. Outputs q (B, H, 1, hd) float32, k and v (B, Hkv, 1, hd) in the
-// cache's type (float32 or float16), RoPE'd.
+// Inputs: x (B, L, D), positions (B,) int32 (token i of row b at positions[b] + i), then
+// the input norm's weight and (w, scales, biases) of q, k and v. Outputs q (B, H, L, hd)
+// float32, k and v (B, Hkv, L, hd) in the cache's type (float32 or float16), RoPE'd.
 class DecodeQKV : public mx::Primitive {
  public:
   DecodeQKV(mx::Stream stream, Attention attention, std::vector<int> quant)
@@ -33,10 +34,11 @@ class DecodeQKV : public mx::Primitive {
   std::vector<int> quant_;  // (group size, bits) of q, k, v
 };
 
-// Inputs: h (B, 1, D) the layer's input, q (B, H, 1, hd), keys and values (B, Hkv, S, hd)
+// Inputs: h (B, L, D) the layer's input, q (B, H, L, hd), keys and values (B, Hkv, S, hd)
 // as the cache returns them, the post-attention norm's weight, (w, scales, biases) of o,
-// gate, up and down, then the mask (B or 1, 1, 1, S) when there is one.
-// Output: the layer's output (B, 1, D), float32.
+// gate, up and down, then the mask (B or 1, 1, L or 1, S) when there is one. Query i
+// attends to the keys up to S - L + i, as a one-token step at its position does.
+// Output: the layer's output (B, L, D), float32.
 class DecodeRest : public mx::UnaryPrimitive {
  public:
   DecodeRest(mx::Stream stream, float eps, float scale, std::vector<int> quant)
