@@ -82,6 +82,7 @@ class Runner:
         # leader uid -> requests for the same prompt, admitted once its prefill is cached
         self._followers: dict[int, list[Pending]] = {}
         self._shared_samplers: dict[tuple, Sampler] = {}
+        self._logprob_uids: set[int] = set()  # rows whose steps keep logprobs (lean_step.py)
         self.speculation = speculation_for(
             loaded, max_rows=config.max_verify_rows, exact=config.exact_verification
         )
@@ -97,6 +98,7 @@ class Runner:
         return SpeculativeGenerator(
             self.loaded.model,
             speculation=self.speculation,
+            logprob_uids=self._logprob_uids,
             stop_tokens=None,
             completion_batch_size=self.config.max_batch_size,
             prefill_batch_size=self.config.prefill_batch_size,
@@ -202,6 +204,8 @@ class Runner:
             self.speculation.drafters[uid] = sequence.drafter = drafter
         self._active[uid] = sequence
         self._uid_of[pending.request_id] = uid
+        if request.logprobs:
+            self._logprob_uids.add(uid)
         self.stats.prompt_tokens += len(request.prompt_tokens)
         self._resuming.claim(sequence)
         sequence.replay(replayed)
@@ -402,6 +406,7 @@ class Runner:
         self.prompt_cache.forget(uid)
         self._lanes.forget(uid)
         self.speculation.drafters.pop(uid, None)
+        self._logprob_uids.discard(uid)
         sequence = self._active.pop(uid, None)
         if sequence is not None:
             self._uid_of.pop(sequence.request_id, None)
