@@ -32,7 +32,7 @@ from .sampling import (
     unchanged,
 )
 from .scheduler import Pending, Plan
-from .sequence import Sequence
+from .sequence import ReadLogprob, Sequence, read_logprobs
 from .speculative import SpeculativeGenerator, speculation_for
 
 log = logging.getLogger(__name__)
@@ -329,7 +329,8 @@ class Runner:
 
     def _postprocess(self, responses) -> int:
         ended = 0
-        for response in responses:
+        read = self._read_logprobs(responses)
+        for index, response in enumerate(responses):
             ended += self._admit_followers(response.uid)  # its prompt is cached by now
             sequence = self._active.get(response.uid)
             if sequence is None:
@@ -342,7 +343,7 @@ class Runner:
             try:
                 done = sequence.on_token(
                     response.token,
-                    response.logprobs,
+                    read.get(index),
                     response.finish_reason,
                     drafted=getattr(response, "drafted", False),
                 )
@@ -360,6 +361,27 @@ class Runner:
             self.stats.requests_completed += 1
             ended += 1
         return ended
+
+    def _read_logprobs(self, responses) -> dict[int, ReadLogprob]:
+        """By response index, the logprobs of the tokens whose requests show them: one
+        read from the device for the whole step (read_logprobs)."""
+        wanted = []
+        for index, response in enumerate(responses):
+            sequence = self._active.get(response.uid)
+            if sequence is not None and sequence.request.logprobs:
+                wanted.append((index, response, sequence.request.top_logprobs))
+        if not wanted:
+            return {}
+        try:
+            values = read_logprobs(
+                [response.logprobs for _, response, _ in wanted],
+                [response.token for _, response, _ in wanted],
+                [count for _, _, count in wanted],
+            )
+        except Exception:  # those rows fail alone, in _postprocess
+            log.exception("reading the step's logprobs failed")
+            return {}
+        return {index: value for (index, _, _), value in zip(wanted, values, strict=True)}
 
     def fail_all(self, message: str) -> int:
         waiting = [pending for group in self._followers.values() for pending in group]
