@@ -50,6 +50,12 @@ def main() -> None:
     parser.add_argument("--tokenizer", type=Path, default=HERE / "var/models/smollm2-135m-instruct")
     parser.add_argument("--child", nargs=2, metavar=("ROOT", "FOLDER"), help=argparse.SUPPRESS)
     parser.add_argument("--label", default="")
+    parser.add_argument(
+        "--logprobs-batch",
+        type=int,
+        default=0,
+        help="also a batch of rows asking for top-5 logprobs",
+    )
     args = parser.parse_args()
     if args.child:
         child(Path(args.child[0]), Path(args.child[1]), args)
@@ -69,7 +75,7 @@ def main() -> None:
             label = f"{Path(root).resolve().name}_{round_}"
             command = [sys.executable, __file__, "--child", root, str(folder), "--label", label]
             command += ["--out", str(args.out), "--tokens", str(args.tokens)]
-            command += ["--batches", args.batches]
+            command += ["--batches", args.batches, "--logprobs-batch", str(args.logprobs_batch)]
             result = subprocess.run(command, capture_output=True, text=True, timeout=500)
             lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
             if not lines:
@@ -95,6 +101,12 @@ def print_table(runs: list[dict]) -> None:
                 f"b{key}: {entry['tps']:.0f}/{entry['tps_med']:.0f} ; "
                 f"{entry['step_ms']:.3f} ms ({int(key) / entry['step_ms'] * 1e3:.0f} tok/s) ; "
                 f"{parts}"
+            )
+        if "logprobs" in row:
+            entry = row["logprobs"]
+            cells.append(
+                f"b{entry['batch']} logprobs: {entry['tps']:.0f}/{entry['tps_med']:.0f} ; "
+                f"{entry['step_ms']:.3f} ms"
             )
         print(" | ".join(cells), f"| same text {row['same_text']}")
 
@@ -135,6 +147,8 @@ def child(root: Path, folder: Path, args) -> None:
                 "step_ms": periods.median_ms(),
                 "host_ms": host.per_step_ms(),
             }
+        if args.logprobs_batch:
+            row["logprobs"] = logprobs_rows(engine, args.logprobs_batch, args.tokens, vocab)
         profile(engine, batches[-1], args, vocab)
         row["logprob_rows_us"] = logprob_rows_cost(batches[-1], vocab)
         row["texts"] = texts
@@ -143,10 +157,28 @@ def child(root: Path, folder: Path, args) -> None:
         engine.shutdown()
 
 
-def requests(batch_prompts: list[list[int]], tokens: int) -> list:
+def requests(batch_prompts: list[list[int]], tokens: int, **options) -> list:
     from inference.engine import GenerationRequest
 
-    return [GenerationRequest(prompt, max_tokens=tokens) for prompt in batch_prompts]
+    return [GenerationRequest(prompt, max_tokens=tokens, **options) for prompt in batch_prompts]
+
+
+def logprobs_rows(engine, batch: int, tokens: int, vocab: int) -> dict:
+    """A batch whose every row asks for its tokens' logprobs and top 5: tok/s with prefill
+    (best, median of 3) and the decode step alone."""
+    from bench.gpu import collect, prompts
+
+    periods, rates = StepPeriods(engine.runner, batch), []
+    for seed in (21, 22, 23):
+        started = time.perf_counter()
+        with periods:
+            rows = requests(
+                prompts(batch, PROMPT, vocab, seed), tokens, logprobs=True, top_logprobs=5
+            )
+            produced = sum(map(len, collect(engine, rows)))
+        rates.append(round(produced / (time.perf_counter() - started), 1))
+    return {"batch": batch, "tps": max(rates), "tps_med": statistics.median(rates),
+            "step_ms": periods.median_ms()}  # fmt: skip
 
 
 class StepPeriods:
@@ -186,7 +218,7 @@ class HostTimes:
         self.calls: collections.Counter = collections.Counter()
         self._undo: list = []
 
-    def _wrap(self, owner, name: str, label: str) -> None:
+    def _wrap(self, owner, name: str, label: str, *, by_caller: bool = False) -> None:
         original = getattr(owner, name)
         seconds, calls = self.seconds, self.calls
 
@@ -195,8 +227,11 @@ class HostTimes:
             try:
                 return original(*args, **kwargs)
             finally:
-                seconds[label] += time.perf_counter() - started
+                spent = time.perf_counter() - started
+                seconds[label] += spent
                 calls[label] += 1
+                if by_caller:  # which function waited: the step's, a prefill's, a store's
+                    seconds[f"{label} in {sys._getframe(1).f_code.co_name}"] += spent
 
         setattr(owner, name, timed)
         self._undo.append((owner, name, original))
@@ -206,7 +241,7 @@ class HostTimes:
 
         from inference.engine.runner import Runner
 
-        self._wrap(mx, "eval", "mx.eval")
+        self._wrap(mx, "eval", "mx.eval", by_caller=True)
         self._wrap(mx, "async_eval", "mx.async_eval")
         self._wrap(type(self.engine.loaded.model), "__call__", "model forward")
         self._wrap(Runner, "_postprocess", "postprocess")
@@ -245,7 +280,9 @@ def profile(engine, batch: int, args, vocab: int) -> None:
     finally:
         del runner.step
     text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(30)
+    stats = pstats.Stats(profiler, stream=text)
+    stats.sort_stats("tottime").print_stats(30)
+    stats.sort_stats("cumulative").print_stats(40)
     (args.out / f"profile_{args.label}.txt").write_text(text.getvalue())
 
 

@@ -24,6 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+if "--root" in sys.argv:  # another tree's engine (its `inference/`), for before and after
+    sys.path.insert(0, str(Path(sys.argv[sys.argv.index("--root") + 1]).resolve()))
 import inference.engine  # noqa: E402, F401  (before mlx.core: the CPU's BLAS)
 from bench.gpu import collect, prompts  # noqa: E402
 from bench.gpu_models import TINY, Shape, build_folder  # noqa: E402
@@ -31,6 +33,7 @@ from bench.gpu_models import TINY, Shape, build_folder  # noqa: E402
 TOKENIZER = ROOT / "var" / "models" / "smollm2-135m-instruct"
 # The tiny shape with a 2,048-token vocabulary: the CPU's softmax over 49,152 logits a row
 # would take most of a step here (about 25 ms at 32 rows), hiding the host's share.
+LOGPROBS = [0]  # top-N logprobs each engine row asks for (--logprobs)
 HOST_TINY = Shape("tiny-v2k", TINY.hidden, TINY.intermediate, TINY.layers, 4, 2, vocab=2048)
 
 
@@ -41,7 +44,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--profile", type=int, help="profile the engine thread at this batch")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--root", help="import the engine from this tree (default: this one)")
+    parser.add_argument("--logprobs", type=int, default=0, help="rows asking for top-N logprobs")
     args = parser.parse_args()
+    LOGPROBS[0] = args.logprobs
     folder = build_folder(HOST_TINY, Path(tempfile.mkdtemp()) / HOST_TINY.name, TOKENIZER)
     engine = started(folder, max(int(b) for b in args.batches.split(",")))
     try:
@@ -94,8 +100,10 @@ def engine_step(engine, batch: int, tokens: int) -> float:
     incomplete UTF-8) stamps late, so no per-row first stamp is used."""
     from inference.engine import GenerationRequest
 
+    options = {"logprobs": True, "top_logprobs": LOGPROBS[0]} if LOGPROBS[0] else {}
     requests = [
-        GenerationRequest(p, max_tokens=tokens) for p in prompts(batch, 32, HOST_TINY.vocab)
+        GenerationRequest(p, max_tokens=tokens, **options)
+        for p in prompts(batch, 32, HOST_TINY.vocab)
     ]
     stamps = collect(engine, requests)
     first, last = min(row[0] for row in stamps), max(row[-1] for row in stamps)
