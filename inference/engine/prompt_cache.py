@@ -317,13 +317,27 @@ class PromptCache:
         if not self.config.enabled:
             return
         try:
-            mx.eval([c.state for c in cache])  # detach from the batch's buffers
+            self._detach(cache)
             with self._lock:
                 self._lru.insert_cache((self.key, scope), list(tokens), cache)
                 self._stats.stores += 1
             self._write_behind(tokens, cache, scope)
         except Exception:  # a cache that can't store must never fail a generation
             log.exception("could not store a prompt cache entry")
+
+    def _detach(self, cache: list) -> None:
+        """Copy a row's KV state out of the batch's buffers, so that they can be freed.
+
+        Queued, not waited for: a wait here stalls the decode pipeline (the next step is
+        already on the device) once per finished row. Reads later on this thread wait as
+        needed; the disk tier's writer reads the arrays on its own thread, so with it
+        they are computed here.
+        """
+        state = [c.state for c in cache]
+        if self.disk is None:
+            mx.async_eval(state)
+        else:
+            mx.eval(state)
 
     def _write_behind(self, tokens: list[int], cache: list, scope) -> None:
         """Hand the entry to the disk tier (its copy is made here, its write elsewhere)."""
@@ -334,7 +348,7 @@ class PromptCache:
         if not self.config.enabled:
             return
         try:
-            mx.eval([c.state for c in cache])  # detach from the batch's buffers
+            self._detach(cache)
             size = sum(c.nbytes for c in cache)
             with self._lock:
                 key = (self.key, scope, session)

@@ -32,7 +32,7 @@ from .sampling import (
     unchanged,
 )
 from .scheduler import Pending, Plan
-from .sequence import Sequence
+from .sequence import ReadLogprob, Sequence, read_logprobs
 from .speculative import SpeculativeGenerator, speculation_for
 
 log = logging.getLogger(__name__)
@@ -82,6 +82,7 @@ class Runner:
         # leader uid -> requests for the same prompt, admitted once its prefill is cached
         self._followers: dict[int, list[Pending]] = {}
         self._shared_samplers: dict[tuple, Sampler] = {}
+        self._logprob_uids: set[int] = set()  # rows whose steps keep logprobs (lean_step.py)
         self.speculation = speculation_for(
             loaded, max_rows=config.max_verify_rows, exact=config.exact_verification
         )
@@ -97,6 +98,7 @@ class Runner:
         return SpeculativeGenerator(
             self.loaded.model,
             speculation=self.speculation,
+            logprob_uids=self._logprob_uids,
             stop_tokens=None,
             completion_batch_size=self.config.max_batch_size,
             prefill_batch_size=self.config.prefill_batch_size,
@@ -202,6 +204,8 @@ class Runner:
             self.speculation.drafters[uid] = sequence.drafter = drafter
         self._active[uid] = sequence
         self._uid_of[pending.request_id] = uid
+        if request.logprobs:
+            self._logprob_uids.add(uid)
         self.stats.prompt_tokens += len(request.prompt_tokens)
         self._resuming.claim(sequence)
         sequence.replay(replayed)
@@ -325,7 +329,8 @@ class Runner:
 
     def _postprocess(self, responses) -> int:
         ended = 0
-        for response in responses:
+        read = self._read_logprobs(responses)
+        for index, response in enumerate(responses):
             ended += self._admit_followers(response.uid)  # its prompt is cached by now
             sequence = self._active.get(response.uid)
             if sequence is None:
@@ -338,7 +343,7 @@ class Runner:
             try:
                 done = sequence.on_token(
                     response.token,
-                    response.logprobs,
+                    read.get(index),
                     response.finish_reason,
                     drafted=getattr(response, "drafted", False),
                 )
@@ -356,6 +361,27 @@ class Runner:
             self.stats.requests_completed += 1
             ended += 1
         return ended
+
+    def _read_logprobs(self, responses) -> dict[int, ReadLogprob]:
+        """By response index, the logprobs of the tokens whose requests show them: one
+        read from the device for the whole step (read_logprobs)."""
+        wanted = []
+        for index, response in enumerate(responses):
+            sequence = self._active.get(response.uid)
+            if sequence is not None and sequence.request.logprobs:
+                wanted.append((index, response, sequence.request.top_logprobs))
+        if not wanted:
+            return {}
+        try:
+            values = read_logprobs(
+                [response.logprobs for _, response, _ in wanted],
+                [response.token for _, response, _ in wanted],
+                [count for _, _, count in wanted],
+            )
+        except Exception:  # those rows fail alone, in _postprocess
+            log.exception("reading the step's logprobs failed")
+            return {}
+        return {index: value for (index, _, _), value in zip(wanted, values, strict=True)}
 
     def fail_all(self, message: str) -> int:
         waiting = [pending for group in self._followers.values() for pending in group]
@@ -402,6 +428,7 @@ class Runner:
         self.prompt_cache.forget(uid)
         self._lanes.forget(uid)
         self.speculation.drafters.pop(uid, None)
+        self._logprob_uids.discard(uid)
         sequence = self._active.pop(uid, None)
         if sequence is not None:
             self._uid_of.pop(sequence.request_id, None)

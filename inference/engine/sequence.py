@@ -32,6 +32,43 @@ def _faithful(detokenizer):
     return detokenizer
 
 
+@dataclass(frozen=True)
+class ReadLogprob:
+    """A token's log-probability and its most likely alternatives, read from the device."""
+
+    logprob: float
+    top: list[tuple[int, float]]  # (token id, log-probability), most likely first
+
+
+def read_logprobs(rows: list[mx.array], tokens: list[int], counts: list[int]) -> list[ReadLogprob]:
+    """Each row's chosen-token logprob and its top `counts[i]`, read in one transfer.
+
+    Read row by row, every `.item()` and `.tolist()` waits for the device, where the next
+    step is already queued: a batch of rows asking for logprobs would wait on it once per
+    row per step. Stacked, the batch waits once.
+    """
+    stacked = mx.stack(rows)
+    chosen = mx.take_along_axis(stacked, mx.array(tokens)[:, None], axis=-1)[:, 0]
+    most = max(counts)
+    if most == 0:
+        return [ReadLogprob(value, []) for value in chosen.tolist()]
+    # argpartition then sort: the full vocabulary sort is needless work.
+    ids = mx.argpartition(-stacked, kth=most - 1, axis=-1)[:, :most]
+    values = mx.take_along_axis(stacked, ids, axis=-1)
+    order = mx.argsort(-values, axis=-1)
+    ids, values = (
+        mx.take_along_axis(ids, order, axis=-1),
+        mx.take_along_axis(values, order, axis=-1),
+    )
+    mx.eval(chosen, ids, values)
+    return [
+        ReadLogprob(value, list(zip(row_ids[:count], row_values[:count], strict=True)))
+        for value, row_ids, row_values, count in zip(
+            chosen.tolist(), ids.tolist(), values.tolist(), counts, strict=True
+        )
+    ]
+
+
 @dataclass
 class Sequence:
     """The engine's record of one request while it is in the batch."""
@@ -61,9 +98,16 @@ class Sequence:
         self.parser = OutputParser(output, self.emit)
 
     def on_token(
-        self, token: int, logprobs: mx.array, finish_reason: str | None, *, drafted: bool = False
+        self,
+        token: int,
+        logprob: ReadLogprob | None,
+        finish_reason: str | None,
+        *,
+        drafted: bool = False,
     ) -> bool:
         """Turn one sampled token into events. Returns True when the sequence ended.
+
+        `logprob`: the token's, read for the batch (read_logprobs), when the request asks.
 
         mlx-lm reports finish_reason "stop" on an end-of-sequence token, which is
         never shown; a text stop sequence ends the sequence here instead. `drafted`: the
@@ -76,7 +120,7 @@ class Sequence:
         if not is_eos:
             self.detokenizer.add_token(token)
             if self.request.logprobs:
-                self.pending_logprobs.append(self._logprob(token, logprobs))
+                self.pending_logprobs.append(self._logprob(token, logprob))
         if finish_reason is not None:
             self.detokenizer.finalize()
         self._release(self.stop.feed(self.detokenizer.last_segment))
@@ -123,21 +167,13 @@ class Sequence:
             )
         )
 
-    def _logprob(self, token: int, logprobs: mx.array) -> TokenLogprob:
-        top = []
-        count = self.request.top_logprobs
-        if count > 0:
-            # argpartition then sort: the full vocabulary sort is needless work.
-            indices = mx.argpartition(-logprobs, kth=count - 1)[:count]
-            values = logprobs[indices]
-            order = mx.argsort(-values)
-            ids, values = indices[order].tolist(), values[order].tolist()
-            top = [self._top_entry(i, v) for i, v in zip(ids, values, strict=True)]
+    def _logprob(self, token: int, read: ReadLogprob) -> TokenLogprob:
+        top = [self._top_entry(i, v) for i, v in read.top[: self.request.top_logprobs]]
         text = self._token_text(token)
         return TokenLogprob(
             token_id=token,
             token=text,
-            logprob=logprobs[token].item(),
+            logprob=read.logprob,
             bytes=list(text.encode()),
             top=top,
         )

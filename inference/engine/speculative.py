@@ -36,6 +36,7 @@ This reaches into mlx-lm 0.32.2's GenerationBatch: it has no public hook for a s
 
 from __future__ import annotations
 
+from collections.abc import Set
 from dataclasses import dataclass, field
 
 import mlx.core as mx
@@ -45,6 +46,7 @@ from mlx_lm.models.cache import KVCache, make_prompt_cache
 from .draft_model import DraftModels, ModelDrafter
 from .drafting import Drafter, ForcedDrafter
 from .exact_attention import exact_attention, install_exact_attention
+from .lean_step import LeanStep
 
 AnyDrafter = Drafter | ForcedDrafter | ModelDrafter
 
@@ -122,8 +124,9 @@ class DraftedResponse(GenerationBatch.Response):
         self.drafted = drafted
 
 
-class VerifyingBatch(GenerationBatch):
-    """mlx-lm's generation batch, with a verifying step for the rows that have drafts."""
+class VerifyingBatch(LeanStep, GenerationBatch):
+    """mlx-lm's generation batch, with a verifying step for the rows that have drafts (and
+    plain steps without unread logprobs rows: lean_step.py)."""
 
     speculation: Speculation | None = None
 
@@ -302,8 +305,16 @@ class VerifyingBatch(GenerationBatch):
 class SpeculativeGenerator(BatchGenerator):
     """mlx-lm's BatchGenerator whose generation batch verifies drafts."""
 
-    def __init__(self, model, *, speculation: Speculation, **options) -> None:
+    def __init__(
+        self,
+        model,
+        *,
+        speculation: Speculation,
+        logprob_uids: Set[int] = frozenset(),
+        **options,
+    ) -> None:
         super().__init__(model, **options)
         batch = VerifyingBatch.empty(self.model, self.sampler)
         batch.speculation = speculation
+        batch.logprob_uids = logprob_uids
         self._generation_batch = batch

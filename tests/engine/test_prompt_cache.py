@@ -117,6 +117,29 @@ def test_entries_never_cross_models_and_zero_entries_turns_it_off():
     assert off.lookup([1, 2, 3, 4]).cached_tokens == 0 and off.stats().entries == 0
 
 
+def test_a_stored_entry_is_queued_not_waited_for_unless_the_disk_tier_reads_it(
+    monkeypatch, tmp_path
+):
+    """A wait per finished row would stall the decode pipeline (the next step is queued)."""
+    from inference.engine.disk_writer import DiskWriter
+
+    calls = []
+    monkeypatch.setattr(mx, "eval", lambda *a: calls.append("eval"))
+    monkeypatch.setattr(mx, "async_eval", lambda *a: calls.append("async_eval"))
+    memory = PromptCache(PromptCacheConfig(), key="m")
+    memory._store([1, 2, 3], _entry(3))
+    memory._keep_session([1, 2, 3], _entry(3), "", "s")
+    assert calls == ["async_eval", "async_eval"]
+    assert memory.lookup([1, 2, 3, 4]).cached_tokens == 3
+    calls.clear()
+    writer = DiskWriter()
+    config = PromptCacheConfig(disk_dir=tmp_path, disk_max_bytes=1 << 20)
+    disk = PromptCache(config, key="m", identity={"model": "m"}, writer=writer)
+    disk._store([1, 2, 3], _entry(3))  # the writer's thread reads it: computed first
+    assert calls[:1] == ["eval"] and "async_eval" not in calls
+    writer.close()
+
+
 def test_entries_never_cross_scopes():
     cache = PromptCache(PromptCacheConfig(), key="m")
     cache._store([1, 2, 3], _entry(3), "user:1")
