@@ -456,6 +456,25 @@ def engine_batch(
     return round(produced / (time.perf_counter() - started), 1)
 
 
+@contextlib.contextmanager
+def steps_profiled(runner, profiler):
+    """Inside: the runner's steps (the engine thread only) run under `profiler`."""
+    step = runner.step
+
+    def profiled() -> int:
+        profiler.enable()
+        try:
+            return step()
+        finally:
+            profiler.disable()
+
+    runner.step = profiled
+    try:
+        yield
+    finally:
+        runner.step = step
+
+
 def collect(engine, requests, texts: list | None = None) -> list[list[float]]:
     """Submit together; per request, the time each token's text arrived (and the text,
     into `texts`, when given)."""

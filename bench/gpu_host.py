@@ -260,25 +260,11 @@ class HostTimes:
 
 def profile(engine, batch: int, args, vocab: int) -> None:
     """cProfile of the runner's steps at `batch` rows, into DIR/profile_<label>.txt."""
-    from bench.gpu import prompts
+    from bench.gpu import collect, prompts, steps_profiled
 
-    runner, step = engine.runner, engine.runner.step
     profiler = cProfile.Profile()
-
-    def profiled() -> int:
-        profiler.enable()
-        try:
-            return step()
-        finally:
-            profiler.disable()
-
-    runner.step = profiled
-    try:
-        from bench.gpu import collect
-
+    with steps_profiled(engine.runner, profiler):
         collect(engine, requests(prompts(batch, PROMPT, vocab, 15), args.tokens))
-    finally:
-        del runner.step
     text = io.StringIO()
     stats = pstats.Stats(profiler, stream=text)
     stats.sort_stats("tottime").print_stats(30)

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 if "--root" in sys.argv:  # another tree's engine (its `inference/`), for before and after
     sys.path.insert(0, str(Path(sys.argv[sys.argv.index("--root") + 1]).resolve()))
 import inference.engine  # noqa: E402, F401  (before mlx.core: the CPU's BLAS)
-from bench.gpu import collect, prompts  # noqa: E402
+from bench.gpu import collect, prompts, steps_profiled  # noqa: E402
 from bench.gpu_models import TINY, Shape, build_folder  # noqa: E402
 
 TOKENIZER = ROOT / "var" / "models" / "smollm2-135m-instruct"
@@ -136,21 +136,10 @@ def generator_step(engine, batch: int, tokens: int) -> float:
 
 def profile(engine, batch: int, tokens: int, top: int) -> None:
     """cProfile of the runner's steps only (the engine thread), sorted by own time."""
-    runner = engine.runner
     profiler = cProfile.Profile()
-    step = runner.step
-
-    def profiled() -> int:
-        profiler.enable()
-        try:
-            return step()
-        finally:
-            profiler.disable()
-
     engine_step(engine, batch, tokens)  # warm
-    runner.step = profiled
-    seconds = engine_step(engine, batch, tokens)
-    runner.step = step
+    with steps_profiled(engine.runner, profiler):
+        seconds = engine_step(engine, batch, tokens)
     print(f"batch {batch}: {seconds * 1e3:.3f} ms/step under the profiler")
     text = io.StringIO()
     stats = pstats.Stats(profiler, stream=text)
