@@ -8,7 +8,9 @@ queue from any thread; events leave through each request's `emit`, on the engine
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from collections.abc import Callable
 
 import mlx.core as mx
@@ -23,6 +25,21 @@ from .runner import Runner
 from .scheduler import Scheduler
 
 log = logging.getLogger(__name__)
+
+
+def _wait_for_os_thread(native_id: int | None, timeout: float) -> None:
+    """Wait until the OS thread `native_id` is gone (Linux; elsewhere, no wait).
+
+    join() returns once the thread's Python code is done, but the OS thread then still runs
+    its C++ thread-local destructors, and one of MLX's Python module takes the GIL: when the
+    interpreter finalizes meanwhile, the thread is stopped inside that destructor and the
+    process aborts ("terminate called without an active exception", exit status 134), as a
+    script that shut an engine down after a few long prompts and exited did.
+    """
+    task = f"/proc/self/task/{native_id}"
+    deadline = time.monotonic() + timeout
+    while native_id is not None and os.path.exists(task) and time.monotonic() < deadline:
+        time.sleep(0.005)
 
 
 class Engine:
@@ -100,6 +117,7 @@ class Engine:
         self._stopping.set()
         self.scheduler.wake()
         self._thread.join(timeout)
+        _wait_for_os_thread(self._thread.native_id, timeout=2.0)
 
     # -- the engine thread ----------------------------------------------------
 

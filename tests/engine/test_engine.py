@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -130,3 +133,34 @@ def test_requests_check_themselves(kwargs, message):
 def test_sampling_params_check_themselves():
     with pytest.raises(ValueError, match="top_p must be between 0 and 1"):
         SamplingParams(top_p=1.5)
+
+
+EXIT_AFTER_SHUTDOWN = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from inference.engine import Engine, EngineConfig, GenerationRequest, load_model
+from inference.engine.prompt_cache import PromptCacheConfig
+from tests.engine.helpers import generate
+config = EngineConfig(max_batch_size=2, prompt_cache=PromptCacheConfig(max_entries=0))
+engine = Engine(lambda: load_model(sys.argv[2]), config=config).start()
+prompt = engine.tokenizer.encode(" ".join(["The river ran past the old mill."] * 60))
+for _ in range(4):
+    generate(engine, GenerationRequest(prompt, max_tokens=1))
+engine.shutdown()
+print("shut down", flush=True)
+"""
+
+
+def test_a_process_exits_cleanly_after_shutting_its_engine_down(model_folder):
+    # The engine thread's C++ thread-local destructors (one takes the GIL) outlived join();
+    # a script that exited right after shutdown() aborted with status 134.
+    root = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run(
+        [sys.executable, "-c", EXIT_AFTER_SHUTDOWN, root, str(model_folder)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "shut down" in done.stdout
+    assert "terminate called" not in done.stderr
