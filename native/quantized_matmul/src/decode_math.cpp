@@ -7,6 +7,10 @@
 #if defined(__x86_64__) || defined(_M_X64)
 #include "avx2_util.h"
 
+// GCC 12's AVX-512 headers start vectors as `__Y = __Y`, which -Wall reports in every caller.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 namespace mlxlab {
 
 namespace {

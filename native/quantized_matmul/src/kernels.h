@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 namespace mlxlab {
@@ -40,6 +41,22 @@ void set_avx512_allowed(bool on);
 
 // Throws std::invalid_argument for shapes or bits it does not support.
 void compute(const Problem& p);
+
+// Calls f(bits, group_size) with the problem's two as std::integral_constant, so that each
+// supported pair gets its own fully unrolled kernel: f(auto bits, auto gs) names it
+// kernel<bits(), gs()>. (compute() has checked the pair.)
+template <typename F>
+void for_shape(const Problem& p, F&& f) {
+  using std::integral_constant;
+  switch (p.bits * 1000 + p.group_size) {
+    case 4032: f(integral_constant<int, 4>{}, integral_constant<int, 32>{}); break;
+    case 4064: f(integral_constant<int, 4>{}, integral_constant<int, 64>{}); break;
+    case 4128: f(integral_constant<int, 4>{}, integral_constant<int, 128>{}); break;
+    case 8032: f(integral_constant<int, 8>{}, integral_constant<int, 32>{}); break;
+    case 8064: f(integral_constant<int, 8>{}, integral_constant<int, 64>{}); break;
+    default: f(integral_constant<int, 8>{}, integral_constant<int, 128>{}); break;
+  }
+}
 
 // The rows of group sums of x (xsum) the kernels take: groups rounded up to 8 and
 // zero padded, so a kernel reads 8 groups per vector load.

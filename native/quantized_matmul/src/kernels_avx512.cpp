@@ -136,15 +136,7 @@ bool avx512_supported() {
 }
 
 void rows_avx512(const Problem& p, const float* x, const float* xsum, int n0, int n1) {
-  const int key = p.bits * 1000 + p.group_size;
-  switch (key) {
-    case 4032: rows<4, 32>(p, x, xsum, n0, n1); break;
-    case 4064: rows<4, 64>(p, x, xsum, n0, n1); break;
-    case 4128: rows<4, 128>(p, x, xsum, n0, n1); break;
-    case 8032: rows<8, 32>(p, x, xsum, n0, n1); break;
-    case 8064: rows<8, 64>(p, x, xsum, n0, n1); break;
-    default: rows<8, 128>(p, x, xsum, n0, n1); break;
-  }
+  for_shape(p, [&](auto bits, auto gs) { rows<bits(), gs()>(p, x, xsum, n0, n1); });
 }
 
 }  // namespace mlxlab

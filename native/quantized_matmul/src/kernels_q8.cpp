@@ -230,14 +230,7 @@ MLXLAB_AVX2 void rows_q(const Problem& p, const float* xsum, const QuantizedRows
 
 template <typename X>
 void rows_for(const Problem& p, const float* xsum, const QuantizedRows<X>& q, int n0, int n1) {
-  switch (p.bits * 1000 + p.group_size) {
-    case 4032: rows_q<4, 32>(p, xsum, q, n0, n1); break;
-    case 4064: rows_q<4, 64>(p, xsum, q, n0, n1); break;
-    case 4128: rows_q<4, 128>(p, xsum, q, n0, n1); break;
-    case 8032: rows_q<8, 32>(p, xsum, q, n0, n1); break;
-    case 8064: rows_q<8, 64>(p, xsum, q, n0, n1); break;
-    default: rows_q<8, 128>(p, xsum, q, n0, n1); break;
-  }
+  for_shape(p, [&](auto bits, auto gs) { rows_q<bits(), gs()>(p, xsum, q, n0, n1); });
 }
 
 }  // namespace
