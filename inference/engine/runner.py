@@ -8,7 +8,6 @@ import logging
 import time
 
 from mlx_lm.generate import StopSequences
-from mlx_lm.sample_utils import greedy_sampler
 
 from . import decode_mask
 from .adapters import activate, load_adapter
@@ -21,25 +20,14 @@ from .kv_cache import QuantizedRowCache
 from .kv_lanes import LaneKey, Lanes
 from .loader import LoadedModel
 from .prompt_cache import PromptCache
-from .request import Failed, SamplingParams
+from .request import Failed
 from .resuming import Resuming
-from .sampling import (
-    Sampler,
-    build_logits_processors,
-    build_sampler,
-    guarded,
-    sampler_key,
-    unchanged,
-)
+from .sampling import RowSamplers, build_logits_processors, guarded, unchanged
 from .scheduler import Pending, Plan
-from .sequence import ReadLogprob, Sequence, read_logprobs
+from .sequence import Sequence, step_logprobs
 from .speculative import SpeculativeGenerator, speculation_for
 
 log = logging.getLogger(__name__)
-
-# Distinct sampling settings kept for sharing; a row holds its own reference, so a clear
-# only costs the next rows one build.
-MAX_SHARED_SAMPLERS = 64
 
 
 class Runner:
@@ -59,7 +47,7 @@ class Runner:
         tokenizer = loaded.tokenizer
         self._stop_tokens = StopSequences([(t,) for t in tokenizer.eos_token_ids])
         # XTC must never cut the newline or end-of-sequence tokens (mlx_lm.server).
-        self._xtc_special = tokenizer.encode("\n") + list(tokenizer.eos_token_ids)
+        self._samplers = RowSamplers(tokenizer.encode("\n") + list(tokenizer.eos_token_ids))
         self.identity = model_identity(loaded)
         self.prompt_cache = PromptCache(
             config.prompt_cache,
@@ -81,7 +69,6 @@ class Runner:
         self._adapters_loaded: set[str] = set()
         # leader uid -> requests for the same prompt, admitted once its prefill is cached
         self._followers: dict[int, list[Pending]] = {}
-        self._shared_samplers: dict[tuple, Sampler] = {}
         self._logprob_uids: set[int] = set()  # rows whose steps keep logprobs (lean_step.py)
         self.speculation = speculation_for(
             loaded, max_rows=config.max_verify_rows, exact=config.exact_verification
@@ -168,7 +155,7 @@ class Runner:
         replayed = request.resume.tokens if request.resume is not None else ()
         prompt = _prompt(request)
         try:
-            sampler = self._sampler(request.sampling, sequence, step=len(replayed))
+            sampler = self._samplers.for_row(request.sampling, sequence, step=len(replayed))
             processors = build_logits_processors(request.sampling)
             grammar = None
             if request.grammar is not None:  # last, so bias can't revive a masked token
@@ -210,28 +197,6 @@ class Runner:
         self._resuming.claim(sequence)
         sequence.replay(replayed)
         return uid
-
-    def _sampler(
-        self, params: SamplingParams, sequence: Sequence, *, step: int = 0
-    ) -> Sampler | None:
-        """The row's sampler; rows that sample alike share one, so the batch samples once.
-
-        mlx-lm samples the whole batch in one call when every row holds the same
-        sampler object, and row by row otherwise: on a GPU that is a kernel launch
-        per row per step. Greedy rows take the generator's own (None); unseeded rows
-        with equal settings share one. A seeded row re-seeds per step: its own.
-        """
-        if params.is_greedy:
-            return None
-        if params.seed is not None:
-            sampler = build_sampler(params, xtc_special_tokens=self._xtc_special, step=step)
-            return guarded(sampler, sequence, fallback=greedy_sampler)
-        key = sampler_key(params)
-        if key not in self._shared_samplers:
-            if len(self._shared_samplers) >= MAX_SHARED_SAMPLERS:  # clients choose the keys
-                self._shared_samplers.clear()
-            self._shared_samplers[key] = build_sampler(params, xtc_special_tokens=self._xtc_special)
-        return self._shared_samplers[key]
 
     def _lane_for(self, request, cache: list | None) -> tuple[LaneKey, list | None]:
         """The lane a new row joins, and its starting cache.
@@ -329,7 +294,7 @@ class Runner:
 
     def _postprocess(self, responses) -> int:
         ended = 0
-        read = self._read_logprobs(responses)
+        read = step_logprobs(responses, self._active)
         for index, response in enumerate(responses):
             ended += self._admit_followers(response.uid)  # its prompt is cached by now
             sequence = self._active.get(response.uid)
@@ -361,27 +326,6 @@ class Runner:
             self.stats.requests_completed += 1
             ended += 1
         return ended
-
-    def _read_logprobs(self, responses) -> dict[int, ReadLogprob]:
-        """By response index, the logprobs of the tokens whose requests show them: one
-        read from the device for the whole step (read_logprobs)."""
-        wanted = []
-        for index, response in enumerate(responses):
-            sequence = self._active.get(response.uid)
-            if sequence is not None and sequence.request.logprobs:
-                wanted.append((index, response, sequence.request.top_logprobs))
-        if not wanted:
-            return {}
-        try:
-            values = read_logprobs(
-                [response.logprobs for _, response, _ in wanted],
-                [response.token for _, response, _ in wanted],
-                [count for _, _, count in wanted],
-            )
-        except Exception:  # those rows fail alone, in _postprocess
-            log.exception("reading the step's logprobs failed")
-            return {}
-        return {index: value for (index, _, _), value in zip(wanted, values, strict=True)}
 
     def fail_all(self, message: str) -> int:
         waiting = [pending for group in self._followers.values() for pending in group]

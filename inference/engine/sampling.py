@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import mlx.core as mx
-from mlx_lm.sample_utils import make_logits_processors, make_sampler
+from mlx_lm.sample_utils import greedy_sampler, make_logits_processors, make_sampler
 
 from .request import SamplingParams
 
@@ -19,6 +19,9 @@ LogitsProcessor = Callable[[mx.array, mx.array], mx.array]
 
 # Fresh entropy for the global MLX key after a seeded request borrowed it.
 _entropy = random.SystemRandom()
+# Distinct sampling settings kept for sharing; a row holds its own reference, so a clear
+# only costs the next rows one build.
+MAX_SHARED_SAMPLERS = 64
 
 
 def build_sampler(
@@ -121,3 +124,32 @@ def guarded(function: Callable, sequence: Sequence, *, fallback: Callable) -> Ca
 
 def unchanged(tokens, logits):
     return logits
+
+
+class RowSamplers:
+    """Each row's sampler; rows that sample alike share one, so the batch samples once.
+
+    mlx-lm samples the whole batch in one call when every row holds the same sampler
+    object, and row by row otherwise: on a GPU that is a kernel launch per row per step.
+    Greedy rows take the generator's own (None); unseeded rows with equal settings share
+    one. A seeded row re-seeds per step: its own.
+    """
+
+    def __init__(self, xtc_special_tokens: list[int]):
+        self._xtc_special = xtc_special_tokens
+        self._shared: dict[tuple, Sampler] = {}
+
+    def for_row(
+        self, params: SamplingParams, sequence: Sequence, *, step: int = 0
+    ) -> Sampler | None:
+        if params.is_greedy:
+            return None
+        if params.seed is not None:
+            sampler = build_sampler(params, xtc_special_tokens=self._xtc_special, step=step)
+            return guarded(sampler, sequence, fallback=greedy_sampler)
+        key = sampler_key(params)
+        if key not in self._shared:
+            if len(self._shared) >= MAX_SHARED_SAMPLERS:  # clients choose the keys
+                self._shared.clear()
+            self._shared[key] = build_sampler(params, xtc_special_tokens=self._xtc_special)
+        return self._shared[key]

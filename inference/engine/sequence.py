@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import mlx.core as mx
@@ -17,6 +18,8 @@ from .request import (
     TopLogprob,
 )
 from .stop import StopMatcher
+
+log = logging.getLogger(__name__)
 
 
 def _faithful(detokenizer):
@@ -67,6 +70,29 @@ def read_logprobs(rows: list[mx.array], tokens: list[int], counts: list[int]) ->
             chosen.tolist(), ids.tolist(), values.tolist(), counts, strict=True
         )
     ]
+
+
+def step_logprobs(responses: list, active: Mapping[int, Sequence]) -> dict[int, ReadLogprob]:
+    """By response index, the logprobs of a step's tokens whose requests show them, in one
+    read from the device (read_logprobs). A failed read leaves them out: those rows then
+    fail alone, when their tokens are turned into events."""
+    wanted = []
+    for index, response in enumerate(responses):
+        sequence = active.get(response.uid)
+        if sequence is not None and sequence.request.logprobs:
+            wanted.append((index, response, sequence.request.top_logprobs))
+    if not wanted:
+        return {}
+    try:
+        values = read_logprobs(
+            [response.logprobs for _, response, _ in wanted],
+            [response.token for _, response, _ in wanted],
+            [count for _, _, count in wanted],
+        )
+    except Exception:
+        log.exception("reading the step's logprobs failed")
+        return {}
+    return {index: value for (index, _, _), value in zip(wanted, values, strict=True)}
 
 
 @dataclass

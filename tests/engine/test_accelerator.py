@@ -9,8 +9,8 @@ import mlx.core as mx
 import pytest
 
 from inference.engine import Engine, EngineConfig, SamplingParams, load_model
-from inference.engine import runner as runner_module
 from inference.engine.accelerator import PTX_CACHE_VARIABLE, WarmUpShapes, use_kernel_cache
+from inference.engine.sampling import MAX_SHARED_SAMPLERS, RowSamplers
 
 from .helpers import generate
 from .test_engine import greedy
@@ -67,15 +67,15 @@ def test_the_kernel_cache_goes_under_the_lab_on_a_gpu(tmp_path, monkeypatch):
     assert folder.parent.name == mx.__version__
 
 
-def test_rows_that_sample_alike_share_one_sampler(engine):
-    runner = engine.runner
+def test_rows_that_sample_alike_share_one_sampler():
+    samplers = RowSamplers(xtc_special_tokens=[0])
     warm = SamplingParams(temperature=0.7, top_p=0.9)
-    first = runner._sampler(warm, sequence=None)
-    assert runner._sampler(SamplingParams(temperature=0.7, top_p=0.9), sequence=None) is first
-    assert runner._sampler(SamplingParams(temperature=0.8, top_p=0.9), sequence=None) is not first
-    assert runner._sampler(SamplingParams(), sequence=None) is None  # greedy: the batch's own
+    first = samplers.for_row(warm, sequence=None)
+    assert samplers.for_row(SamplingParams(temperature=0.7, top_p=0.9), sequence=None) is first
+    assert samplers.for_row(SamplingParams(temperature=0.8, top_p=0.9), sequence=None) is not first
+    assert samplers.for_row(SamplingParams(), sequence=None) is None  # greedy: the batch's own
     seeded = SamplingParams(temperature=0.7, top_p=0.9, seed=1)
-    assert runner._sampler(seeded, sequence=None) is not runner._sampler(seeded, sequence=None)
+    assert samplers.for_row(seeded, sequence=None) is not samplers.for_row(seeded, sequence=None)
     for step in range(100):  # client-chosen settings never grow the shared set unbounded
-        runner._sampler(SamplingParams(temperature=0.5 + step / 1000), sequence=None)
-    assert len(runner._shared_samplers) <= runner_module.MAX_SHARED_SAMPLERS
+        samplers.for_row(SamplingParams(temperature=0.5 + step / 1000), sequence=None)
+    assert len(samplers._shared) <= MAX_SHARED_SAMPLERS

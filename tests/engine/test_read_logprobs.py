@@ -6,7 +6,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from inference.engine import GenerationRequest
-from inference.engine import runner as runner_module
+from inference.engine import sequence as sequence_module
 from inference.engine.sequence import read_logprobs
 
 from .helpers import chat_tokens, generate, submit
@@ -47,7 +47,7 @@ def test_a_step_of_rows_asking_for_logprobs_reads_them_once(engine, monkeypatch)
         reads.append(len(rows))
         return read_logprobs(rows, tokens, counts)
 
-    monkeypatch.setattr(runner_module, "read_logprobs", counted)
+    monkeypatch.setattr(sequence_module, "read_logprobs", counted)
     runs = [
         submit(engine, GenerationRequest(p, max_tokens=8, logprobs=True, top_logprobs=2))
         for p in prompts
