@@ -56,7 +56,7 @@ def main() -> None:
     parser.add_argument("--label", default="")
     parser.add_argument(
         "--prefill",
-        default="8",
+        default="0",
         help="prefill_batch_size per child, comma-separated; 0: the engine's default",
     )
     parser.add_argument(
