@@ -393,7 +393,7 @@ def started_engine(folder: Path, max_batch: int, env: dict[str, str]):
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)  # read when the engine loads the model
     try:
-        config = EngineConfig(max_batch_size=max_batch, prefill_batch_size=8, warm_up=True)
+        config = EngineConfig(max_batch_size=max_batch, warm_up=True)  # the engine's prefill batch
         return Engine(lambda: load_model(folder), config=config).start()
     finally:
         for key, value in saved.items():
@@ -406,9 +406,7 @@ def started_engine(folder: Path, max_batch: int, env: dict[str, str]):
 def engine_speed(folder: Path, tokens: int, batches: list[int], cache, label: str) -> dict:
     from inference.engine import Engine, EngineConfig, load_model
 
-    config = EngineConfig(
-        max_batch_size=max(batches), prefill_batch_size=8, prompt_cache=cache, warm_up=True
-    )
+    config = EngineConfig(max_batch_size=max(batches), prompt_cache=cache, warm_up=True)
     engine = Engine(lambda: load_model(folder), config=config).start()
     vocab = engine.vocab_size
     try:
@@ -537,7 +535,7 @@ def first_request(folder: Path, warm: str) -> None:
     started = time.perf_counter()
     from inference.engine import Engine, EngineConfig, load_model
 
-    config = EngineConfig(max_batch_size=8, prefill_batch_size=8, warm_up=warm == "on")
+    config = EngineConfig(max_batch_size=8, warm_up=warm == "on")
     engine = Engine(lambda: load_model(folder), config=config).start()
     ready = time.perf_counter() - started
     vocab = engine.vocab_size

@@ -16,6 +16,10 @@ greedy, 32-token prompts:
   postprocessing timed (per step, over the run): where the host's time goes;
 - a cProfile of the engine thread at the largest batch (DIR/profile_<tree>_<round>.txt).
 
+`--prefill 8,32` alternates engine settings instead (or as well): each child's
+`prefill_batch_size`, 0 for the engine's own default. Odd rounds run the variants in the
+reverse order, since the first child of a round tends to read slower.
+
 Every child's greedy texts are compared with the first tree's. Writes DIR/gpu_host.json.
 """
 
@@ -51,6 +55,11 @@ def main() -> None:
     parser.add_argument("--child", nargs=2, metavar=("ROOT", "FOLDER"), help=argparse.SUPPRESS)
     parser.add_argument("--label", default="")
     parser.add_argument(
+        "--prefill",
+        default="0",
+        help="prefill_batch_size per child, comma-separated; 0: the engine's default",
+    )
+    parser.add_argument(
         "--logprobs-batch",
         type=int,
         default=0,
@@ -68,21 +77,23 @@ def main() -> None:
     os.environ.setdefault("MLX_PTX_CACHE_DIR", str(work / "kernels"))  # one compile for all
     folder = build_folder(SHAPES[args.shape], work / args.shape, args.tokenizer)
     roots = args.roots.split(",")
+    variants = [(root, prefill) for root in roots for prefill in args.prefill.split(",")]
     report: dict = {"roots": roots, "runs": []}
     texts: dict = {}
     for round_ in range(args.rounds):
-        for root in roots:
-            label = f"{Path(root).resolve().name}_{round_}"
+        for root, prefill in variants if round_ % 2 == 0 else variants[::-1]:
+            label = f"{Path(root).resolve().name}_p{prefill}_{round_}"
             command = [sys.executable, __file__, "--child", root, str(folder), "--label", label]
             command += ["--out", str(args.out), "--tokens", str(args.tokens)]
             command += ["--batches", args.batches, "--logprobs-batch", str(args.logprobs_batch)]
+            command += ["--prefill", prefill]
             result = subprocess.run(command, capture_output=True, text=True, timeout=500)
             lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
             if not lines:
                 print(label, "failed:", result.stderr[-3000:], flush=True)
                 continue
             row = json.loads(lines[-1])
-            row.update(root=root, round=round_)
+            row.update(root=root, round=round_, prefill=prefill)
             texts.setdefault("first", row.pop("texts"))
             row["same_text"] = texts["first"] == row.pop("texts", texts["first"])
             report["runs"].append(row)
@@ -92,9 +103,11 @@ def main() -> None:
 
 
 def print_table(runs: list[dict]) -> None:
-    print("\nroot round | stream tok/s | batch: tok/s with prefill, best/med ; step ms ; host")
+    print(
+        "\nroot prefill round | stream tok/s | batch: tok/s with prefill, best/med ; step ms ; host"
+    )
     for row in runs:
-        cells = [f"{row['root']} {row['round']}", f"{row['stream_tps']:.0f}"]
+        cells = [f"{row['root']} p{row['prefill']} {row['round']}", f"{row['stream_tps']:.0f}"]
         for key, entry in row["batches"].items():
             parts = " ".join(f"{k} {v:.3f}" for k, v in entry["host_ms"].items())
             cells.append(
@@ -123,11 +136,13 @@ def child(root: Path, folder: Path, args) -> None:
     from bench.gpu import collect, engine_batch, engine_stream, prompts
 
     batches = [int(b) for b in args.batches.split(",")]
-    config = EngineConfig(max_batch_size=max(batches), prefill_batch_size=8, warm_up=True)
+    options = {"prefill_batch_size": int(args.prefill)} if int(args.prefill) else {}
+    config = EngineConfig(max_batch_size=max(batches), warm_up=True, **options)
     engine = Engine(lambda: load_model(folder), config=config).start()
     vocab = engine.vocab_size
     try:
         row: dict = {"label": args.label, "warm_up_s": round(engine.stats.warm_up_seconds, 2)}
+        row["prefill_batch_size"] = engine.runner.config.prefill_batch_size
         streams = [engine_stream(engine, p, args.tokens)[0] for p in prompts(3, PROMPT, vocab, 7)]
         row["stream_tps"], row["stream_tps_med"] = max(streams), statistics.median(streams)
         row["batches"], texts = {}, []

@@ -52,7 +52,7 @@ class Engine:
         """
         self._loader = loader
         self.loaded: LoadedModel | None = None
-        self.config = config or EngineConfig()
+        self.config = (config or EngineConfig()).for_device(on_gpu())
         self.stats = EngineStats()
         self.scheduler = Scheduler()
         self.runner: Runner | None = None

@@ -44,6 +44,28 @@ def test_the_cpu_warms_up_only_when_asked(engine):
     assert engine.stats.warm_up_seconds == 0
 
 
+def test_a_gpu_prefills_a_whole_batch_together_and_the_cpu_four_prompts():
+    config = EngineConfig(max_batch_size=32)
+    assert config.prefill_batch_size is None  # left to the device
+    assert config.for_device(gpu=True).prefill_batch_size == 32
+    assert config.for_device(gpu=False).prefill_batch_size == 4
+    assert EngineConfig(max_batch_size=2).for_device(gpu=False).prefill_batch_size == 4
+
+
+def test_an_explicit_prefill_batch_size_wins_on_either_device():
+    config = EngineConfig(max_batch_size=32, prefill_batch_size=8)
+    assert config.for_device(gpu=True).prefill_batch_size == 8
+    assert config.for_device(gpu=False).prefill_batch_size == 8
+    with pytest.raises(ValueError):
+        EngineConfig(prefill_batch_size=0)
+
+
+def test_the_engine_chooses_its_prefill_batch_for_its_device(engine):
+    assert engine.config.max_batch_size == 8
+    assert engine.config.prefill_batch_size == 4  # the CPU's
+    assert engine.runner.config.prefill_batch_size == 4
+
+
 def test_the_kernel_cache_is_left_alone_on_the_cpu(tmp_path, monkeypatch):
     monkeypatch.delenv(PTX_CACHE_VARIABLE, raising=False)
     assert use_kernel_cache(tmp_path) is None
