@@ -31,7 +31,7 @@ def _wait_for_os_thread(native_id: int | None, timeout: float) -> None:
     """Wait until the OS thread `native_id` is gone (Linux; elsewhere, no wait).
 
     join() returns once the thread's Python code is done, but the OS thread then still runs
-    its C++ thread-local destructors, and one of MLX's Python module takes the GIL: when the
+    its C++ thread-local destructors, and one in MLX's Python module takes the GIL: when the
     interpreter finalizes meanwhile, the thread is stopped inside that destructor and the
     process aborts ("terminate called without an active exception", exit status 134), as a
     script that shut an engine down after a few long prompts and exited did.
