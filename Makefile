@@ -14,6 +14,8 @@ CHROMIUM ?= /usr/bin/chromium
 setup: $(STAMP)
 	@# The AVX2 quantized matmul (issue 21): quiet when nothing changed; never fails setup.
 	@$(PY) native/quantized_matmul/build.py
+	@# The CUDA decode step (issue 18): built only beside MLX's CUDA wheel and nvcc.
+	@$(PY) native/cuda_decode/build.py
 	@$(PY) manage.py migrate --noinput -v 0
 	@$(PY) manage.py ensure_default_model
 

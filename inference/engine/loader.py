@@ -9,7 +9,7 @@ from pathlib import Path
 
 from mlx_lm import load
 
-from . import compiled_mlp, fused_projections
+from . import compiled_mlp, cuda_decode, fused_projections
 from .accelerator import on_gpu
 from .dense_weights import FastPathOptions, FastPathReport, apply_fast_path
 
@@ -45,7 +45,8 @@ def load_model(path: str | Path, *, fast_path: FastPathOptions | None = None) ->
 
     On the CPU the quantized weights become dense float32 ones (the fast
     path) unless `fast_path` says otherwise or they exceed its memory budget. On a
-    GPU, dense Llama layers run fused q/k/v and gate/up projections (fused_projections.py);
+    GPU, dense Llama layers run fused q/k/v and gate/up projections (fused_projections.py),
+    and such models' one-token steps the native CUDA decode step (cuda_decode.py);
     with MLXLAB_COMPILED_MLP=1, the other layers' batched decode steps run the MLP half
     compiled (compiled_mlp.py).
     """
@@ -57,6 +58,8 @@ def load_model(path: str | Path, *, fast_path: FastPathOptions | None = None) ->
     log.info("%s runs on the %s path: %s", path.name, report.path, report.reason)
     if fused_projections.wanted(on_gpu()):
         fused_projections.fuse_projections(model)
+        if cuda_decode.wanted(on_gpu()):
+            cuda_decode.install(model)
     if compiled_mlp.wanted(on_gpu()):
         compiled_mlp.compile_mlp_halves(model)
     return LoadedModel(

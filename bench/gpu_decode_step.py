@@ -1,0 +1,180 @@
+"""Check and time the CUDA decode step on a GPU (issue 18): `inference/engine/cuda_decode.py`.
+
+    python3 bench/gpu_decode_step.py [--shape llama-1b-bf16] [--tokens 128] [--runs 3]
+
+On a random-weight Llama model: each step's logits and the caches it writes against
+mlx-lm's model (the fused layers as the engine runs them), one row (`KVCache`, across a
+256-column growth) and a left-padded batch (`BatchKVCache`), with the reference's greedy
+token fed to both; then greedy decode tok/s, both loops alternated in one process, one
+row and batches, against the one-stream bandwidth limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import mlx.core as mx  # noqa: E402
+from mlx.utils import tree_flatten, tree_map  # noqa: E402
+from mlx_lm.models import llama  # noqa: E402
+from mlx_lm.models.cache import BatchKVCache, KVCache  # noqa: E402
+
+from bench.gpu_models import SHAPES  # noqa: E402
+from inference.engine import cuda_decode, fused_projections  # noqa: E402
+
+
+def build(shape) -> llama.Model:
+    mx.random.seed(0)
+    model = llama.Model(llama.ModelArgs.from_dict(shape.config()))
+    model.update(tree_map(lambda p: (p * 0.5).astype(mx.bfloat16), model.parameters()))
+    mx.eval(model.parameters())
+    fused_projections.fuse_projections(model)
+    return model
+
+
+def reference(model, inputs, cache):
+    return llama.Model.__call__(model, inputs, cache=cache)
+
+
+def prefill(model, prompts: list[list[int]], batch_cache: bool):
+    layers = len(model.model.layers)
+    if not batch_cache:
+        cache = [KVCache() for _ in range(layers)]
+        reference(model, mx.array(prompts), cache)
+    else:
+        longest = max(len(p) for p in prompts)
+        padding = [longest - len(p) for p in prompts]
+        cache = [BatchKVCache(padding) for _ in range(layers)]
+        reference(
+            model, mx.array([[0] * pad + p for pad, p in zip(padding, prompts, strict=True)]), cache
+        )
+    mx.eval([c.state for c in cache])
+    return cache
+
+
+def compare(model, prompts: list[list[int]], batch_cache: bool, steps: int) -> dict:
+    """Teacher-forced: both paths get the reference's greedy token each step."""
+    ours, theirs = prefill(model, prompts, batch_cache), prefill(model, prompts, batch_cache)
+    token = mx.array([[p[-1]] for p in prompts])
+    worst, agree, total = 0.0, 0, 0
+    for _ in range(steps):
+        want = reference(model, token, theirs).astype(mx.float32)
+        got = model(token, cache=ours).astype(mx.float32)
+        scale = mx.abs(want).max().item()
+        worst = max(worst, mx.abs(want - got).max().item() / max(scale, 1e-6))
+        best = mx.argmax(want[:, -1], axis=-1)
+        agree += int((best == mx.argmax(got[:, -1], axis=-1)).sum().item())
+        total += len(prompts)
+        token = best[:, None].astype(mx.int32)
+    cache_error = 0.0
+    for a, b in zip(ours, theirs, strict=True):
+        for x, y in ((a.keys, b.keys), (a.values, b.values)):
+            n = min(x.shape[2], y.shape[2])
+            d = mx.abs(x[..., :n, :].astype(mx.float32) - y[..., :n, :].astype(mx.float32)).max()
+            cache_error = max(cache_error, d.item())
+    offsets_equal = all(
+        (mx.all(a.offset == b.offset).item() if batch_cache else a.offset == b.offset)
+        for a, b in zip(ours, theirs, strict=True)
+    )
+    return {"worst_relative_logit_error": worst, "argmax_agree": f"{agree}/{total}",
+            "cache_max_abs_error": cache_error, "offsets_equal": offsets_equal}  # fmt: skip
+
+
+def decode_rate(call, model, batch: int, tokens: int, vocab: int, seed: int) -> float:
+    """Greedy tok/s of `call`, pipelined as mlx-lm's generate_step: step n+1 queued
+    before step n's tokens are read."""
+    import random
+
+    draw = random.Random(seed)
+    prompts = [[draw.randrange(3, vocab) for _ in range(32)] for _ in range(batch)]
+    cache = prefill(model, prompts, batch_cache=batch > 1)
+    y = mx.array([[p[-1]] for p in prompts])
+    logits = call(model, y, cache)
+    y = mx.argmax(logits[:, -1], axis=-1)[:, None]
+    mx.async_eval(y)
+    mx.eval(y)
+    start = time.perf_counter()
+    for _ in range(tokens):
+        logits = call(model, y, cache)
+        following = mx.argmax(logits[:, -1], axis=-1)[:, None]
+        mx.async_eval(following)
+        y.tolist()
+        y = following
+    y.tolist()
+    return batch * tokens / (time.perf_counter() - start)
+
+
+def ours(model, inputs, cache):
+    return model(inputs, cache=cache)
+
+
+def bandwidth() -> float:
+    """Device copy bandwidth in bytes/s (read and write counted), as bench/gpu.py takes it."""
+    a = mx.random.uniform(shape=(256 * 1024 * 1024,))  # 1 GiB of float32
+    mx.eval(a)
+    best = 0.0
+    for _ in range(5):
+        start = time.perf_counter()
+        b = a * 1.0
+        mx.eval(b)
+        best = max(best, 2 * a.nbytes / (time.perf_counter() - start))
+        del b
+    return best
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", default="llama-1b-bf16", choices=sorted(SHAPES))
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--batches", default="1,4,8")
+    parser.add_argument("--out", default="")
+    args = parser.parse_args()
+    shape = SHAPES[args.shape]
+    model = build(shape)
+    if not cuda_decode.install(model):
+        print("the CUDA decode step did not install")
+        return 1
+    native = model._mlxlab_native
+    weight_bytes = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+    rows: dict = {"shape": shape.name, "weight_bytes": weight_bytes}
+    copies = native.cache_copies()
+    rows["one_row_kvcache"] = compare(model, [[5, 9, 13] * 12 + [7]], False, 24)
+    rows["one_row_growth"] = compare(model, [list(range(3, 253))], False, 12)
+    rows["batch_left_padded"] = compare(model, [[4] * 5, list(range(3, 20)), [8] * 30], True, 24)
+    rows["cache_copies_in_checks"] = native.cache_copies() - copies
+    print(json.dumps(rows, indent=1), flush=True)
+    rows["copy_bandwidth"] = bw = bandwidth()
+    limit = bw / weight_bytes
+    rows["one_stream_limit_tps"] = limit
+    copies = native.cache_copies()
+    for batch in [int(b) for b in args.batches.split(",")]:
+        rates = {"mlx": [], "cuda_step": []}
+        for run in range(args.runs + 1):
+            for name, call in (("mlx", reference), ("cuda_step", ours)):
+                rate = decode_rate(call, model, batch, args.tokens, shape.vocab, run)
+                if run:  # the first run compiles
+                    rates[name].append(rate)
+        for name, values in rates.items():
+            rows[f"{name}_b{batch}_tps"] = values
+        mine, theirs = statistics.median(rates["cuda_step"]), statistics.median(rates["mlx"])
+        share = f", {mine / limit:.0%} of the limit" if batch == 1 else ""
+        print(f"batch {batch}: cuda step {mine:,.0f} tok/s against {theirs:,.0f} "
+              f"({mine / theirs:.2f}x){share}", flush=True)  # fmt: skip
+    rows["cache_copies_in_timing"] = native.cache_copies() - copies
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s, one-stream limit {limit:,.0f} tok/s; "
+          f"caches copied while timing: {rows['cache_copies_in_timing']}")  # fmt: skip
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

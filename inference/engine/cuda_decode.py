@@ -1,0 +1,298 @@
+"""On an NVIDIA GPU, a dense Llama model's one-token decode step as one MLX primitive (issue 18).
+
+MLX's CUDA backend spends host time on every kernel of a step (it records each into a new
+CUDA graph), and on an H200 that host work, not the device, bounded a 1B model's decode
+step: 229-276 kernels, 3.4 ms a step, 1.1-1.5 ms of it on the device (docs/BENCHMARKS.md,
+"Where a decode step's time goes"). The step in native/cuda_decode is one node of MLX's
+graph whose evaluation launches its own kernels (five a layer) straight on MLX's stream,
+so the host's work per step no longer grows with the model's kernels.
+
+It takes the steps that feed one token a row to a model whose every layer has fused
+projections (fused_projections.py: dense, bias-free, no active adapter), with plain
+mlx-lm KV caches (`KVCache`, or `BatchKVCache` as the engine's batches keep them) in the
+model's dtype, up to the batch the native step takes. Everything else (prefill, verifying
+passes, quantized models or caches, larger batches) runs mlx-lm's model as before. The
+caches change as mlx-lm's `update_and_fetch` changes them: the same growth, the same
+columns, the same offsets.
+
+MLXLAB_CUDA_DECODE: 1 (the default: on a GPU, where the step is built), 0, or reference:
+the step's contract computed with MLX's own operations (`Reference`), on any device, which
+the CPU tests run the model's glue against.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models import llama
+from mlx_lm.models.cache import BatchKVCache, KVCache
+
+from . import fused_projections
+
+log = logging.getLogger(__name__)
+
+VARIABLE = "MLXLAB_CUDA_DECODE"
+STEP = 256  # mlx-lm's cache growth, in columns
+
+
+def wanted(on_gpu: bool) -> bool:
+    """Whether loaded models take the CUDA decode step (MLXLAB_CUDA_DECODE)."""
+    value = os.environ.get(VARIABLE, "1").strip().lower()
+    return value == "reference" or (on_gpu and value in ("1", "true", "yes", "on"))
+
+
+class Reference:
+    """The native extension's contract in MLX's operations: what its step must compute."""
+
+    class Model:
+        def __init__(self, weights, layers, hidden, heads, kv_heads, head_dim, intermediate,
+                     vocab, eps, attention_scale, rope_scale, rope_base, traditional, rope_freqs):  # fmt: skip
+            self.weights, self.layers, self.eps = weights, layers, eps
+            self.heads, self.kv_heads, self.dim = heads, kv_heads, head_dim
+            self.scale = attention_scale
+            self.rope = dict(traditional=traditional, scale=rope_scale, freqs=rope_freqs,
+                             base=None if rope_freqs is not None else rope_base)  # fmt: skip
+
+        def max_batch(self) -> int:
+            return 8
+
+        def step(self, tokens, positions, first_columns, column, caches) -> list[mx.array]:
+            embedding, final_norm, head = self.weights[:3]
+            batch, heads, kv_heads, dim = tokens.size, self.heads, self.kv_heads, self.dim
+            x = embedding[tokens][:, None, :]
+            columns = mx.arange(column + 1)
+            mask = (columns >= first_columns[:, None]) & (columns <= column)
+            mask = mask[:, None, None, :]
+            out = []
+            for layer in range(self.layers):
+                norm, qkv, o, post, gate_up, down = self.weights[3 + 6 * layer : 9 + 6 * layer]
+                q, k, v = mx.split(mx.fast.rms_norm(x, norm, self.eps) @ qkv.T,
+                                   [heads * dim, (heads + kv_heads) * dim], axis=-1)  # fmt: skip
+                q = mx.fast.rope(q.reshape(batch, 1, heads, dim).transpose(0, 2, 1, 3), dim,
+                                 offset=positions, **self.rope)  # fmt: skip
+                k = mx.fast.rope(k.reshape(batch, 1, kv_heads, dim).transpose(0, 2, 1, 3), dim,
+                                 offset=positions, **self.rope)  # fmt: skip
+                v = v.reshape(batch, 1, kv_heads, dim).transpose(0, 2, 1, 3)
+                keys = mx.slice_update(caches[2 * layer], k, mx.array([column]), (2,))
+                values = mx.slice_update(caches[2 * layer + 1], v, mx.array([column]), (2,))
+                out += [keys, values]
+                attended = mx.fast.scaled_dot_product_attention(
+                    q, keys[..., : column + 1, :], values[..., : column + 1, :],
+                    scale=self.scale, mask=mask,
+                )  # fmt: skip
+                x = x + attended.transpose(0, 2, 1, 3).reshape(batch, 1, -1) @ o.T
+                gate, up = mx.split(mx.fast.rms_norm(x, post, self.eps) @ gate_up.T, 2, axis=-1)
+                x = x + (nn.silu(gate) * up) @ down.T
+            return [mx.fast.rms_norm(x, final_norm, self.eps) @ head.T, *out]
+
+
+def _dense(module: nn.Module) -> mx.array | None:
+    """The weight of a plain Linear or Embedding, or None (quantized, biased)."""
+    if type(module) not in (nn.Linear, nn.Embedding) or "bias" in module:
+        return None
+    return module["weight"]
+
+
+def _rope(block: llama.TransformerBlock) -> tuple[float, float, bool, mx.array | None] | None:
+    """(base, scale, traditional, freqs) of the block's RoPE, or None where the step lacks it."""
+    rope, attention = block["self_attn"].rope, block["self_attn"]
+    if getattr(rope, "dims", None) != attention.head_dim:
+        return None
+    if type(rope) is nn.RoPE and rope.base is not None:
+        return float(rope.base), float(rope.scale), bool(rope.traditional), None
+    freqs = getattr(rope, "_freqs", None)
+    if type(rope).__name__ == "Llama3RoPE" and isinstance(freqs, mx.array):
+        return 1.0, 1.0, bool(rope.traditional), freqs
+    return None
+
+
+class Plan:
+    """The native model over one set of fused weights, and the arrays it was made of."""
+
+    def __init__(self, native, model: llama.Model, fused: list[tuple[mx.array, mx.array]]):
+        inner, args = model["model"], model.args
+        layers = inner["layers"]
+        first = layers[0]
+        attention = first["self_attn"]
+        base, scale, traditional, freqs = _rope(first)
+        weights = _weights(model, fused)
+        self.sources = weights  # identity: a replaced weight means a new plan
+        self.dtype = weights[0].dtype
+        self.kv_heads, self.head_dim = attention.n_kv_heads, attention.head_dim
+        self.native = native.Model(
+            weights, len(layers), args.hidden_size, attention.n_heads, attention.n_kv_heads,
+            attention.head_dim, args.intermediate_size, args.vocab_size,
+            first["input_layernorm"].eps, attention.scale, scale, base, traditional, freqs,
+        )  # fmt: skip
+        self.max_batch = self.native.max_batch()
+
+
+def eligible(model: nn.Module) -> bool:
+    """Whether the step computes what this model's one-token steps compute."""
+    if type(model) not in (llama.Model, CudaDecodeModel):
+        return False
+    inner = model["model"]
+    layers = inner["layers"]
+    if not layers or any(getattr(block, "use_sliding", False) for block in layers):
+        return False
+    if any(type(block) is not fused_projections.FusedProjectionsBlock for block in layers):
+        return False
+    if type(inner["norm"]) is not nn.RMSNorm or _rope(layers[0]) is None:
+        return False
+    for block in layers:
+        norms = (block["input_layernorm"], block["post_attention_layernorm"])
+        if (
+            any(type(norm) is not nn.RMSNorm for norm in norms)
+            or _dense(block["self_attn"]["o_proj"]) is None
+        ):
+            return False
+        if _dense(block["mlp"]["down_proj"]) is None or _rope(block) != _rope(layers[0]):
+            return False
+    head = inner["embed_tokens"] if model.args.tie_word_embeddings else model["lm_head"]
+    weight = _dense(inner["embed_tokens"])
+    return (
+        weight is not None
+        and _dense(head) is not None
+        and weight.dtype in (mx.bfloat16, mx.float16)
+    )
+
+
+class CudaDecodeModel(llama.Model):
+    """mlx-lm's Llama model whose one-token steps run the native CUDA step.
+
+    Installed by swapping an instance's class: the parameter tree stays mlx-lm's own.
+    """
+
+    _mlxlab_native = None  # the loaded extension
+    _mlxlab_plan: Plan | None = None
+
+    def __call__(self, inputs: mx.array, cache=None, input_embeddings=None):
+        if input_embeddings is None and cache and inputs.ndim == 2 and inputs.shape[1] == 1:
+            logits = self._decode(inputs, cache)
+            if logits is not None:
+                return logits
+        return super().__call__(inputs, cache=cache, input_embeddings=input_embeddings)
+
+    def _decode(self, inputs: mx.array, caches: list) -> mx.array | None:
+        plan = self._plan()
+        batch = inputs.shape[0]
+        if plan is None or batch > plan.max_batch:
+            return None
+        kind = type(caches[0])
+        if kind not in (KVCache, BatchKVCache) or any(type(c) is not kind for c in caches):
+            return None
+        if any(c.keys is None or c.keys.dtype != plan.dtype for c in caches) or (
+            kind is BatchKVCache and any(c._right_padding is not None for c in caches)
+        ):
+            return None
+        column = caches[0]._idx if kind is BatchKVCache else caches[0].offset
+        if any((c._idx if kind is BatchKVCache else c.offset) != column for c in caches):
+            return None
+        for cache in caches:
+            _reserve(cache, column)
+        if kind is BatchKVCache:
+            positions, first = caches[0].offset, caches[0].left_padding
+        else:
+            positions, first = mx.full((batch,), column, mx.int32), mx.zeros((batch,), mx.int32)
+        tokens = inputs.reshape(-1)
+        if tokens.dtype not in (mx.int32, mx.uint32):
+            tokens = tokens.astype(mx.int32)
+        arrays = []
+        for cache in caches:
+            arrays += [cache.keys, cache.values]
+        out = plan.native.step(tokens, _int32(positions), _int32(first), column, arrays)
+        arrays = None
+        if kind is BatchKVCache:
+            after = positions + 1
+            for cache in caches:
+                cache.offset = after
+                cache._idx += 1
+        else:
+            for cache in caches:
+                cache.offset += 1
+        for i, cache in enumerate(caches):
+            cache.keys, cache.values = out[1 + 2 * i], out[2 + 2 * i]
+            cache._mlxlab_written = (id(cache.keys), id(cache.values))
+        return out[0]
+
+    def _plan(self) -> Plan | None:
+        """The plan for the weights the layers hold now; None where a layer cannot fuse (an
+        adapter is active, say)."""
+        fused = []
+        for block in self["model"]["layers"]:
+            weights = block._fused()
+            if weights is None:
+                return None
+            fused.append(weights)
+        plan = self._mlxlab_plan
+        if plan is None or not all(
+            a is b for a, b in zip(_weights(self, fused), plan.sources, strict=True)
+        ):
+            plan = Plan(self._mlxlab_native, self, fused)
+            object.__setattr__(self, "_mlxlab_plan", plan)
+        return plan
+
+
+def _weights(model: llama.Model, fused: list[tuple[mx.array, mx.array]]) -> list[mx.array]:
+    """The model's weights in the native step's order, with each layer's fused ones."""
+    inner = model["model"]
+    head = inner["embed_tokens"] if model.args.tie_word_embeddings else model["lm_head"]
+    weights = [inner["embed_tokens"]["weight"], inner["norm"]["weight"], head["weight"]]
+    for block, (qkv, gate_up) in zip(inner["layers"], fused, strict=True):
+        weights += [block["input_layernorm"]["weight"], qkv, block["self_attn"]["o_proj"]["weight"],
+                    block["post_attention_layernorm"]["weight"], gate_up,
+                    block["mlp"]["down_proj"]["weight"]]  # fmt: skip
+    return weights
+
+
+def _int32(values: mx.array) -> mx.array:
+    return values if values.dtype == mx.int32 else values.astype(mx.int32)
+
+
+def _reserve(cache, column: int) -> None:
+    """Grow the cache to hold `column` as mlx-lm's update_and_fetch grows it for one token,
+    and make its buffers row-contiguous (the native step writes them in place)."""
+    keys, values = cache.keys, cache.values
+    if column + 1 > keys.shape[2]:
+        if column % STEP:
+            keys, values = keys[..., :column, :], values[..., :column, :]
+        shape = (*keys.shape[:2], STEP, keys.shape[3])
+        keys = mx.concatenate([keys, mx.zeros(shape, keys.dtype)], axis=2)
+        values = mx.concatenate(
+            [values, mx.zeros((*shape[:3], values.shape[3]), values.dtype)], axis=2
+        )
+        cache.keys, cache.values = keys, values
+    elif getattr(cache, "_mlxlab_written", None) != (id(keys), id(values)):
+        # Not the step's own output (ids only: a reference would stop the in-place write).
+        cache.keys, cache.values = mx.contiguous(keys), mx.contiguous(values)
+
+
+def install(model: nn.Module, native=None) -> bool:
+    """Give `model` the CUDA decode step where it computes what the model computes; returns
+    whether it did. `native`: the loaded extension (native.cuda_decode.load() by default)."""
+    if not eligible(model):
+        return False
+    if native is None and os.environ.get(VARIABLE, "").strip().lower() == "reference":
+        native = Reference
+    if native is None:
+        from native.cuda_decode import StepUnavailable, load
+
+        try:
+            native = load()
+        except StepUnavailable as why:
+            log.info("%s", why)
+            return False
+    model.__class__ = CudaDecodeModel
+    object.__setattr__(model, "_mlxlab_native", native)
+    object.__setattr__(model, "_mlxlab_plan", None)
+    try:
+        installed = model._plan() is not None
+    except ValueError as why:  # a shape the native step lacks (its heads' width, say)
+        log.info("the CUDA decode step does not take this model: %s", why)
+        installed = False
+    if not installed:
+        model.__class__ = llama.Model
+    return installed

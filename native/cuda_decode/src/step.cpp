@@ -1,0 +1,273 @@
+// The decode step as one MLX primitive on MLX's CUDA stream (issue 18).
+//
+// MLX's CUDA backend records every kernel of a step into a new CUDA graph, about 7 us of
+// host time each, and that host work bounded a 1B model's decode step on an H200 (276
+// kernels, 3.4 ms, 1.46 of them on the device: docs/BENCHMARKS.md). Here the step is one
+// node of MLX's graph: its evaluation commits what MLX has recorded so far and launches
+// the step's own ~5 kernels a layer straight on the same stream, so MLX's ordering and
+// its buffers' lifetimes hold as for any primitive.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <atomic>
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "kernels.h"
+#include "mlx/backend/cuda/device.h"
+#include "mlx/backend/cuda/utils.h"
+#include "mlx/ops.h"
+#include "mlx/primitives.h"
+
+namespace nb = nanobind;
+namespace mx = mlx::core;
+namespace cd = mlxlab::cuda_decode;
+using namespace nb::literals;
+
+namespace {
+
+constexpr int kWeightsPerLayer = 6;  // input norm, qkv, o, post norm, gate_up, down
+std::atomic<long> cache_copies{0};
+
+void check(cudaError_t error, const char* what) {
+  if (error != cudaSuccess) {
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(error));
+  }
+}
+
+// Device memory for the step's activations, held for the model's life: every step runs on
+// one stream, so one buffer serves them all in turn.
+class Scratch {
+ public:
+  explicit Scratch(size_t bytes) : bytes_(bytes) { check(cudaMalloc(&data_, bytes), "cudaMalloc"); }
+  ~Scratch() { cudaFree(data_); }
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_;
+};
+
+struct Config {
+  cd::Shape shape;  // batch, capacity and column are set per step
+  int layers;
+  bool has_freqs;
+};
+
+// Whether no other array shares `cache`'s buffer, so the step may write it in place.
+// MLX's is_donatable() also asks that one handle hold the array, but every output of a
+// primitive keeps its own copy of the inputs' handles: with 2 caches a layer, never one.
+bool sole_holder(const mx::array& cache) {
+  const auto& data = cache.data_shared_ptr();
+  return data.use_count() == 1 && data->is_owned();
+}
+
+class DecodeStep : public mx::Primitive {
+ public:
+  DecodeStep(mx::Stream stream, cd::Shape shape, int layers, bool has_freqs,
+             std::shared_ptr<Scratch> scratch)
+      : mx::Primitive(stream),
+        shape_(shape),
+        layers_(layers),
+        has_freqs_(has_freqs),
+        scratch_(std::move(scratch)) {}
+
+  void eval_cpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error("MLX Lab's CUDA decode step runs on a CUDA GPU only");
+  }
+
+  void eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    auto& encoder = mx::cu::get_command_encoder(stream());
+    // What MLX recorded before this step (the tokens' sampling, say) runs first.
+    encoder.commit();
+    cudaStream_t cuda_stream = encoder.stream();
+    mx::array& logits = outputs[0];
+    logits.set_data(mx::allocator::malloc(logits.nbytes()));
+
+    const size_t first_cache = 3 + weight_count();
+    for (int i = 0; i < 2 * layers_; ++i) {
+      const mx::array& in = inputs[first_cache + i];
+      mx::array& out = outputs[1 + i];
+      if (!in.flags().row_contiguous || in.data_size() != in.size()) {
+        throw std::runtime_error("the CUDA decode step needs row-contiguous KV caches");
+      }
+      if (sole_holder(in)) {
+        out.copy_shared_buffer(in);  // written in place, as mlx-lm's slice update would
+      } else {  // something else holds this cache (a view of it, say): write a copy
+        out.set_data(mx::allocator::malloc(out.nbytes()));
+        check(cudaMemcpyAsync(mx::gpu_ptr<void>(out), mx::gpu_ptr<void>(in), in.nbytes(),
+                              cudaMemcpyDeviceToDevice, cuda_stream),
+              "copying a KV cache");
+        cache_copies.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+
+    cd::Pointers p;
+    p.tokens = mx::gpu_ptr<int32_t>(inputs[0]);
+    p.positions = mx::gpu_ptr<int32_t>(inputs[1]);
+    p.first_columns = mx::gpu_ptr<int32_t>(inputs[2]);
+    size_t w = 3;
+    p.embedding = mx::gpu_ptr<void>(inputs[w++]);
+    p.final_norm = mx::gpu_ptr<void>(inputs[w++]);
+    p.lm_head = mx::gpu_ptr<void>(inputs[w++]);
+    p.rope_freqs = has_freqs_ ? mx::gpu_ptr<float>(inputs[w++]) : nullptr;
+    p.layers.resize(layers_);
+    for (int l = 0; l < layers_; ++l) {
+      cd::Layer& layer = p.layers[l];
+      layer.input_norm = mx::gpu_ptr<void>(inputs[w++]);
+      layer.qkv = mx::gpu_ptr<void>(inputs[w++]);
+      layer.o = mx::gpu_ptr<void>(inputs[w++]);
+      layer.post_norm = mx::gpu_ptr<void>(inputs[w++]);
+      layer.gate_up = mx::gpu_ptr<void>(inputs[w++]);
+      layer.down = mx::gpu_ptr<void>(inputs[w++]);
+      layer.keys = mx::gpu_ptr<void>(outputs[1 + 2 * l]);
+      layer.values = mx::gpu_ptr<void>(outputs[2 + 2 * l]);
+    }
+    p.logits = mx::gpu_ptr<void>(logits);
+    p.scratch = scratch_->data();
+    if (cd::scratch_bytes(shape_) > scratch_->bytes()) {
+      throw std::runtime_error("the CUDA decode step's scratch is too small for this batch");
+    }
+    check(cd::launch_step(shape_, p, cuda_stream), "launching the CUDA decode step");
+  }
+
+  const char* name() const override { return "MLXLabCudaDecodeStep"; }
+
+ private:
+  size_t weight_count() const { return 3 + (has_freqs_ ? 1 : 0) + kWeightsPerLayer * layers_; }
+
+  cd::Shape shape_;
+  int layers_;
+  bool has_freqs_;
+  std::shared_ptr<Scratch> scratch_;
+};
+
+// A loaded model's weights in the step's order, and what its steps share.
+class Model {
+ public:
+  Model(std::vector<mx::array> weights, int layers, int hidden, int heads, int kv_heads,
+        int head_dim, int intermediate, int vocab, float eps, float attention_scale,
+        float rope_scale, float rope_base, bool traditional, std::optional<mx::array> freqs)
+      : weights_(std::move(weights)), layers_(layers) {
+    if (static_cast<int>(weights_.size()) != 3 + kWeightsPerLayer * layers) {
+      throw std::invalid_argument("expected 3 + 6 weights a layer");
+    }
+    const mx::Dtype dtype = weights_[0].dtype();
+    if (dtype != mx::bfloat16 && dtype != mx::float16) {
+      throw std::invalid_argument("the CUDA decode step takes bfloat16 or float16 weights");
+    }
+    for (const auto& weight : weights_) {
+      if (weight.dtype() != dtype) throw std::invalid_argument("weights of mixed dtypes");
+    }
+    if (freqs) {
+      weights_.insert(weights_.begin() + 3, mx::astype(*freqs, mx::float32));
+    }
+    has_freqs_ = freqs.has_value();
+    cd::Shape& s = shape_;
+    s.batch = cd::kMaxBatch;
+    s.hidden = hidden;
+    s.heads = heads;
+    s.kv_heads = kv_heads;
+    s.head_dim = head_dim;
+    s.intermediate = intermediate;
+    s.vocab = vocab;
+    s.capacity = 0;
+    s.column = 0;
+    s.half = dtype == mx::float16;
+    s.traditional = traditional;
+    s.eps = eps;
+    s.attention_scale = attention_scale;
+    s.rope_scale = rope_scale;
+    // std::log2 of the float base, as MLX's RoPE passes it to its kernel.
+    s.log2_base = std::log2(static_cast<float>(rope_base));
+    if (!cd::fits(s)) {
+      cd::Shape one = s;
+      one.batch = 1;
+      if (!cd::fits(one)) throw std::invalid_argument("a shape the CUDA decode step lacks");
+    }
+    scratch_ = std::make_shared<Scratch>(cd::scratch_bytes(s));
+  }
+
+  // The largest batch this model's step takes.
+  int max_batch() const {
+    cd::Shape s = shape_;
+    for (s.batch = cd::kMaxBatch; s.batch > 0; --s.batch) {
+      if (cd::fits(s)) return s.batch;
+    }
+    return 0;
+  }
+
+  std::vector<mx::array> step(const mx::array& tokens, const mx::array& positions,
+                              const mx::array& first_columns, int column,
+                              const std::vector<mx::array>& caches) {
+    const int batch = static_cast<int>(tokens.size());
+    if (batch < 1 || batch > max_batch()) throw std::invalid_argument("batch out of range");
+    if (static_cast<int>(caches.size()) != 2 * layers_) {
+      throw std::invalid_argument("expected a key and a value cache a layer");
+    }
+    for (const mx::array* index : {&tokens, &positions, &first_columns}) {
+      if (index->size() != static_cast<size_t>(batch) || index->itemsize() != 4 ||
+          !mx::issubdtype(index->dtype(), mx::integer)) {
+        throw std::invalid_argument("tokens, positions and first columns: 32-bit, one a row");
+      }
+    }
+    const mx::array& keys = caches[0];
+    if (keys.ndim() != 4 || keys.shape(0) != batch || keys.shape(1) != shape_.kv_heads ||
+        keys.shape(3) != shape_.head_dim || column < 0 || column >= keys.shape(2)) {
+      throw std::invalid_argument("the KV cache's shape does not match the model's");
+    }
+    cd::Shape s = shape_;
+    s.batch = batch;
+    s.capacity = keys.shape(2);
+    s.column = column;
+    mx::Stream stream = mx::default_stream(mx::Device::gpu);
+    std::vector<mx::array> inputs{tokens, positions, first_columns};
+    inputs.insert(inputs.end(), weights_.begin(), weights_.end());
+    std::vector<mx::Shape> shapes{{batch, 1, shape_.vocab}};
+    std::vector<mx::Dtype> dtypes{weights_[0].dtype()};
+    for (const auto& cache : caches) {
+      if (cache.shape() != keys.shape() || cache.dtype() != weights_[0].dtype()) {
+        throw std::invalid_argument("the KV caches differ in shape or dtype");
+      }
+      inputs.push_back(cache);
+      shapes.push_back(cache.shape());
+      dtypes.push_back(cache.dtype());
+    }
+    auto primitive = std::make_shared<DecodeStep>(stream, s, layers_, has_freqs_, scratch_);
+    return mx::array::make_arrays(std::move(shapes), dtypes, primitive, inputs);
+  }
+
+ private:
+  std::vector<mx::array> weights_;
+  int layers_;
+  bool has_freqs_ = false;
+  cd::Shape shape_{};
+  std::shared_ptr<Scratch> scratch_;
+};
+
+}  // namespace
+
+NB_MODULE(_cuda_decode, m) {
+  m.doc() = "MLX Lab's one-token decode step of a dense Llama model, for MLX's CUDA backend";
+  nb::class_<Model>(m, "Model")
+      .def(nb::init<std::vector<mx::array>, int, int, int, int, int, int, int, float, float, float,
+                    float, bool, std::optional<mx::array>>(),
+           "weights"_a, "layers"_a, "hidden"_a, "heads"_a, "kv_heads"_a, "head_dim"_a,
+           "intermediate"_a, "vocab"_a, "eps"_a, "attention_scale"_a, "rope_scale"_a,
+           "rope_base"_a, "traditional"_a, "rope_freqs"_a.none(),
+           "weights: embedding, final norm, lm_head, then each layer's input norm, q/k/v, o, "
+           "post-attention norm, gate/up and down.")
+      .def("max_batch", &Model::max_batch)
+      .def("step", &Model::step, "tokens"_a, "positions"_a, "first_columns"_a, "column"_a,
+           "caches"_a,
+           "[logits (batch, 1, vocab), then each layer's keys and values with this step's "
+           "written at `column`].");
+  m.def("cache_copies", [] { return cache_copies.load(); },
+        "How many KV caches a step copied because something else held them.");
+}

@@ -1,0 +1,137 @@
+"""The CUDA decode step's glue (issue 18): which models take it, and the caches it keeps as
+mlx-lm keeps them. The CPU has no GPU: the step runs as `cuda_decode.Reference`, its
+contract in MLX's operations; the CUDA kernels are checked against mlx-lm on a GPU
+(native/cuda_decode/build.py's self-test, bench/gpu_decode_step.py)."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+import pytest
+from mlx.utils import tree_map
+from mlx_lm.models import llama
+from mlx_lm.models.cache import BatchKVCache, KVCache
+
+from inference.engine import cuda_decode, fused_projections
+from inference.engine.adapters import AdapterSlot
+
+from .llama_blocks import greedy, tiny_llama
+
+
+class Counting(cuda_decode.Reference):
+    """The reference step, counting its calls: which steps the model sent to it."""
+
+    calls = 0
+
+    class Model(cuda_decode.Reference.Model):
+        def step(self, *args):
+            Counting.calls += 1
+            return super().step(*args)
+
+
+@pytest.fixture
+def model():
+    model = tiny_llama(18)
+    model.update(tree_map(lambda p: p.astype(mx.bfloat16), model.parameters()))
+    assert fused_projections.fuse_projections(model) == 2
+    Counting.calls = 0
+    assert cuda_decode.install(model, Counting)
+    return model
+
+
+def mlx_lm(model, inputs, cache):
+    return llama.Model.__call__(model, inputs, cache=cache)
+
+
+def test_the_switch(monkeypatch):
+    monkeypatch.delenv(cuda_decode.VARIABLE, raising=False)
+    assert cuda_decode.wanted(on_gpu=True) and not cuda_decode.wanted(on_gpu=False)
+    monkeypatch.setenv(cuda_decode.VARIABLE, "0")
+    assert not cuda_decode.wanted(on_gpu=True)
+    monkeypatch.setenv(cuda_decode.VARIABLE, "reference")
+    assert cuda_decode.wanted(on_gpu=False)
+
+
+def test_which_models_take_it():
+    dense = tiny_llama(1)
+    assert not cuda_decode.eligible(dense)  # float32, and no fused projections yet
+    dense.update(tree_map(lambda p: p.astype(mx.bfloat16), dense.parameters()))
+    assert not cuda_decode.eligible(dense)
+    fused_projections.fuse_projections(dense)
+    assert cuda_decode.eligible(dense)
+    quantized = tiny_llama(2)
+    nn.quantize(quantized, group_size=32, bits=4)
+    fused_projections.fuse_projections(quantized)
+    assert not cuda_decode.eligible(quantized) and not cuda_decode.install(quantized, Counting)
+    assert type(quantized) is llama.Model
+
+
+def _prefill(model, prompts, batch: bool):
+    longest = max(map(len, prompts))
+    pads = [longest - len(p) for p in prompts]
+    caches = [BatchKVCache(pads) if batch else KVCache() for _ in model.model.layers]
+    mlx_lm(model, mx.array([[0] * pad + p for pad, p in zip(pads, prompts, strict=True)]), caches)
+    return caches
+
+
+@pytest.mark.parametrize(
+    "prompts, batch",
+    [([list(range(1, 252))], False), ([[3] * 4, list(range(5, 20)), [9] * 11], True)],
+    ids=["one row across a cache growth", "a left-padded batch"],
+)
+def test_each_step_is_mlx_lms_and_so_are_the_caches(model, prompts, batch):
+    ours, theirs = _prefill(model, prompts, batch), _prefill(model, prompts, batch)
+    token = mx.array([[p[-1]] for p in prompts])
+    for _ in range(8):
+        want = mlx_lm(model, token, theirs).astype(mx.float32)
+        got = model(token, cache=ours).astype(mx.float32)
+        assert mx.allclose(got, want, atol=0.05 * mx.abs(want).max().item()).item()
+        assert mx.array_equal(mx.argmax(got, -1), mx.argmax(want, -1)).item()
+        token = mx.argmax(want[:, -1], axis=-1)[:, None]
+    assert Counting.calls == 8
+    for a, b in zip(ours, theirs, strict=True):
+        assert a.keys.shape == b.keys.shape  # grown as mlx-lm grows it (256 columns at a time)
+        if batch:
+            assert a._idx == b._idx and mx.array_equal(a.offset, b.offset).item()
+        else:
+            assert a.offset == b.offset == 259
+        used = (a._idx if batch else a.offset) - 1
+        assert mx.allclose(a.keys[..., :used, :], b.keys[..., :used, :], atol=0.05).item()
+        assert mx.allclose(a.values[..., :used, :], b.values[..., :used, :], atol=0.05).item()
+
+
+def test_prefill_and_larger_batches_run_mlx_lms_model(model, monkeypatch):
+    caches = _prefill(model, [[1, 2, 3]] * 9, batch=True)
+    assert Counting.calls == 0  # the prompt's many tokens a row
+    model(mx.array([[4]] * 9), cache=caches)
+    assert Counting.calls == 0  # 9 rows: more than the step takes
+    assert greedy(model, [[5, 6, 7], [8, 9]], 4) == _greedy_mlx_lm(model, [[5, 6, 7], [8, 9]], 4)
+    assert Counting.calls > 0  # mlx-lm's batch loop decoded through it
+
+
+def _greedy_mlx_lm(model, prompts, tokens):
+    model.__class__ = llama.Model
+    try:
+        return greedy(model, prompts, tokens)
+    finally:
+        model.__class__ = cuda_decode.CudaDecodeModel
+
+
+def test_a_replaced_weight_makes_a_new_plan_and_an_adapter_falls_back(model):
+    caches = _prefill(model, [[1, 2, 3]], batch=False)
+    model(mx.array([[4]]), cache=caches)
+    plan = model._mlxlab_plan
+    head = model.model.embed_tokens
+    head.weight = head.weight * 2
+    model(mx.array([[5]]), cache=caches)
+    assert model._mlxlab_plan is not plan and model._mlxlab_plan.sources[0] is head.weight
+    calls = Counting.calls
+    attention = model.model.layers[0].self_attn
+    slot = AdapterSlot(attention.q_proj)
+    slot.updates["a"] = lambda x: mx.ones((*x.shape[:-1], 64), x.dtype)
+    attention.q_proj = slot
+    model(mx.array([[6]]), cache=caches)
+    assert Counting.calls == calls + 1  # an adapter slot with nothing active: still the step
+    object.__setattr__(slot, "active", ("a",))  # an adapter in use: mlx-lm's blocks run
+    model(mx.array([[7]]), cache=caches)
+    assert Counting.calls == calls + 1
