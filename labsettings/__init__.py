@@ -2,9 +2,10 @@
 
 `LabSettings` is the table. Each field is one setting: its name and type, the
 environment variable that sets it, the parser of that variable, its default and what
-it means. `mlxlab/settings.py` builds it once, `MLXLAB = LabSettings.from_environ(
-os.environ)`, and app code reads it typed, `from labsettings import lab_settings;
-lab_settings.max_n`.
+it means. Its first rows come from the classes it extends, places.py's (where things
+live) then workers.py's (model workers); the rest are its own. `mlxlab/settings.py`
+builds it once, `MLXLAB = LabSettings.from_environ(os.environ)`, and app code reads it
+typed, `from labsettings import lab_settings; lab_settings.max_n`.
 
 `lab_settings` (proxy.py) reads it afresh on every access.
 
@@ -35,105 +36,19 @@ from .parsers import (
     parse_kv_group_size,
     parse_list,
     parse_path_limits,
-    parse_worker_addresses,
 )
+from .places import BASE_DIR as BASE_DIR  # re-exported: callers import it from here
 from .proxy import LabSettingsProxy
 from .rows import Derived, Setting, setting, under_var
-
-# The checkout: var/ lives in it unless MLXLAB_VAR_DIR says otherwise.
-BASE_DIR = Path(__file__).resolve().parent.parent
+from .workers import WorkerSettings
 
 MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
-class LabSettings:
-    """Every lab setting, typed. Order matters: a Derived default reads rows above it."""
-
-    # Where things live.
-    var_dir: Path = setting(
-        "MLXLAB_VAR_DIR", Path, BASE_DIR / "var",
-        "The lab's state: database, secret key, uploads, token key, Redis files.",
-    )  # fmt: skip
-    db_path: Path = setting("MLXLAB_DB_PATH", Path, under_var("db.sqlite3"), "The SQLite database.")
-    models_dir: Path = setting(
-        "MLXLAB_MODELS_DIR", Path, under_var("models"), "Imported models, one folder each."
-    )
-    artifacts_dir: Path = setting(
-        "MLXLAB_ARTIFACTS_DIR", Path, under_var("artifacts"),
-        "What jobs make (quantized models, adapters, datasets), one folder per job.",
-    )  # fmt: skip
-    uploads_dir: Path = setting(
-        "MLXLAB_UPLOADS_DIR", Path, under_var("uploads"),
-        "Files uploaded for dataset jobs, until a job reads them.",
-    )  # fmt: skip
-    worker_socket_dir: Path = setting(
-        "MLXLAB_WORKER_SOCKET_DIR", Path, under_var("run"),
-        "Model workers' sockets (ipc://, Unix sockets).",
-    )  # fmt: skip
-    log_level: str = setting("MLXLAB_LOG_LEVEL", str, "INFO", "The root logger's level.")
-
-    # Models and their workers (inference/workers).
-    default_model: str = setting(
-        "MLXLAB_DEFAULT_MODEL", str, "smollm2-135m-instruct",
-        "The model of requests that name none; its worker is never evicted.",
-    )  # fmt: skip
-    preload_default_model: bool = setting(
-        "MLXLAB_PRELOAD", parse_bool, True, "Load the default model when the web process starts."
-    )
-    max_loaded_models: int = setting(
-        "MLXLAB_MAX_LOADED_MODELS", parse_int, 2, "Model workers resident at once."
-    )
-    model_memory_mb: int = setting(
-        "MLXLAB_MODEL_MEMORY_MB", parse_int, 0,
-        "Memory of the resident workers, as they report it; 0: no bound.",
-    )  # fmt: skip
-    model_idle_seconds: float = setting(
-        "MLXLAB_MODEL_IDLE_SECONDS", parse_float, 1800.0,
-        "A model idle this long unloads; 0: never.",
-    )  # fmt: skip
-    engine_wait_seconds: float = setting(
-        "MLXLAB_ENGINE_WAIT_SECONDS", parse_float, 30.0,
-        "How long a request waits for a restarting worker before its 502.",
-    )  # fmt: skip
-    model_load_seconds: float = setting(
-        "MLXLAB_MODEL_LOAD_SECONDS", parse_float, 600.0,
-        "How long a worker may take to load its model before it counts as failed.",
-    )  # fmt: skip
-    template_render_seconds: float = setting(
-        "MLXLAB_TEMPLATE_RENDER_SECONDS", parse_float, 10.0,
-        "A chat template render that takes longer is a 400.",
-    )  # fmt: skip
-    max_batch_size: int = setting(
-        "MLXLAB_MAX_BATCH_SIZE", parse_int, 8, "Sequences one worker decodes together."
-    )
-    prefill_step_size: int = setting(
-        "MLXLAB_PREFILL_STEP_SIZE", parse_int, 512, "Prompt tokens per prefill step."
-    )
-    warm_up: str = setting(
-        "MLXLAB_WARM_UP", one_of("auto", "on", "off"), "auto",
-        "Compile a worker's serving shapes before it is ready; auto: on a GPU only.",
-    )  # fmt: skip
-    kernel_cache_dir: Path = setting(
-        "MLXLAB_KERNEL_CACHE_DIR", Path, under_var("kernels"),
-        "GPU kernels MLX compiled, kept across restarts (MLX_PTX_CACHE_DIR wins).",
-    )  # fmt: skip
-    # Workers on other hosts (docs/DEPLOY.md): started there with `manage.py modelworker
-    # --listen tcp://HOST:PORT`, never spawned, evicted or unloaded by this process.
-    workers: dict[str, str] = setting(
-        "MLXLAB_WORKERS", parse_worker_addresses, {},
-        "Models served by workers started elsewhere: NAME=tcp://HOST:PORT,...",
-    )  # fmt: skip
-    worker_secret: str = setting(
-        "MLXLAB_WORKER_SECRET", str.strip, "",
-        "The secret the web tier and its TCP workers share (at least 16 characters); "
-        "required beyond loopback.",
-        secret=True,
-    )  # fmt: skip
-    worker_link_timeout_seconds: float = setting(
-        "MLXLAB_WORKER_LINK_TIMEOUT_SECONDS", parse_float, 6.0,
-        "A TCP worker link silent this long is lost (ZMTP heartbeats).",
-    )  # fmt: skip
+class LabSettings(WorkerSettings):
+    """Every lab setting, typed. Order matters: a Derived default reads rows above it,
+    and the rows of the classes it extends come first."""
 
     # Sampling defaults for fields a request leaves out (inference/sampling_defaults.py):
     # unset, each comes from the model's generation_config.json, then the fallback.
@@ -353,21 +268,6 @@ class LabSettings:
         "MLXLAB_PUBLISH_WAIT_SECONDS", parse_int, 600,
         "How long a push request waits for its upload before answering with the job.",
     )  # fmt: skip
-
-    def __post_init__(self) -> None:
-        """What no single row can check: the worker link's secret against its addresses."""
-        from .parsers import MIN_SECRET_CHARS, reaches_beyond_loopback
-
-        if self.worker_secret and len(self.worker_secret) < MIN_SECRET_CHARS:
-            raise ImproperlyConfigured(
-                f"MLXLAB_WORKER_SECRET: at least {MIN_SECRET_CHARS} characters"
-            )
-        open_links = [a for a in self.workers.values() if reaches_beyond_loopback(a)]
-        if open_links and not self.worker_secret:
-            raise ImproperlyConfigured(
-                f"MLXLAB_WORKERS: {open_links[0]} is beyond loopback: set MLXLAB_WORKER_SECRET "
-                "(the same on the worker), or its link would be open to anyone"
-            )
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> LabSettings:
