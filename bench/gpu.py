@@ -6,6 +6,7 @@
     python3 bench/gpu.py --out DIR --part speed --no-torch --compare-compiled-mlp
     python3 bench/gpu.py --out DIR --part speed --no-torch --compare-fused --shapes llama-1b-bf16
     python3 bench/gpu.py --out DIR --part speed --no-torch --compare-kernels --shapes llama-1b-bf16
+    python3 bench/gpu.py --out DIR --part speed --no-torch --compare-step --shapes llama-1b-bf16
 
 Runs where MLX has its CUDA backend (`make setup` on a GPU machine, or the recipe in
 docs/BENCHMARKS.md for the lent H200). Every row is measured in this one process, side
@@ -64,6 +65,11 @@ def main() -> None:
         action="store_true",
         help="only engine rows, fused projections with decode_kernels.py's kernels and without",
     )
+    parser.add_argument(
+        "--compare-step",
+        action="store_true",
+        help="only engine rows, with the CUDA decode step (cuda_decode.py) and without",
+    )
     args = parser.parse_args()
     if not args.no_torch:
         # Before inference.engine, which otherwise keeps PyTorch out of transformers for
@@ -99,15 +105,9 @@ def main() -> None:
                 "one_stream_limit_tps": round(limit, 1),
                 "rows": rows,
             }
-            compare = (
-                "kernels"
-                if args.compare_kernels
-                else "fused"
-                if args.compare_fused
-                else "mlp"
-                if args.compare_compiled_mlp
-                else None
-            )
+            flags = {"kernels": args.compare_kernels, "fused": args.compare_fused,
+                     "mlp": args.compare_compiled_mlp, "step": args.compare_step}  # fmt: skip
+            compare = next((name for name, on in flags.items() if on), None)
             speed_rows(folder, args.tokens, batches, rows, compare)
             if not args.no_torch and shape.bits is None:
                 rows.update(torch_rows(shape, args.tokens, batches))
@@ -180,9 +180,8 @@ def speed_rows(
     from mlx_lm import load
 
     if compare:  # the engine alone: mlx-lm's rows do not depend on the switch
-        alternate = {"fused": fused_rows, "kernels": kernels_rows, "mlp": compiled_mlp_rows}[
-            compare
-        ]
+        alternate = {"fused": fused_rows, "kernels": kernels_rows, "mlp": compiled_mlp_rows,
+                     "step": step_rows}[compare]  # fmt: skip
         rows.update(alternate(folder, tokens, batches))
         return rows
     model, _ = load(str(folder))
@@ -336,6 +335,15 @@ def kernels_rows(folder: Path, tokens: int, batches: list[int]) -> dict:
         "engine_kernels": {FUSED: "1", VARIABLE: os.environ.get(VARIABLE, "1")},
         "engine_fused": {FUSED: "1", VARIABLE: "0"},
     }
+    return alternated_rows(folder, tokens, batches, variants)
+
+
+def step_rows(folder: Path, tokens: int, batches: list[int]) -> dict:
+    """The engine with the CUDA decode step (inference/engine/cuda_decode.py) and with the
+    fused layers' MLX step alone, and whether their greedy texts are equal."""
+    from inference.engine.cuda_decode import VARIABLE
+
+    variants = {"engine_cuda_step": {VARIABLE: "1"}, "engine_fused": {VARIABLE: "0"}}
     return alternated_rows(folder, tokens, batches, variants)
 
 
