@@ -134,7 +134,7 @@ def main() -> int:
     parser.add_argument("--shape", default="llama-1b-bf16", choices=sorted(SHAPES))
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--batches", default="1,4,8")
+    parser.add_argument("--batches", default="1,8,32")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     shape = SHAPES[args.shape]

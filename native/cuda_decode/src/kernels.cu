@@ -19,7 +19,8 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kAttentionThreads = 128;
 constexpr size_t kAlign = 256;
-constexpr size_t kStagedLimit = 46 * 1024;  // under the 48 KB a block gets unasked
+constexpr size_t kUnasked = 48 * 1024 - 2048;  // shared memory a block gets unasked
+constexpr size_t kStaticShared = 2048;  // above the staged input: the norm's partial sums
 
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
@@ -64,13 +65,14 @@ __global__ void embed(const T* __restrict__ table, const int32_t* __restrict__ t
 
 enum Mode { kPlain, kResidual, kSwiglu };
 
-// Rows of `w` (n_out of them; for kSwiglu n_out gate rows then n_out up rows) times B input
-// vectors of `depth`. With NORM the input is RMSNorm(x) * norm_weight, staged in shared
-// memory. Each warp computes two rows, 16 bytes of weights a lane a load.
+// Rows of `w` (n_out of them; for kSwiglu n_out gate rows then n_out up rows) times
+// `batch` (at most B) input vectors of `depth`. With NORM the input is RMSNorm(x) *
+// norm_weight, staged in shared memory. Each warp computes two rows, 16 bytes of weights a
+// lane a load; every row of the batch reads the same weights once.
 template <typename T, int B, int MODE, bool NORM>
 __global__ void __launch_bounds__(kThreads)
     matvec(const T* __restrict__ w, const T* x, const T* __restrict__ norm_weight, float eps,
-           T* out, int n_out, int depth) {
+           T* out, int n_out, int depth, int batch) {
   extern __shared__ __align__(16) unsigned char shared[];
   const T* in = x;
   if constexpr (NORM) {
@@ -80,7 +82,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int b = 0; b < B; ++b) {
       squares[b] = 0.0f;
-      for (int j = threadIdx.x; j < depth; j += kThreads) {
+      for (int j = threadIdx.x; b < batch && j < depth; j += kThreads) {
         const float v = to_float(x[b * depth + j]);
         squares[b] += v * v;
       }
@@ -94,7 +96,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int i = 0; i < kWarps; ++i) total += partial[i][b];
       const float normalizer = rsqrtf(total / static_cast<float>(depth) + eps);
-      for (int j = threadIdx.x; j < depth; j += kThreads) {
+      for (int j = threadIdx.x; b < batch && j < depth; j += kThreads) {
         const float scaled = rounded<T>(to_float(x[b * depth + j]) * normalizer);
         staged[b * depth + j] = from_float<T>(to_float(norm_weight[j]) * scaled);
       }
@@ -121,6 +123,7 @@ __global__ void __launch_bounds__(kThreads)
     unpack8<T>(__ldg(w1 + c), bw);
 #pragma unroll
     for (int b = 0; b < B; ++b) {
+      if (b >= batch) break;
       float v[8];
       unpack8<T>(*reinterpret_cast<const uint4*>(in + b * depth + c * 8), v);
 #pragma unroll
@@ -138,6 +141,7 @@ __global__ void __launch_bounds__(kThreads)
   if (lane != 0) return;
 #pragma unroll
   for (int b = 0; b < B; ++b) {
+    if (b >= batch) break;
     T* row = out + static_cast<size_t>(b) * n_out;
     if constexpr (MODE == kSwiglu) {
       const float gate = rounded<T>(acc0[b]), up = rounded<T>(acc1[b]);
@@ -284,13 +288,26 @@ Scratch carve(const Shape& s, void* base) {
 
 template <typename T, int B, int MODE, bool NORM>
 void launch_matvec(const void* w, const void* x, const void* norm, float eps, void* out,
-                   int n_out, int depth, cudaStream_t stream) {
+                   int n_out, int depth, int batch, cudaStream_t stream) {
   const int units = MODE == kSwiglu ? n_out : (n_out + 1) / 2;
   const int blocks = (units + kWarps - 1) / kWarps;
-  const size_t shared = NORM ? sizeof(T) * B * depth : 0;
+  const size_t shared = NORM ? sizeof(T) * batch * depth : 0;
+  if (shared > kUnasked) {
+    // More than a block gets unasked: raise this kernel's limit once, to the most a block
+    // may have (fits() kept the staged input under it).
+    static const cudaError_t raised = [] {
+      int device = 0, most = 0;
+      cudaGetDevice(&device);
+      cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+      return cudaFuncSetAttribute(matvec<T, B, MODE, NORM>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  most - static_cast<int>(kStaticShared));
+    }();
+    (void)raised;
+  }
   matvec<T, B, MODE, NORM><<<blocks, kThreads, shared, stream>>>(
       static_cast<const T*>(w), static_cast<const T*>(x), static_cast<const T*>(norm), eps,
-      static_cast<T*>(out), n_out, depth);
+      static_cast<T*>(out), n_out, depth, batch);
 }
 
 template <typename T, int B, int D>
@@ -299,39 +316,36 @@ cudaError_t step(const Shape& s, const Pointers& p, cudaStream_t stream) {
   const int qkv_rows = (s.heads + 2 * s.kv_heads) * D;
   const AttentionArgs args{s.heads,      s.kv_heads,       s.capacity, s.column, s.traditional,
                            s.attention_scale, s.rope_scale, s.log2_base};
-  embed<T><<<B, kThreads, 0, stream>>>(static_cast<const T*>(p.embedding), p.tokens,
+  const int n = s.batch;
+  embed<T><<<n, kThreads, 0, stream>>>(static_cast<const T*>(p.embedding), p.tokens,
                                        static_cast<T*>(t.x), s.hidden);
   for (const Layer& layer : p.layers) {
     launch_matvec<T, B, kPlain, true>(layer.qkv, t.x, layer.input_norm, s.eps, t.qkv, qkv_rows,
-                                      s.hidden, stream);
-    attend<T, D><<<dim3(s.heads, B), kAttentionThreads, 0, stream>>>(
+                                      s.hidden, n, stream);
+    attend<T, D><<<dim3(s.heads, n), kAttentionThreads, 0, stream>>>(
         static_cast<const T*>(t.qkv), static_cast<T*>(layer.keys), static_cast<T*>(layer.values),
         static_cast<T*>(t.attention), p.positions, p.first_columns, p.rope_freqs, args);
     launch_matvec<T, B, kResidual, false>(layer.o, t.attention, nullptr, 0.0f, t.x, s.hidden,
-                                          s.heads * D, stream);
+                                          s.heads * D, n, stream);
     launch_matvec<T, B, kSwiglu, true>(layer.gate_up, t.x, layer.post_norm, s.eps, t.act,
-                                       s.intermediate, s.hidden, stream);
+                                       s.intermediate, s.hidden, n, stream);
     launch_matvec<T, B, kResidual, false>(layer.down, t.act, nullptr, 0.0f, t.x, s.hidden,
-                                          s.intermediate, stream);
+                                          s.intermediate, n, stream);
   }
   launch_matvec<T, B, kPlain, true>(p.lm_head, t.x, p.final_norm, s.eps, p.logits, s.vocab,
-                                    s.hidden, stream);
+                                    s.hidden, n, stream);
   return cudaGetLastError();
 }
 
+// The kernels are compiled for batches of up to 1, 2, 4, 8, 16 and 32 rows.
 template <typename T, int D>
 cudaError_t for_batch(const Shape& s, const Pointers& p, cudaStream_t stream) {
-  switch (s.batch) {
-    case 1: return step<T, 1, D>(s, p, stream);
-    case 2: return step<T, 2, D>(s, p, stream);
-    case 3: return step<T, 3, D>(s, p, stream);
-    case 4: return step<T, 4, D>(s, p, stream);
-    case 5: return step<T, 5, D>(s, p, stream);
-    case 6: return step<T, 6, D>(s, p, stream);
-    case 7: return step<T, 7, D>(s, p, stream);
-    case 8: return step<T, 8, D>(s, p, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  if (s.batch <= 1) return step<T, 1, D>(s, p, stream);
+  if (s.batch <= 2) return step<T, 2, D>(s, p, stream);
+  if (s.batch <= 4) return step<T, 4, D>(s, p, stream);
+  if (s.batch <= 8) return step<T, 8, D>(s, p, stream);
+  if (s.batch <= 16) return step<T, 16, D>(s, p, stream);
+  return step<T, 32, D>(s, p, stream);
 }
 
 template <typename T>
@@ -356,7 +370,7 @@ bool fits(const Shape& s) {
   return s.batch >= 1 && s.batch <= kMaxBatch && (s.head_dim == 64 || s.head_dim == 128) &&
          s.hidden % 8 == 0 && s.intermediate % 8 == 0 && (s.heads * s.head_dim) % 8 == 0 &&
          s.kv_heads > 0 && s.heads % s.kv_heads == 0 &&
-         2 * static_cast<size_t>(s.batch) * s.hidden <= kStagedLimit;
+         2 * static_cast<size_t>(s.batch) * s.hidden + kStaticShared <= s.shared_limit;
 }
 
 cudaError_t launch_step(const Shape& s, const Pointers& p, cudaStream_t stream) {

@@ -27,6 +27,7 @@ struct Shape {
   bool half;  // float16 weights; bfloat16 otherwise
   bool traditional;  // RoPE on adjacent pairs (else on the two halves of a head)
   float eps, attention_scale, rope_scale, log2_base;
+  size_t shared_limit;  // the most shared memory a block may have on this GPU
 };
 
 struct Pointers {
@@ -42,11 +43,12 @@ struct Pointers {
   std::vector<Layer> layers;
 };
 
-constexpr int kMaxBatch = 8;
+constexpr int kMaxBatch = 32;
 
 size_t scratch_bytes(const Shape& shape);
 
-// Largest hidden size a normed matrix-vector kernel stages in shared memory for `batch`.
+// Whether the kernels take this shape: head width, alignment, and a batch whose normed
+// input fits in a block's shared memory.
 bool fits(const Shape& shape);
 
 // Queue the step's kernels on `stream`; returns the first launch error.

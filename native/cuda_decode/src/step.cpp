@@ -186,6 +186,11 @@ class Model {
     s.rope_scale = rope_scale;
     // std::log2 of the float base, as MLX's RoPE passes it to its kernel.
     s.log2_base = std::log2(static_cast<float>(rope_base));
+    int device = 0, most = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+          "reading the GPU's shared memory limit");
+    s.shared_limit = static_cast<size_t>(most);
     if (!cd::fits(s)) {
       cd::Shape one = s;
       one.batch = 1;
