@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -100,15 +101,47 @@ def decode_rate(call, model, batch: int, tokens: int, vocab: int, seed: int) -> 
     y = mx.argmax(logits[:, -1], axis=-1)[:, None]
     mx.async_eval(y)
     mx.eval(y)
+    host = []
     start = time.perf_counter()
     for _ in range(tokens):
+        queued = time.perf_counter()
         logits = call(model, y, cache)
         following = mx.argmax(logits[:, -1], axis=-1)[:, None]
         mx.async_eval(following)
+        host.append(time.perf_counter() - queued)
         y.tolist()
         y = following
     y.tolist()
+    HOST_MS.append(1000 * statistics.median(host))
     return batch * tokens / (time.perf_counter() - start)
+
+
+HOST_MS: list[float] = []  # the median time to build and queue a step, per decode_rate call
+
+
+def profile_step(model, batch: int, vocab: int, steps: int = 16) -> dict:
+    """Device time a step by kernel (PyTorch's profiler: CUPTI sees MLX's kernels)."""
+    import collections
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    cache = prefill(model, [[3 + i] * 32 for i in range(batch)], batch_cache=batch > 1)
+    y = mx.array([[5]] * batch)
+    mx.eval(ours(model, y, cache))
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            y = mx.argmax(ours(model, y, cache)[:, -1], axis=-1)[:, None]
+            mx.async_eval(y)
+        mx.eval(y)
+        torch.cuda.synchronize()
+    by_kernel = collections.Counter()
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            name = event.name.split("(")[0].replace("mlxlab::cuda_decode::", "")
+            by_kernel[name[:70]] += event.device_time / steps
+    return {"device_us_per_step": round(sum(by_kernel.values()), 1),
+            **{k: round(v, 1) for k, v in by_kernel.most_common(10)}}  # fmt: skip
 
 
 def ours(model, inputs, cache):
@@ -136,13 +169,20 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--batches", default="1,8,32")
     parser.add_argument("--out", default="")
+    parser.add_argument("--profile", action="store_true", help="only the kernels' device time")
     args = parser.parse_args()
+    # Every batch the kernels take, not only those the engine sends them.
+    os.environ.setdefault(cuda_decode.MAX_BATCH_VARIABLE, "32")
     shape = SHAPES[args.shape]
     model = build(shape)
     if not cuda_decode.install(model):
         print("the CUDA decode step did not install")
         return 1
     native = model._mlxlab_native
+    if args.profile:
+        for batch in [int(b) for b in args.batches.split(",")]:
+            print(batch, json.dumps(profile_step(model, batch, shape.vocab), indent=1), flush=True)
+        return 0
     weight_bytes = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
     rows: dict = {"shape": shape.name, "weight_bytes": weight_bytes}
     copies = native.cache_copies()
@@ -157,17 +197,22 @@ def main() -> int:
     copies = native.cache_copies()
     for batch in [int(b) for b in args.batches.split(",")]:
         rates = {"mlx": [], "cuda_step": []}
+        host = {"mlx": [], "cuda_step": []}
         for run in range(args.runs + 1):
             for name, call in (("mlx", reference), ("cuda_step", ours)):
                 rate = decode_rate(call, model, batch, args.tokens, shape.vocab, run)
                 if run:  # the first run compiles
                     rates[name].append(rate)
+                    host[name].append(HOST_MS[-1])
         for name, values in rates.items():
             rows[f"{name}_b{batch}_tps"] = values
+            rows[f"{name}_b{batch}_host_ms"] = host[name]
         mine, theirs = statistics.median(rates["cuda_step"]), statistics.median(rates["mlx"])
         share = f", {mine / limit:.0%} of the limit" if batch == 1 else ""
         print(f"batch {batch}: cuda step {mine:,.0f} tok/s against {theirs:,.0f} "
-              f"({mine / theirs:.2f}x){share}", flush=True)  # fmt: skip
+              f"({mine / theirs:.2f}x){share}; host ms a step "
+              f"{statistics.median(host['cuda_step']):.2f} against "
+              f"{statistics.median(host['mlx']):.2f}", flush=True)  # fmt: skip
     rows["cache_copies_in_timing"] = native.cache_copies() - copies
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s, one-stream limit {limit:,.0f} tok/s; "
           f"caches copied while timing: {rows['cache_copies_in_timing']}")  # fmt: skip

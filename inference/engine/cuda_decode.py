@@ -35,6 +35,10 @@ from . import fused_projections
 log = logging.getLogger(__name__)
 
 VARIABLE = "MLXLAB_CUDA_DECODE"
+# Larger batches run mlx-lm's model: on an H200 the step led up to 8 rows (1.3x) and fell
+# behind MLX's own from 16 (docs/BENCHMARKS.md, "One primitive a decode step").
+MAX_BATCH_VARIABLE = "MLXLAB_CUDA_DECODE_MAX_BATCH"
+DEFAULT_MAX_BATCH = 8
 STEP = 256  # mlx-lm's cache growth, in columns
 
 
@@ -59,7 +63,7 @@ class Reference:
         def max_batch(self) -> int:
             return 32  # as the CUDA kernels (kMaxBatch)
 
-        def step(self, tokens, positions, first_columns, column, caches) -> list[mx.array]:
+        def step(self, tokens, positions, first_columns, column, caches, copy_caches):
             embedding, final_norm, head = self.weights[:3]
             batch, heads, kv_heads, dim = tokens.size, self.heads, self.kv_heads, self.dim
             x = embedding[tokens][:, None, :]
@@ -127,7 +131,8 @@ class Plan:
             attention.head_dim, args.intermediate_size, args.vocab_size,
             first["input_layernorm"].eps, attention.scale, scale, base, traditional, freqs,
         )  # fmt: skip
-        self.max_batch = self.native.max_batch()
+        wanted = int(os.environ.get(MAX_BATCH_VARIABLE, DEFAULT_MAX_BATCH))
+        self.max_batch = min(self.native.max_batch(), wanted)
 
 
 def eligible(model: nn.Module) -> bool:
@@ -191,6 +196,10 @@ class CudaDecodeModel(llama.Model):
         column = caches[0]._idx if kind is BatchKVCache else caches[0].offset
         if any((c._idx if kind is BatchKVCache else c.offset) != column for c in caches):
             return None
+        # In place, unless the caches are not the step's own last output (prefilled, merged
+        # or restored since: others may hold them) or were rewound (a trim after
+        # speculative decoding: a view taken before may cover this column).
+        fresh = any(not _written_by_step(cache, column) for cache in caches)
         for cache in caches:
             _reserve(cache, column)
         if kind is BatchKVCache:
@@ -203,7 +212,7 @@ class CudaDecodeModel(llama.Model):
         arrays = []
         for cache in caches:
             arrays += [cache.keys, cache.values]
-        out = plan.native.step(tokens, _int32(positions), _int32(first), column, arrays)
+        out = plan.native.step(tokens, _int32(positions), _int32(first), column, arrays, fresh)
         arrays = None
         if kind is BatchKVCache:
             after = positions + 1
@@ -215,7 +224,8 @@ class CudaDecodeModel(llama.Model):
                 cache.offset += 1
         for i, cache in enumerate(caches):
             cache.keys, cache.values = out[1 + 2 * i], out[2 + 2 * i]
-            cache._mlxlab_written = (id(cache.keys), id(cache.values))
+            # Ids only: a reference held here would count as one more holder.
+            cache._mlxlab_written = (id(cache.keys), id(cache.values), column)
         return out[0]
 
     def _plan(self) -> Plan | None:
@@ -252,9 +262,19 @@ def _int32(values: mx.array) -> mx.array:
     return values if values.dtype == mx.int32 else values.astype(mx.int32)
 
 
+def _written_by_step(cache, column: int) -> bool:
+    """Whether the cache holds the step's own last output, and `column` is past what it wrote."""
+    written = getattr(cache, "_mlxlab_written", None)
+    return (
+        written is not None
+        and written[:2] == (id(cache.keys), id(cache.values))
+        and (column > written[2])
+    )
+
+
 def _reserve(cache, column: int) -> None:
     """Grow the cache to hold `column` as mlx-lm's update_and_fetch grows it for one token,
-    and make its buffers row-contiguous (the native step writes them in place)."""
+    and make its buffers row-contiguous (the native step writes them directly)."""
     keys, values = cache.keys, cache.values
     if column + 1 > keys.shape[2]:
         if column % STEP:
@@ -265,8 +285,7 @@ def _reserve(cache, column: int) -> None:
             [values, mx.zeros((*shape[:3], values.shape[3]), values.dtype)], axis=2
         )
         cache.keys, cache.values = keys, values
-    elif getattr(cache, "_mlxlab_written", None) != (id(keys), id(values)):
-        # Not the step's own output (ids only: a reference would stop the in-place write).
+    elif getattr(cache, "_mlxlab_written", (None, None))[:2] != (id(keys), id(values)):
         cache.keys, cache.values = mx.contiguous(keys), mx.contiguous(values)
 
 

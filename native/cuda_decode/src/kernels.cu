@@ -10,7 +10,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
 
 namespace mlxlab::cuda_decode {
 namespace {
@@ -65,6 +68,29 @@ __global__ void embed(const T* __restrict__ table, const int32_t* __restrict__ t
 
 enum Mode { kPlain, kResidual, kSwiglu };
 
+constexpr int kDepth = 4;
+
+// One 16-byte chunk of two weight rows against chunk `c` of each input row.
+template <typename T, int B>
+__device__ __forceinline__ void accumulate(const uint4& word0, const uint4& word1, const T* in,
+                                           int depth, int c, int batch, float* acc0,
+                                           float* acc1) {
+  float a[8], w[8];
+  unpack8<T>(word0, a);
+  unpack8<T>(word1, w);
+#pragma unroll
+  for (int b = 0; b < B; ++b) {
+    if (b >= batch) break;
+    float v[8];
+    unpack8<T>(*reinterpret_cast<const uint4*>(in + b * depth + c * 8), v);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      acc0[b] = fmaf(a[i], v[i], acc0[b]);
+      acc1[b] = fmaf(w[i], v[i], acc1[b]);
+    }
+  }
+}
+
 // Rows of `w` (n_out of them; for kSwiglu n_out gate rows then n_out up rows) times
 // `batch` (at most B) input vectors of `depth`. With NORM the input is RMSNorm(x) *
 // norm_weight, staged in shared memory. Each warp computes two rows, 16 bytes of weights a
@@ -105,54 +131,60 @@ __global__ void __launch_bounds__(kThreads)
     in = staged;
   }
   const int lane = threadIdx.x % 32;
-  const int unit = blockIdx.x * kWarps + threadIdx.x / 32;
   const int units = MODE == kSwiglu ? n_out : (n_out + 1) / 2;
-  if (unit >= units) return;
-  const int first = MODE == kSwiglu ? unit : 2 * unit;
-  const int second = MODE == kSwiglu ? unit + n_out : min(2 * unit + 1, n_out - 1);
-  const uint4* w0 = reinterpret_cast<const uint4*>(w + static_cast<size_t>(first) * depth);
-  const uint4* w1 = reinterpret_cast<const uint4*>(w + static_cast<size_t>(second) * depth);
-  float acc0[B], acc1[B];
+  // A grid of a few blocks an SM, each warp taking every (grid)th unit: the block's staged
+  // input serves many rows (with 32 rows a batch it is 128 KB of shared memory).
+  for (int unit = blockIdx.x * kWarps + threadIdx.x / 32; unit < units;
+       unit += gridDim.x * kWarps) {
+    const int first = MODE == kSwiglu ? unit : 2 * unit;
+    const int second = MODE == kSwiglu ? unit + n_out : min(2 * unit + 1, n_out - 1);
+    const uint4* w0 = reinterpret_cast<const uint4*>(w + static_cast<size_t>(first) * depth);
+    const uint4* w1 = reinterpret_cast<const uint4*>(w + static_cast<size_t>(second) * depth);
+    float acc0[B], acc1[B];
 #pragma unroll
-  for (int b = 0; b < B; ++b) acc0[b] = acc1[b] = 0.0f;
-  const int chunks = depth / 8;
-#pragma unroll 4
-  for (int c = lane; c < chunks; c += 32) {
-    float a[8], bw[8];
-    unpack8<T>(__ldg(w0 + c), a);
-    unpack8<T>(__ldg(w1 + c), bw);
+    for (int b = 0; b < B; ++b) acc0[b] = acc1[b] = 0.0f;
+    // kDepth chunks of each row a lane loaded before any is used: enough bytes in flight to
+    // keep the memory busy when a matrix has few rows (a warp's 16 KB load per round).
+    const int chunks = depth / 8;
+    int c = lane;
+    for (; c + 32 * (kDepth - 1) < chunks; c += 32 * kDepth) {
+      uint4 r0[kDepth], r1[kDepth];
+#pragma unroll
+      for (int u = 0; u < kDepth; ++u) {
+        r0[u] = __ldg(w0 + c + 32 * u);
+        r1[u] = __ldg(w1 + c + 32 * u);
+      }
+#pragma unroll
+      for (int u = 0; u < kDepth; ++u) {
+        accumulate<T, B>(r0[u], r1[u], in, depth, c + 32 * u, batch, acc0, acc1);
+      }
+    }
+    for (; c < chunks; c += 32) {
+      accumulate<T, B>(__ldg(w0 + c), __ldg(w1 + c), in, depth, c, batch, acc0, acc1);
+    }
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      acc0[b] = warp_sum(acc0[b]);
+      acc1[b] = warp_sum(acc1[b]);
+    }
+    if (lane != 0) continue;
 #pragma unroll
     for (int b = 0; b < B; ++b) {
       if (b >= batch) break;
-      float v[8];
-      unpack8<T>(*reinterpret_cast<const uint4*>(in + b * depth + c * 8), v);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        acc0[b] = fmaf(a[i], v[i], acc0[b]);
-        acc1[b] = fmaf(bw[i], v[i], acc1[b]);
+      T* row = out + static_cast<size_t>(b) * n_out;
+      if constexpr (MODE == kSwiglu) {
+        const float gate = rounded<T>(acc0[b]), up = rounded<T>(acc1[b]);
+        const float sigmoid = rounded<T>(1.0f / (1.0f + expf(-gate)));
+        row[unit] = from_float<T>(rounded<T>(gate * sigmoid) * up);
+      } else if constexpr (MODE == kResidual) {
+        row[first] = from_float<T>(to_float(row[first]) + rounded<T>(acc0[b]));
+        if (second != first) {
+          row[second] = from_float<T>(to_float(row[second]) + rounded<T>(acc1[b]));
+        }
+      } else {
+        row[first] = from_float<T>(acc0[b]);
+        if (second != first) row[second] = from_float<T>(acc1[b]);
       }
-    }
-  }
-#pragma unroll
-  for (int b = 0; b < B; ++b) {
-    acc0[b] = warp_sum(acc0[b]);
-    acc1[b] = warp_sum(acc1[b]);
-  }
-  if (lane != 0) return;
-#pragma unroll
-  for (int b = 0; b < B; ++b) {
-    if (b >= batch) break;
-    T* row = out + static_cast<size_t>(b) * n_out;
-    if constexpr (MODE == kSwiglu) {
-      const float gate = rounded<T>(acc0[b]), up = rounded<T>(acc1[b]);
-      const float sigmoid = rounded<T>(1.0f / (1.0f + expf(-gate)));
-      row[unit] = from_float<T>(rounded<T>(gate * sigmoid) * up);
-    } else if constexpr (MODE == kResidual) {
-      row[first] = from_float<T>(to_float(row[first]) + rounded<T>(acc0[b]));
-      if (second != first) row[second] = from_float<T>(to_float(row[second]) + rounded<T>(acc1[b]));
-    } else {
-      row[first] = from_float<T>(acc0[b]);
-      if (second != first) row[second] = from_float<T>(acc1[b]);
     }
   }
 }
@@ -265,6 +297,29 @@ __global__ void __launch_bounds__(kAttentionThreads)
 
 size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
+// How many blocks of `kernel` the GPU holds at once with `shared` bytes each (at least one
+// an SM): a grid of more would only run in waves.
+template <typename Kernel>
+int resident_blocks(Kernel kernel, size_t shared) {
+  static std::mutex lock;
+  static std::map<size_t, int> known;  // this kernel's figure by shared bytes
+  static const int sms = [] {
+    int device = 0, count = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+    return count;
+  }();
+  std::lock_guard<std::mutex> guard(lock);
+  auto found = known.find(shared);
+  if (found != known.end()) return found->second;
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, shared) !=
+      cudaSuccess) {
+    per_sm = 1;
+  }
+  return known[shared] = sms * std::max(per_sm, 1);
+}
+
 struct Scratch {
   void* x;  // the residual stream (batch, hidden)
   void* qkv;  // (batch, (heads + 2 kv_heads) head_dim)
@@ -290,7 +345,6 @@ template <typename T, int B, int MODE, bool NORM>
 void launch_matvec(const void* w, const void* x, const void* norm, float eps, void* out,
                    int n_out, int depth, int batch, cudaStream_t stream) {
   const int units = MODE == kSwiglu ? n_out : (n_out + 1) / 2;
-  const int blocks = (units + kWarps - 1) / kWarps;
   const size_t shared = NORM ? sizeof(T) * batch * depth : 0;
   if (shared > kUnasked) {
     // More than a block gets unasked: raise this kernel's limit once, to the most a block
@@ -305,6 +359,8 @@ void launch_matvec(const void* w, const void* x, const void* norm, float eps, vo
     }();
     (void)raised;
   }
+  const int blocks = std::min((units + kWarps - 1) / kWarps,
+                              resident_blocks(matvec<T, B, MODE, NORM>, shared));
   matvec<T, B, MODE, NORM><<<blocks, kThreads, shared, stream>>>(
       static_cast<const T*>(w), static_cast<const T*>(x), static_cast<const T*>(norm), eps,
       static_cast<T*>(out), n_out, depth, batch);

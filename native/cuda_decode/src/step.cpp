@@ -60,22 +60,35 @@ struct Config {
   bool has_freqs;
 };
 
-// Whether no other array shares `cache`'s buffer, so the step may write it in place.
-// MLX's is_donatable() also asks that one handle hold the array, but every output of a
-// primitive keeps its own copy of the inputs' handles: with 2 caches a layer, never one.
-bool sole_holder(const mx::array& cache) {
-  const auto& data = cache.data_shared_ptr();
-  return data.use_count() == 1 && data->is_owned();
+// An output in device memory, freed when MLX lets go of it. (The allocator MLX exports to
+// code outside it, allocator::malloc, hands out managed memory, which a kernel's first
+// writes page-fault into place: a 32-row step took 25 ms with its outputs there.)
+void set_device_data(mx::array& out, cudaStream_t stream) {
+  void* data = nullptr;
+  check(cudaMallocAsync(&data, out.nbytes(), stream), "cudaMallocAsync");
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  auto* buffer = new mx::cu::CudaBuffer{data, out.nbytes(), device};
+  out.set_data(mx::allocator::Data(mx::allocator::Buffer(buffer), [](mx::allocator::Buffer b) {
+    auto* held = static_cast<mx::cu::CudaBuffer*>(b.ptr());
+    if (held->device >= 0) {  // MLX's work on it is done when it lets go
+      cudaFreeAsync(held->data, cudaStreamPerThread);
+    } else {  // moved to unified memory for the host to read
+      cudaFree(held->data);
+    }
+    delete held;
+  }));
 }
 
 class DecodeStep : public mx::Primitive {
  public:
-  DecodeStep(mx::Stream stream, cd::Shape shape, int layers, bool has_freqs,
+  DecodeStep(mx::Stream stream, cd::Shape shape, int layers, bool has_freqs, bool copy_caches,
              std::shared_ptr<Scratch> scratch)
       : mx::Primitive(stream),
         shape_(shape),
         layers_(layers),
         has_freqs_(has_freqs),
+        copy_caches_(copy_caches),
         scratch_(std::move(scratch)) {}
 
   void eval_cpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
@@ -87,8 +100,7 @@ class DecodeStep : public mx::Primitive {
     // What MLX recorded before this step (the tokens' sampling, say) runs first.
     encoder.commit();
     cudaStream_t cuda_stream = encoder.stream();
-    mx::array& logits = outputs[0];
-    logits.set_data(mx::allocator::malloc(logits.nbytes()));
+    set_device_data(outputs[0], cuda_stream);
 
     const size_t first_cache = 3 + weight_count();
     for (int i = 0; i < 2 * layers_; ++i) {
@@ -97,10 +109,10 @@ class DecodeStep : public mx::Primitive {
       if (!in.flags().row_contiguous || in.data_size() != in.size()) {
         throw std::runtime_error("the CUDA decode step needs row-contiguous KV caches");
       }
-      if (sole_holder(in)) {
-        out.copy_shared_buffer(in);  // written in place, as mlx-lm's slice update would
-      } else {  // something else holds this cache (a view of it, say): write a copy
-        out.set_data(mx::allocator::malloc(out.nbytes()));
+      if (!copy_caches_) {
+        out.copy_shared_buffer(in);  // one column written in place (see cuda_decode.py)
+      } else {
+        set_device_data(out, cuda_stream);
         check(cudaMemcpyAsync(mx::gpu_ptr<void>(out), mx::gpu_ptr<void>(in), in.nbytes(),
                               cudaMemcpyDeviceToDevice, cuda_stream),
               "copying a KV cache");
@@ -129,7 +141,7 @@ class DecodeStep : public mx::Primitive {
       layer.keys = mx::gpu_ptr<void>(outputs[1 + 2 * l]);
       layer.values = mx::gpu_ptr<void>(outputs[2 + 2 * l]);
     }
-    p.logits = mx::gpu_ptr<void>(logits);
+    p.logits = mx::gpu_ptr<void>(outputs[0]);
     p.scratch = scratch_->data();
     if (cd::scratch_bytes(shape_) > scratch_->bytes()) {
       throw std::runtime_error("the CUDA decode step's scratch is too small for this batch");
@@ -145,6 +157,7 @@ class DecodeStep : public mx::Primitive {
   cd::Shape shape_;
   int layers_;
   bool has_freqs_;
+  bool copy_caches_;
   std::shared_ptr<Scratch> scratch_;
 };
 
@@ -210,7 +223,7 @@ class Model {
 
   std::vector<mx::array> step(const mx::array& tokens, const mx::array& positions,
                               const mx::array& first_columns, int column,
-                              const std::vector<mx::array>& caches) {
+                              const std::vector<mx::array>& caches, bool copy_caches) {
     const int batch = static_cast<int>(tokens.size());
     if (batch < 1 || batch > max_batch()) throw std::invalid_argument("batch out of range");
     if (static_cast<int>(caches.size()) != 2 * layers_) {
@@ -244,7 +257,8 @@ class Model {
       shapes.push_back(cache.shape());
       dtypes.push_back(cache.dtype());
     }
-    auto primitive = std::make_shared<DecodeStep>(stream, s, layers_, has_freqs_, scratch_);
+    auto primitive =
+        std::make_shared<DecodeStep>(stream, s, layers_, has_freqs_, copy_caches, scratch_);
     return mx::array::make_arrays(std::move(shapes), dtypes, primitive, inputs);
   }
 
@@ -270,9 +284,9 @@ NB_MODULE(_cuda_decode, m) {
            "post-attention norm, gate/up and down.")
       .def("max_batch", &Model::max_batch)
       .def("step", &Model::step, "tokens"_a, "positions"_a, "first_columns"_a, "column"_a,
-           "caches"_a,
+           "caches"_a, "copy_caches"_a,
            "[logits (batch, 1, vocab), then each layer's keys and values with this step's "
-           "written at `column`].");
+           "written at `column`: into the caches' own buffers, or into copies of them.");
   m.def("cache_copies", [] { return cache_copies.load(); },
-        "How many KV caches a step copied because something else held them.");
+        "How many KV caches steps have copied before writing them.");
 }
