@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -138,7 +139,8 @@ def profile_step(model, batch: int, vocab: int, steps: int = 16) -> dict:
     by_kernel = collections.Counter()
     for event in prof.events():
         if event.device_type == torch.autograd.DeviceType.CUDA:
-            name = event.name.split("(")[0].replace("mlxlab::cuda_decode::", "")
+            found = re.search(r"(matvec|attend|embed)<[^>]*>", event.name)
+            name = found.group(0) if found else event.name.split("(")[0]
             by_kernel[name[:70]] += event.device_time / steps
     return {"device_us_per_step": round(sum(by_kernel.values()), 1),
             **{k: round(v, 1) for k, v in by_kernel.most_common(10)}}  # fmt: skip

@@ -32,8 +32,9 @@ ARCHS_VARIABLE = "MLXLAB_CUDA_ARCHS"
 # A two-layer model with 64-wide heads: logits of one row and of a left-padded batch
 # against mlx-lm's own model, steps past a cache growth included.
 SELF_TEST = """
-import sys
+import os, sys
 sys.path.insert(0, sys.argv[1])
+os.environ["MLXLAB_CUDA_DECODE_MAX_BATCH"] = "32"  # every batch the kernels take
 import mlx.core as mx
 from mlx.utils import tree_map
 from mlx_lm.models import llama
