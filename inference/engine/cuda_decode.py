@@ -13,7 +13,11 @@ mlx-lm KV caches (`KVCache`, or `BatchKVCache` as the engine's batches keep them
 model's dtype, up to the batch the native step takes. Everything else (prefill, verifying
 passes, quantized models or caches, larger batches) runs mlx-lm's model as before. The
 caches change as mlx-lm's `update_and_fetch` changes them: the same growth, the same
-columns, the same offsets.
+columns, the same offsets. The step writes its column into the cache's own buffer, as
+mlx-lm's slice update does when nothing else holds it: the views mlx-lm hands out (state,
+extract) end before that column. It writes into a copy instead on the first step after the
+caches came from elsewhere (a prefill, a merge, a restore) and after a rewind (a trim, after
+which a view taken earlier may cover the column).
 
 MLXLAB_CUDA_DECODE: 1 (the default: on a GPU, where the step is built), 0, or reference:
 the step's contract computed with MLX's own operations (`Reference`), on any device, which
@@ -35,7 +39,7 @@ from . import fused_projections
 log = logging.getLogger(__name__)
 
 VARIABLE = "MLXLAB_CUDA_DECODE"
-# Larger batches run mlx-lm's model: on an H200 the step led up to 8 rows (1.3x) and fell
+# Larger batches run mlx-lm's model: on an H200 the step led up to 8 rows (1.4x) and fell
 # behind MLX's own from 16 (docs/BENCHMARKS.md, "One primitive a decode step").
 MAX_BATCH_VARIABLE = "MLXLAB_CUDA_DECODE_MAX_BATCH"
 DEFAULT_MAX_BATCH = 8

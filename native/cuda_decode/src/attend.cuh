@@ -1,0 +1,117 @@
+// The step's attention kernel: RoPE, the cache write and softmax(q k) v for one token.
+#pragma once
+
+#include <cmath>
+
+#include "device_math.cuh"
+
+namespace mlxlab::cuda_decode {
+namespace {
+
+struct AttentionArgs {
+  int heads, kv_heads, capacity, column;
+  bool traditional;
+  float scale, rope_scale, log2_base;
+};
+
+// One query head of one row: RoPE on its query and on its kv head's new key (the first
+// query head of the group writes the key and value into the cache), then softmax(q k) v
+// over the row's columns, online, each thread over every 128th column.
+template <typename T, int D>
+__global__ void __launch_bounds__(kAttentionThreads)
+    attend(const T* __restrict__ qkv, T* keys, T* values, T* __restrict__ out,
+           const int32_t* __restrict__ positions, const int32_t* __restrict__ first_columns,
+           const float* __restrict__ rope_freqs, AttentionArgs a) {
+  constexpr int kHalf = D / 2;
+  const int head = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
+  const int group = a.heads / a.kv_heads, kv = head / group;
+  const T* row = qkv + static_cast<size_t>(b) * (a.heads + 2 * a.kv_heads) * D;
+  __shared__ float q[D];
+  __shared__ __align__(16) T new_key[D];
+  __shared__ __align__(16) T new_value[D];
+  if (tid < kHalf) {
+    const int i1 = a.traditional ? 2 * tid : tid;
+    const int i2 = a.traditional ? 2 * tid + 1 : tid + kHalf;
+    // The angle as MLX's RoPE kernel forms it.
+    const float inv_freq = rope_freqs != nullptr
+                               ? 1.0f / rope_freqs[tid]
+                               : exp2f(-(static_cast<float>(tid) / kHalf) * a.log2_base);
+    const float theta = a.rope_scale * static_cast<float>(positions[b]) * inv_freq;
+    const float c = cosf(theta), s = sinf(theta);
+    const T* qr = row + head * D;
+    float x1 = to_float(qr[i1]), x2 = to_float(qr[i2]);
+    q[i1] = a.scale * rounded<T>(x1 * c - x2 * s);
+    q[i2] = a.scale * rounded<T>(x1 * s + x2 * c);
+    const T* kr = row + (a.heads + kv) * D;
+    x1 = to_float(kr[i1]);
+    x2 = to_float(kr[i2]);
+    new_key[i1] = from_float<T>(x1 * c - x2 * s);
+    new_key[i2] = from_float<T>(x1 * s + x2 * c);
+  }
+  if (tid < D) new_value[tid] = row[(a.heads + a.kv_heads + kv) * D + tid];
+  __syncthreads();
+  const size_t base = (static_cast<size_t>(b) * a.kv_heads + kv) * a.capacity * D;
+  if (head % group == 0 && tid < D) {
+    keys[base + static_cast<size_t>(a.column) * D + tid] = new_key[tid];
+    values[base + static_cast<size_t>(a.column) * D + tid] = new_value[tid];
+  }
+  float m = -INFINITY, l = 0.0f, acc[D];
+#pragma unroll
+  for (int d = 0; d < D; ++d) acc[d] = 0.0f;
+  for (int col = first_columns[b] + tid; col <= a.column; col += kAttentionThreads) {
+    const bool fresh = col == a.column;  // its key and value are not in the cache yet here
+    const uint4* kp = reinterpret_cast<const uint4*>(
+        fresh ? new_key : keys + base + static_cast<size_t>(col) * D);
+    const uint4* vp = reinterpret_cast<const uint4*>(
+        fresh ? new_value : values + base + static_cast<size_t>(col) * D);
+    float score = 0.0f;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      float k8[8];
+      unpack8<T>(kp[j], k8);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) score = fmaf(q[j * 8 + i], k8[i], score);
+    }
+    const float top = fmaxf(m, score);
+    const float correction = expf(m - top), p = expf(score - top);
+    l = l * correction + p;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      float v8[8];
+      unpack8<T>(vp[j], v8);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[j * 8 + i] = fmaf(p, v8[i], acc[j * 8 + i] * correction);
+    }
+    m = top;
+  }
+  // Combine the threads' partial softmaxes.
+  __shared__ float warp_top[kAttentionThreads / 32];
+  __shared__ float sums[kAttentionThreads / 32][D + 1];
+  const int warp = tid / 32, lane = tid % 32;
+  float top = warp_max(m);
+  if (lane == 0) warp_top[warp] = top;
+  __syncthreads();
+  top = warp_top[0];
+#pragma unroll
+  for (int i = 1; i < kAttentionThreads / 32; ++i) top = fmaxf(top, warp_top[i]);
+  const float weight = l > 0.0f ? expf(m - top) : 0.0f;
+  const float total = warp_sum(l * weight);
+  if (lane == 0) sums[warp][D] = total;
+#pragma unroll
+  for (int d = 0; d < D; ++d) {
+    const float part = warp_sum(acc[d] * weight);
+    if (lane == 0) sums[warp][d] = part;
+  }
+  __syncthreads();
+  if (tid < D) {
+    float num = 0.0f, den = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kAttentionThreads / 32; ++i) {
+      num += sums[i][tid];
+      den += sums[i][D];
+    }
+    out[(static_cast<size_t>(b) * a.heads + head) * D + tid] = from_float<T>(num / den);
+  }
+}
+}  // namespace
+}  // namespace mlxlab::cuda_decode
