@@ -19,13 +19,16 @@ from .llama_blocks import greedy, tiny_llama
 
 
 class Counting(cuda_decode.Reference):
-    """The reference step, counting its calls: which steps the model sent to it."""
+    """The reference step, counting its calls (which steps the model sent to it) and
+    recording whether each was asked to copy the caches before writing them."""
 
     calls = 0
+    copies: list[bool] = []
 
     class Model(cuda_decode.Reference.Model):
         def step(self, *args):
             Counting.calls += 1
+            Counting.copies.append(args[-1])
             return super().step(*args)
 
 
@@ -34,7 +37,7 @@ def model():
     model = tiny_llama(18)
     model.update(tree_map(lambda p: p.astype(mx.bfloat16), model.parameters()))
     assert fused_projections.fuse_projections(model) == 2
-    Counting.calls = 0
+    Counting.calls, Counting.copies = 0, []
     assert cuda_decode.install(model, Counting)
     return model
 
@@ -139,3 +142,19 @@ def test_a_replaced_weight_makes_a_new_plan_and_an_adapter_falls_back(model):
     object.__setattr__(slot, "active", ("a",))  # an adapter in use: mlx-lm's blocks run
     model(mx.array([[7]]), cache=caches)
     assert Counting.calls == calls + 1
+
+
+def test_caches_are_written_in_place_only_while_the_step_owns_them(model):
+    caches = _prefill(model, [[1, 2, 3]], batch=False)
+    for token in (4, 5, 6):
+        model(mx.array([[token]]), cache=caches)
+    # The prefilled caches are mlx-lm's (others may hold them): copied once, then in place.
+    assert Counting.copies == [True, False, False]
+    for cache in caches:
+        cache.trim(2)  # a rewind, as after rejected draft tokens
+    model(mx.array([[7]]), cache=caches)
+    model(mx.array([[8]]), cache=caches)
+    assert Counting.copies[3:] == [True, False]  # a view taken before may cover the column
+    merged = _prefill(model, [[1, 2, 3], [4, 5]], batch=True)
+    model(mx.array([[9], [10]]), cache=merged)
+    assert Counting.copies[5:] == [True]
