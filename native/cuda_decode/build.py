@@ -10,21 +10,21 @@ self-test never fails setup: the engine then keeps MLX's own decode step, and
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import importlib.metadata
-import json
 import os
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
 BUILD = HERE / "build"
-STATUS = BUILD / "status.json"
 LOG = BUILD / "build.log"
+sys.path.insert(0, str(ROOT))  # run as a script: native.extension lives at the root
+
+from native import extension  # noqa: E402
+
 CUDA_WHEELS = ("mlx-cuda-13", "mlx-cuda-12")
 # Which GPUs to compile for (CMAKE_CUDA_ARCHITECTURES): the one in this machine by default.
 ARCHS_VARIABLE = "MLXLAB_CUDA_ARCHS"
@@ -108,65 +108,35 @@ def why_not() -> str | None:
 
 def build() -> str | None:
     """Configure and compile into build/; None when it worked, else why not."""
-    archs = os.environ.get(ARCHS_VARIABLE, "native")
-    steps = (
-        ["cmake", "-S", str(HERE), "-B", str(BUILD / "cmake"), f"-DPython_EXECUTABLE={sys.executable}",
-         f"-DCMAKE_CUDA_COMPILER={_nvcc()}", f"-DCMAKE_CUDA_ARCHITECTURES={archs}",
-         f"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY={BUILD}"],
-        ["cmake", "--build", str(BUILD / "cmake"), "-j2"],
-    )  # fmt: skip
-    with LOG.open("w") as log:
-        for step in steps:
-            done = subprocess.run(step, stdout=log, stderr=subprocess.STDOUT)
-            if done.returncode != 0:
-                return f"`{' '.join(step[:2])}` failed (see {LOG.relative_to(HERE.parent.parent)})"
-    return None
-
-
-def self_test(library: Path) -> str | None:
-    """Run the step against mlx-lm's model in a child; why it failed, or None."""
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", SELF_TEST, str(HERE.parent.parent), str(library)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-    except subprocess.TimeoutExpired:
-        return "the self-test did not finish in 600 s"
-    if done.returncode != 0:
-        lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
-        return f"the self-test failed: {lines[-1]}"
-    return None
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--force", action="store_true", help="build even if nothing changed")
-    args = parser.parse_args()
-    stamp = fingerprint()
-    try:
-        previous = json.loads(STATUS.read_text())
-    except (OSError, ValueError):
-        previous = {}
-    if previous.get("fingerprint") == stamp and not args.force:
-        return 0
-    BUILD.mkdir(exist_ok=True)
-    for old in BUILD.glob("_cuda_decode*.so"):
-        old.unlink()
-    started = time.monotonic()
     skipped = why_not()
-    why = skipped or build()
-    if why is None:
-        library = next(BUILD.glob("_cuda_decode*.so"), None)
-        why = "the build made no library" if library is None else self_test(library)
-    status = {"ok": why is None, "reason": why or "built and checked against mlx-lm",
-              "fingerprint": stamp, "seconds": round(time.monotonic() - started, 1)}  # fmt: skip
-    STATUS.write_text(json.dumps(status, indent=1) + "\n")
-    if why is not None and skipped is None:
-        print(f"setup: the CUDA decode step is not used: {why}", file=sys.stderr)
-    return 0
+    if skipped is not None:
+        return f"skipped: {skipped}"
+    archs = os.environ.get(ARCHS_VARIABLE, "native")
+    return extension.cmake(
+        HERE,
+        BUILD,
+        LOG,
+        ROOT,
+        f"-DCMAKE_CUDA_COMPILER={_nvcc()}",
+        f"-DCMAKE_CUDA_ARCHITECTURES={archs}",
+    )
+
+
+def self_test(library: Path) -> tuple[str | None, str]:
+    """Run the step against mlx-lm's model in a child; (why it failed, or None; '')."""
+    why, _ = extension.self_test(SELF_TEST, [str(ROOT), str(library)], timeout=600)
+    return why, " against mlx-lm"
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(
+        extension.build_once(
+            __doc__.splitlines()[0],
+            BUILD,
+            "_cuda_decode*.so",
+            fingerprint(),
+            build,
+            self_test,
+            "the CUDA decode step",
+        )  # fmt: skip
+    )

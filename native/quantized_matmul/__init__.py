@@ -7,11 +7,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import os
 from pathlib import Path
 from types import ModuleType
+
+from native import extension
 
 HERE = Path(__file__).resolve().parent
 BUILD = HERE / "build"
@@ -30,45 +30,12 @@ def built_library() -> Path | None:
 
 
 def read_status() -> dict:
-    try:
-        return json.loads(STATUS.read_text())
-    except (OSError, ValueError):
-        return {}
+    return extension.read_status(STATUS)
 
 
 def load(path: str | os.PathLike | None = None) -> ModuleType:
-    """Import the compiled module; raises KernelUnavailable saying why it cannot be.
-
-    `mlx.core` must be imported first: the module takes its arrays (nanobind's
-    "mlx" domain) and links its library.
-    """
+    """Import the compiled module; raises KernelUnavailable saying why it cannot be."""
     explicit = os.environ.get(LIBRARY_VARIABLE) if path is None else os.fspath(path)
-    if explicit is not None and explicit.strip().lower() in ("", "0", "off"):
-        raise KernelUnavailable(f"the quantized matmul kernel is turned off ({LIBRARY_VARIABLE})")
-    if explicit is None:
-        status = read_status()
-        if not status.get("ok"):
-            why = status.get("reason") or "it was never built (make setup builds it)"
-            raise KernelUnavailable(f"the quantized matmul kernel is not built: {why}")
-        library = built_library()
-        if library is None:
-            raise KernelUnavailable("the quantized matmul kernel is missing from its build folder")
-    else:
-        library = Path(explicit)
-        if not library.is_file():
-            raise KernelUnavailable(f"no quantized matmul kernel at {library}")
-    return _import(library)
-
-
-def _import(library: Path) -> ModuleType:
-    import mlx.core  # noqa: F401  (registers mx.array with nanobind before our module loads)
-
-    spec = importlib.util.spec_from_file_location("_qmm", library)
-    if spec is None or spec.loader is None:
-        raise KernelUnavailable(f"{library} is not a Python extension")
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except ImportError as error:
-        raise KernelUnavailable(f"{library} does not load: {error}") from error
-    return module
+    library = extension.locate(explicit, LIBRARY_VARIABLE, BUILD, "_qmm*.so",
+                               "the quantized matmul kernel", KernelUnavailable)  # fmt: skip
+    return extension.import_extension("_qmm", library, KernelUnavailable)

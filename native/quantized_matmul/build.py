@@ -9,20 +9,19 @@ the dense float32 path, and `build/status.json` says why (shown in /stats).
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import importlib.metadata
-import json
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
 BUILD = HERE / "build"
-STATUS = BUILD / "status.json"
 LOG = BUILD / "build.log"
+sys.path.insert(0, str(ROOT))  # run as a script: native.extension lives at the root
+
+from native import extension  # noqa: E402
 
 # Every shape class the engine sends: bits 4 and 8, each group size, odd sizes, decode
 # rows (1-8) and prefill rows (the sgemm path when OpenBLAS is loaded).
@@ -80,66 +79,24 @@ def build() -> str | None:
         return "cmake is not installed (apt-get install cmake g++)"
     if _version("nanobind") == "absent":
         return "nanobind is not installed (pip install nanobind)"
-    steps = (
-        ["cmake", "-S", str(HERE), "-B", str(BUILD / "cmake"), f"-DPython_EXECUTABLE={sys.executable}",
-         f"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY={BUILD}"],
-        ["cmake", "--build", str(BUILD / "cmake"), "-j2"],
-    )  # fmt: skip
-    with LOG.open("w") as log:
-        for step in steps:
-            done = subprocess.run(step, stdout=log, stderr=subprocess.STDOUT)
-            if done.returncode != 0:
-                return f"`{' '.join(step[:2])}` failed (see {LOG.relative_to(HERE.parent.parent)})"
-    return None
+    return extension.cmake(HERE, BUILD, LOG, ROOT)
 
 
 def self_test(library: Path) -> tuple[str | None, str]:
-    """Run the kernel against mx.quantized_matmul in a child; (why it failed, kernel name)."""
-    root = str(HERE.parent.parent)
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", SELF_TEST, root, str(library)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-    except subprocess.TimeoutExpired:
-        return "the self-test did not finish in 300 s", ""
-    if done.returncode != 0:
-        lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
-        return f"the self-test failed: {lines[-1]}", ""
-    return None, done.stdout.strip()
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--force", action="store_true", help="build even if nothing changed")
-    args = parser.parse_args()
-    stamp = fingerprint()
-    try:
-        previous = json.loads(STATUS.read_text())
-    except (OSError, ValueError):
-        previous = {}
-    if previous.get("fingerprint") == stamp and not args.force:
-        return 0
-    BUILD.mkdir(exist_ok=True)
-    for old in BUILD.glob("_qmm*.so"):
-        old.unlink()
-    started = time.monotonic()
-    why = build()
-    kernel = ""
-    if why is None:
-        library = next(BUILD.glob("_qmm*.so"), None)
-        why = "the build made no library" if library is None else None
-        if library is not None:
-            why, kernel = self_test(library)
-    status = {"ok": why is None, "reason": why or f"built and checked ({kernel} kernel)",
-              "fingerprint": stamp, "seconds": round(time.monotonic() - started, 1)}  # fmt: skip
-    STATUS.write_text(json.dumps(status, indent=1) + "\n")
-    if why is not None:
-        print(f"setup: the quantized matmul kernel is not used: {why}", file=sys.stderr)
-    return 0
+    """Run the kernel against mx.quantized_matmul in a child; (why it failed, its name)."""
+    why, kernel = extension.self_test(SELF_TEST, [str(ROOT), str(library)], timeout=300)
+    return why, f" ({kernel} kernel)"
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(
+        extension.build_once(
+            __doc__.splitlines()[0],
+            BUILD,
+            "_qmm*.so",
+            fingerprint(),
+            build,
+            self_test,
+            "the quantized matmul kernel",
+        )  # fmt: skip
+    )

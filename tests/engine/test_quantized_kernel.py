@@ -217,7 +217,7 @@ def test_a_failed_build_is_reported(no_kernel, tmp_path):
 
     no_kernel.delenv("MLXLAB_QMM_LIBRARY", raising=False)
     (tmp_path / "status.json").write_text('{"ok": false, "reason": "cmake is not installed"}')
-    no_kernel.setattr(extension, "STATUS", tmp_path / "status.json")
+    no_kernel.setattr(extension, "BUILD", tmp_path)  # where its status.json is read
     state = qk.kernel_state()
     assert not state.available and "not built: cmake is not installed" in state.reason
 
