@@ -158,3 +158,35 @@ def test_caches_are_written_in_place_only_while_the_step_owns_them(model):
     merged = _prefill(model, [[1, 2, 3], [4, 5]], batch=True)
     model(mx.array([[9], [10]]), cache=merged)
     assert Counting.copies[5:] == [True]
+
+
+def _native_step():
+    """The built CUDA step where MLX has a GPU, else None."""
+    if not (hasattr(mx, "cuda") and mx.cuda.is_available()):
+        return None
+    from native.cuda_decode import StepUnavailable, load
+
+    try:
+        return load()
+    except StepUnavailable:
+        return None
+
+
+@pytest.mark.skipif(_native_step() is None, reason="needs an NVIDIA GPU and the built CUDA step")
+def test_the_native_step_is_mlx_lms_on_a_gpu():
+    mx.random.seed(18)
+    args = llama.ModelArgs(model_type="llama", hidden_size=256, num_hidden_layers=2,
+                           intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
+                           rms_norm_eps=1e-5, vocab_size=512)  # fmt: skip
+    model = llama.Model(args)  # 64-wide heads, as the kernels take
+    model.update(tree_map(lambda p: p.astype(mx.bfloat16), model.parameters()))
+    fused_projections.fuse_projections(model)
+    assert cuda_decode.install(model, _native_step())
+    prompts = [[3] * 4, list(range(5, 20))]
+    ours, theirs = _prefill(model, prompts, True), _prefill(model, prompts, True)
+    token = mx.array([[p[-1]] for p in prompts])
+    for _ in range(6):
+        want = mlx_lm(model, token, theirs).astype(mx.float32)
+        got = model(token, cache=ours).astype(mx.float32)
+        assert mx.allclose(got, want, atol=0.02 * mx.abs(want).max().item()).item()
+        token = mx.argmax(want[:, -1], axis=-1)[:, None]
