@@ -8,6 +8,8 @@ build or check never fails setup, and `build/status.json` says why.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import subprocess
@@ -16,6 +18,29 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+
+
+def version(package: str) -> str:
+    """The installed version of `package`, or "absent"."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
+def fingerprint(source: Path, build_script: Path, packages: tuple[str, ...], *extra: str) -> str:
+    """What a build depends on: its script, CMakeLists and sources under `source`, the
+    packages' versions, this Python, and `extra`; a change to any means building again."""
+    digest = hashlib.sha256()
+    files = [build_script, source / "CMakeLists.txt", *(source / "src").rglob("*.*")]
+    for path in sorted(files):
+        digest.update(path.name.encode() + path.read_bytes())
+    for package in packages:
+        digest.update(version(package).encode())
+    digest.update(sys.version.encode())
+    for item in extra:
+        digest.update(item.encode())
+    return digest.hexdigest()
 
 
 def read_status(status: Path) -> dict:

@@ -10,8 +10,6 @@ self-test never fails setup: the engine then keeps MLX's own decode step, and
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
 import os
 import shutil
 import sys
@@ -70,22 +68,10 @@ print("checked")
 
 
 def fingerprint() -> str:
-    """What a build depends on: a change to any of it means building again."""
-    digest = hashlib.sha256()
-    for path in sorted([Path(__file__), HERE / "CMakeLists.txt", *(HERE / "src").rglob("*.*")]):
-        digest.update(path.name.encode() + path.read_bytes())
-    for package in ("mlx", *CUDA_WHEELS, "nanobind"):
-        digest.update(_version(package).encode())
-    digest.update(sys.version.encode())
-    digest.update(f"{_nvcc()} {os.environ.get(ARCHS_VARIABLE, 'native')}".encode())
-    return digest.hexdigest()
-
-
-def _version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "absent"
+    """What a build depends on, with the CUDA compiler and the GPUs it compiles for."""
+    packages = ("mlx", *CUDA_WHEELS, "nanobind")
+    target = f"{_nvcc()} {os.environ.get(ARCHS_VARIABLE, 'native')}"
+    return extension.fingerprint(HERE, Path(__file__), packages, target)
 
 
 def _nvcc() -> str | None:
@@ -97,7 +83,7 @@ def _nvcc() -> str | None:
 
 def why_not() -> str | None:
     """Why this machine cannot build the step, or None."""
-    if all(_version(wheel) == "absent" for wheel in CUDA_WHEELS):
+    if all(extension.version(wheel) == "absent" for wheel in CUDA_WHEELS):
         return "mlx has no CUDA backend here (make setup installs it where a GPU answers)"
     if _nvcc() is None:
         return "nvcc (the CUDA compiler) is not installed"

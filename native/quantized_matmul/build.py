@@ -9,8 +9,6 @@ the dense float32 path, and `build/status.json` says why (shown in /stats).
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
 import shutil
 import sys
 from pathlib import Path
@@ -54,30 +52,16 @@ print(kernel.kernel_name())
 
 
 def fingerprint() -> str:
-    """What a build depends on: a change to any of it means building again."""
-    digest = hashlib.sha256()
-    for path in sorted([Path(__file__), HERE / "CMakeLists.txt", *(HERE / "src").glob("*")]):
-        digest.update(path.name.encode() + path.read_bytes())
-    for package in ("mlx", "nanobind"):
-        digest.update(_version(package).encode())
-    digest.update(sys.version.encode())
-    for tool in ("cmake", "c++", "g++", "gcc"):
-        digest.update(str(shutil.which(tool)).encode())
-    return digest.hexdigest()
-
-
-def _version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "absent"
+    """What a build depends on, with the C++ compilers this machine has."""
+    tools = [str(shutil.which(tool)) for tool in ("cmake", "c++", "g++", "gcc")]
+    return extension.fingerprint(HERE, Path(__file__), ("mlx", "nanobind"), *tools)
 
 
 def build() -> str | None:
     """Configure and compile into build/; None when it worked, else why not."""
     if shutil.which("cmake") is None:
         return "cmake is not installed (apt-get install cmake g++)"
-    if _version("nanobind") == "absent":
+    if extension.version("nanobind") == "absent":
         return "nanobind is not installed (pip install nanobind)"
     return extension.cmake(HERE, BUILD, LOG, ROOT)
 
