@@ -1,12 +1,15 @@
 """Check and time the CUDA decode step on a GPU (issue 18): `inference/engine/cuda_decode.py`.
 
     python3 bench/gpu_decode_step.py [--shape llama-1b-bf16] [--tokens 128] [--runs 3]
+        [--variants 3:16,99:0]
 
 On a random-weight Llama model: each step's logits and the caches it writes against
 mlx-lm's model (the fused layers as the engine runs them), one row (`KVCache`, across a
 256-column growth) and a left-padded batch (`BatchKVCache`), with the reference's greedy
 token fed to both; then greedy decode tok/s, both loops alternated in one process, one
-row and batches, against the one-stream bandwidth limit.
+row and batches, against the one-stream bandwidth limit. Each variant `rows:overlap_rows`
+sets the batch from which the matvecs run on tensor cores and the one below which kernels
+overlap (`Model.tune`), and is checked and timed in turn.
 """
 
 from __future__ import annotations
@@ -139,7 +142,7 @@ def profile_step(model, batch: int, vocab: int, steps: int = 16) -> dict:
     by_kernel = collections.Counter()
     for event in prof.events():
         if event.device_type == torch.autograd.DeviceType.CUDA:
-            found = re.search(r"(matvec|attend|embed)<[^>]*>", event.name)
+            found = re.search(r"(tensor_matvec|matvec|attend|embed)<[^>]*>", event.name)
             name = found.group(0) if found else event.name.split("(")[0]
             by_kernel[name[:70]] += event.device_time / steps
     return {"device_us_per_step": round(sum(by_kernel.values()), 1),
@@ -164,12 +167,40 @@ def bandwidth() -> float:
     return best
 
 
+def checks(model, native) -> dict:
+    copies = native.cache_copies()
+    rows = {
+        "one_row_kvcache": compare(model, [[5, 9, 13] * 12 + [7]], False, 24),
+        "one_row_growth": compare(model, [list(range(3, 253))], False, 12),
+        "batch_left_padded": compare(model, [[4] * 5, list(range(3, 20)), [8] * 30], True, 24),
+        "batch_of_19": compare(model, [[3 + i] * (8 + i) for i in range(19)], True, 8),
+    }
+    rows["cache_copies_in_checks"] = native.cache_copies() - copies
+    return rows
+
+
+def timed(model, batch: int, vocab: int, args, with_mlx: bool) -> dict:
+    """{loop: ([tok/s a run], [host ms a step a run])}, the loops alternated."""
+    loops = (("mlx", reference), ("cuda_step", ours)) if with_mlx else (("cuda_step", ours),)
+    out = {name: ([], []) for name, _ in loops}
+    for run in range(args.runs + 1):
+        for name, call in loops:
+            rate = decode_rate(call, model, batch, args.tokens, vocab, run)
+            if run:  # the first run compiles
+                out[name][0].append(rate)
+                out[name][1].append(HOST_MS[-1])
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", default="llama-1b-bf16", choices=sorted(SHAPES))
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--batches", default="1,8,32")
+    parser.add_argument(
+        "--variants", default="3:16", help="tensor_rows:overlap_rows, comma-separated"
+    )
     parser.add_argument("--out", default="")
     parser.add_argument("--profile", action="store_true", help="only the kernels' device time")
     args = parser.parse_args()
@@ -182,42 +213,40 @@ def main() -> int:
         return 1
     native = model._mlxlab_native
     if args.profile:
-        for batch in [int(b) for b in args.batches.split(",")]:
-            print(batch, json.dumps(profile_step(model, batch, shape.vocab), indent=1), flush=True)
+        for variant in args.variants.split(","):
+            tensor_rows, overlap_rows = (int(v) for v in variant.split(":"))
+            model._plan().native.tune(tensor_rows, overlap_rows)
+            for batch in [int(b) for b in args.batches.split(",")]:
+                found = profile_step(model, batch, shape.vocab)
+                print(variant, batch, json.dumps(found, indent=1), flush=True)
         return 0
     weight_bytes = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
     rows: dict = {"shape": shape.name, "weight_bytes": weight_bytes}
-    copies = native.cache_copies()
-    rows["one_row_kvcache"] = compare(model, [[5, 9, 13] * 12 + [7]], False, 24)
-    rows["one_row_growth"] = compare(model, [list(range(3, 253))], False, 12)
-    rows["batch_left_padded"] = compare(model, [[4] * 5, list(range(3, 20)), [8] * 30], True, 24)
-    rows["cache_copies_in_checks"] = native.cache_copies() - copies
-    print(json.dumps(rows, indent=1), flush=True)
     rows["copy_bandwidth"] = bw = bandwidth()
     limit = bw / weight_bytes
     rows["one_stream_limit_tps"] = limit
-    copies = native.cache_copies()
-    for batch in [int(b) for b in args.batches.split(",")]:
-        rates = {"mlx": [], "cuda_step": []}
-        host = {"mlx": [], "cuda_step": []}
-        for run in range(args.runs + 1):
-            for name, call in (("mlx", reference), ("cuda_step", ours)):
-                rate = decode_rate(call, model, batch, args.tokens, shape.vocab, run)
-                if run:  # the first run compiles
-                    rates[name].append(rate)
-                    host[name].append(HOST_MS[-1])
-        for name, values in rates.items():
-            rows[f"{name}_b{batch}_tps"] = values
-            rows[f"{name}_b{batch}_host_ms"] = host[name]
-        mine, theirs = statistics.median(rates["cuda_step"]), statistics.median(rates["mlx"])
-        share = f", {mine / limit:.0%} of the limit" if batch == 1 else ""
-        print(f"batch {batch}: cuda step {mine:,.0f} tok/s against {theirs:,.0f} "
-              f"({mine / theirs:.2f}x){share}; host ms a step "
-              f"{statistics.median(host['cuda_step']):.2f} against "
-              f"{statistics.median(host['mlx']):.2f}", flush=True)  # fmt: skip
-    rows["cache_copies_in_timing"] = native.cache_copies() - copies
-    print(f"copy bandwidth {bw / 1e12:.2f} TB/s, one-stream limit {limit:,.0f} tok/s; "
-          f"caches copied while timing: {rows['cache_copies_in_timing']}")  # fmt: skip
+    batches = [int(b) for b in args.batches.split(",")]
+    mlx_rates: dict[int, float] = {}
+    for variant in args.variants.split(","):
+        tensor_rows, overlap_rows = (int(v) for v in variant.split(":"))
+        model._plan().native.tune(tensor_rows, overlap_rows)
+        print(f"variant {variant}: tensor cores from {tensor_rows} rows, "
+              f"overlapping kernels below {overlap_rows}")  # fmt: skip
+        rows[variant] = checks(model, native)
+        print(json.dumps(rows[variant], indent=1), flush=True)
+        copies = native.cache_copies()
+        for batch in batches:
+            rates = timed(model, batch, shape.vocab, args, with_mlx=batch not in mlx_rates)
+            if "mlx" in rates:
+                mlx_rates[batch] = statistics.median(rates["mlx"][0])
+            mine, theirs = statistics.median(rates["cuda_step"][0]), mlx_rates[batch]
+            rows[variant][f"b{batch}"] = rates
+            share = f", {mine / limit:.0%} of the limit" if batch == 1 else ""
+            print(f"  batch {batch}: cuda step {mine:,.0f} tok/s against mlx {theirs:,.0f} "
+                  f"({mine / theirs:.2f}x){share}; host ms a step "
+                  f"{statistics.median(rates['cuda_step'][1]):.2f}", flush=True)  # fmt: skip
+        rows[variant]["cache_copies_in_timing"] = native.cache_copies() - copies
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s, one-stream limit {limit:,.0f} tok/s")
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1))
     return 0

@@ -39,10 +39,10 @@ from . import fused_projections
 log = logging.getLogger(__name__)
 
 VARIABLE = "MLXLAB_CUDA_DECODE"
-# Larger batches run mlx-lm's model: on an H200 the step led up to 8 rows (1.4x) and fell
-# behind MLX's own from 16 (docs/BENCHMARKS.md, "One primitive a decode step").
+# Every batch the kernels take: with tensor cores the step led MLX's own at every batch up to
+# 32 rows on an H200 (docs/BENCHMARKS.md, "Tensor cores and overlapping kernels").
 MAX_BATCH_VARIABLE = "MLXLAB_CUDA_DECODE_MAX_BATCH"
-DEFAULT_MAX_BATCH = 8
+DEFAULT_MAX_BATCH = 32
 STEP = 256  # mlx-lm's cache growth, in columns
 
 

@@ -104,14 +104,18 @@ def test_each_step_is_mlx_lms_and_so_are_the_caches(model, prompts, batch):
 
 
 def test_prefill_and_larger_batches_run_mlx_lms_model(model, monkeypatch):
-    caches = _prefill(model, [[1, 2, 3]] * 9, batch=True)
+    rows = cuda_decode.DEFAULT_MAX_BATCH + 1
+    caches = _prefill(model, [[1, 2, 3]] * rows, batch=True)
     assert Counting.calls == 0  # the prompt's many tokens a row
-    model(mx.array([[4]] * 9), cache=caches)
-    assert Counting.calls == 0  # 9 rows: more than the step takes by default
-    monkeypatch.setenv(cuda_decode.MAX_BATCH_VARIABLE, "16")
-    object.__setattr__(model, "_mlxlab_plan", None)
+    model(mx.array([[4]] * rows), cache=caches)
+    assert Counting.calls == 0  # more rows than the step takes by default
+    caches = _prefill(model, [[1, 2, 3]] * 9, batch=True)
     model(mx.array([[5]] * 9), cache=caches)
     assert Counting.calls == 1
+    monkeypatch.setenv(cuda_decode.MAX_BATCH_VARIABLE, "8")
+    object.__setattr__(model, "_mlxlab_plan", None)
+    model(mx.array([[6]] * 9), cache=caches)
+    assert Counting.calls == 1  # the variable lowered the limit below 9 rows
     assert greedy(model, [[5, 6, 7], [8, 9]], 4) == _greedy_mlx_lm(model, [[5, 6, 7], [8, 9]], 4)
     assert Counting.calls > 0  # mlx-lm's batch loop decoded through it
 

@@ -23,6 +23,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
            const int32_t* __restrict__ positions, const int32_t* __restrict__ first_columns,
            const float* __restrict__ rope_freqs, AttentionArgs a) {
   constexpr int kHalf = D / 2;
+  release_next();
+  await_previous();
   const int head = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
   const int group = a.heads / a.kv_heads, kv = head / group;
   const T* row = qkv + static_cast<size_t>(b) * (a.heads + 2 * a.kv_heads) * D;

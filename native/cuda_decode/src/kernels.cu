@@ -12,23 +12,23 @@
 #include <mutex>
 
 #include "attend.cuh"
-#include "matvec.cuh"
+#include "tensor_matvec.cuh"
 
 namespace mlxlab::cuda_decode {
 namespace {
 
 constexpr size_t kAlign = 256;
 constexpr size_t kUnasked = 48 * 1024 - 2048;  // shared memory a block gets unasked
-constexpr size_t kStaticShared = 2048;  // above the staged input: the norm's partial sums
+constexpr size_t kStaticShared = 4096;  // above the staged input: the norm's partial sums
 
-size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+size_t aligned(size_t bytes, size_t to = kAlign) { return (bytes + to - 1) / to * to; }
 
-// How many blocks of `kernel` the GPU holds at once with `shared` bytes each (at least one
+// How many blocks of `Kernel` the GPU holds at once with `shared` bytes each (at least one
 // an SM): a grid of more would only run in waves.
-template <typename Kernel>
-int resident_blocks(Kernel kernel, size_t shared) {
+template <auto Kernel>
+int resident_blocks(size_t shared, int threads = kThreads) {
   static std::mutex lock;
-  static std::map<size_t, int> known;  // this kernel's figure by shared bytes
+  static std::map<size_t, int> known;  // by shared bytes
   static const int sms = [] {
     int device = 0, count = 0;
     cudaGetDevice(&device);
@@ -39,11 +39,54 @@ int resident_blocks(Kernel kernel, size_t shared) {
   auto found = known.find(shared);
   if (found != known.end()) return found->second;
   int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, shared) !=
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, threads, shared) !=
       cudaSuccess) {
     per_sm = 1;
   }
   return known[shared] = sms * std::max(per_sm, 1);
+}
+
+// Above what a block gets unasked, raise `Kernel`'s limit once, to the most a block may have
+// (fits() kept the step's shared memory under it).
+template <auto Kernel>
+void allow_shared(size_t shared) {
+  if (shared <= kUnasked) return;
+  static const cudaError_t raised = [] {
+    int device = 0, most = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    return cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                most - static_cast<int>(kStaticShared));
+  }();
+  (void)raised;
+}
+
+// Launch `kernel`; with `overlap`, as a programmatic dependent launch (device_math.cuh).
+template <typename... Params, typename... Args>
+cudaError_t launch(void (*kernel)(Params...), dim3 blocks, int threads, size_t shared,
+                   cudaStream_t stream, bool overlap, Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = blocks;
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = overlap ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
+
+// Whether this step's kernels overlap their neighbours: on an H200 that gained 4-13% up to 8
+// rows and lost up to 22% at 16 (docs/BENCHMARKS.md).
+bool overlap(const Shape& s) { return s.batch < s.overlap_rows; }
+
+// The kernels' template batch for `batch` rows.
+int bucket(int batch) {
+  int b = 1;
+  while (b < batch) b *= 2;
+  return b;
 }
 
 struct Scratch {
@@ -67,29 +110,43 @@ Scratch carve(const Shape& s, void* base) {
   return out;
 }
 
+// One matvec of the step: on tensor cores from `tensor_rows` rows a batch, else on CUDA
+// cores (matvec.cuh).
 template <typename T, int B, int MODE, bool NORM>
-void launch_matvec(const void* w, const void* x, const void* norm, float eps, void* out,
-                   int n_out, int depth, int batch, cudaStream_t stream) {
-  const int units = MODE == kSwiglu ? n_out : (n_out + 1) / 2;
-  const size_t shared = NORM ? sizeof(T) * batch * depth : 0;
-  if (shared > kUnasked) {
-    // More than a block gets unasked: raise this kernel's limit once, to the most a block
-    // may have (fits() kept the staged input under it).
-    static const cudaError_t raised = [] {
-      int device = 0, most = 0;
-      cudaGetDevice(&device);
-      cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-      return cudaFuncSetAttribute(matvec<T, B, MODE, NORM>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  most - static_cast<int>(kStaticShared));
-    }();
-    (void)raised;
+cudaError_t launch_matvec(const Shape& s, cudaStream_t stream, const void* w, const void* x,
+                          const void* norm, void* out, int n_out, int depth) {
+  const T* weights = static_cast<const T*>(w);
+  const T* in = static_cast<const T*>(x);
+  const T* norm_weight = static_cast<const T*>(norm);
+  T* result = static_cast<T*>(out);
+  if (s.batch >= s.tensor_rows && depth % 32 == 0) {
+    constexpr auto kernel = tensor_matvec<T, B, MODE, NORM>;
+    const size_t staged = NORM ? sizeof(T) * s.batch * staged_pitch(depth) : 0;
+    const size_t shared = staged + tensor_partials_bytes(B);
+    allow_shared<kernel>(shared);
+    const int tiles = tile_count<MODE>(n_out);
+    const int resident = resident_blocks<kernel>(shared, kTensorThreads);
+    // Enough warps a tile to give every resident warp work: the o and down matrices have
+    // only hidden / 16 tiles.
+    int splits = 1;
+    while (splits < kTensorWarps && tiles * splits < resident * kTensorWarps) splits *= 2;
+    const int per_block = kTensorWarps / splits;
+    const int blocks = std::min((tiles + per_block - 1) / per_block, resident);
+    return launch(kernel, dim3(blocks), kTensorThreads, shared, stream, overlap(s), weights, in,
+                  norm_weight, s.eps, result, n_out, depth, s.batch, splits);
   }
-  const int blocks = std::min((units + kWarps - 1) / kWarps,
-                              resident_blocks(matvec<T, B, MODE, NORM>, shared));
-  matvec<T, B, MODE, NORM><<<blocks, kThreads, shared, stream>>>(
-      static_cast<const T*>(w), static_cast<const T*>(x), static_cast<const T*>(norm), eps,
-      static_cast<T*>(out), n_out, depth, batch);
+  constexpr auto kernel = matvec<T, B, MODE, NORM>;
+  // The residual matvecs' input too, where it fits unasked (a warp read all of it from L2
+  // for every two rows).
+  const size_t input = sizeof(T) * s.batch * depth;
+  const bool stage = !NORM && input <= kUnasked;
+  const size_t staged = NORM || stage ? input : 0;
+  allow_shared<kernel>(staged);
+  // A few blocks an SM, each warp taking every (grid)th unit of two rows.
+  const int units = MODE == kSwiglu ? n_out : (n_out + 1) / 2;
+  const int blocks = std::min((units + kWarps - 1) / kWarps, resident_blocks<kernel>(staged));
+  return launch(kernel, dim3(blocks), kThreads, staged, stream, overlap(s), weights, in,
+                norm_weight, s.eps, result, n_out, depth, s.batch, stage);
 }
 
 template <typename T, int B, int D>
@@ -99,24 +156,30 @@ cudaError_t step(const Shape& s, const Pointers& p, cudaStream_t stream) {
   const AttentionArgs args{s.heads,      s.kv_heads,       s.capacity, s.column, s.traditional,
                            s.attention_scale, s.rope_scale, s.log2_base};
   const int n = s.batch;
-  embed<T><<<n, kThreads, 0, stream>>>(static_cast<const T*>(p.embedding), p.tokens,
-                                       static_cast<T*>(t.x), s.hidden);
+  // The first kernel waits for all that came before it on the stream (MLX's work).
+  cudaError_t error = launch(embed<T>, dim3(n), kThreads, 0, stream, false,
+                             static_cast<const T*>(p.embedding), p.tokens, static_cast<T*>(t.x),
+                             s.hidden);
+  auto keep = [&error](cudaError_t e) {
+    if (error == cudaSuccess) error = e;
+  };
   for (const Layer& layer : p.layers) {
-    launch_matvec<T, B, kPlain, true>(layer.qkv, t.x, layer.input_norm, s.eps, t.qkv, qkv_rows,
-                                      s.hidden, n, stream);
-    attend<T, D><<<dim3(s.heads, n), kAttentionThreads, 0, stream>>>(
-        static_cast<const T*>(t.qkv), static_cast<T*>(layer.keys), static_cast<T*>(layer.values),
-        static_cast<T*>(t.attention), p.positions, p.first_columns, p.rope_freqs, args);
-    launch_matvec<T, B, kResidual, false>(layer.o, t.attention, nullptr, 0.0f, t.x, s.hidden,
-                                          s.heads * D, n, stream);
-    launch_matvec<T, B, kSwiglu, true>(layer.gate_up, t.x, layer.post_norm, s.eps, t.act,
-                                       s.intermediate, s.hidden, n, stream);
-    launch_matvec<T, B, kResidual, false>(layer.down, t.act, nullptr, 0.0f, t.x, s.hidden,
-                                          s.intermediate, n, stream);
+    keep(launch_matvec<T, B, kPlain, true>(s, stream, layer.qkv, t.x, layer.input_norm, t.qkv,
+                                           qkv_rows, s.hidden));
+    keep(launch(attend<T, D>, dim3(s.heads, n), kAttentionThreads, 0, stream, overlap(s),
+                static_cast<const T*>(t.qkv), static_cast<T*>(layer.keys),
+                static_cast<T*>(layer.values), static_cast<T*>(t.attention), p.positions,
+                p.first_columns, p.rope_freqs, args));
+    keep(launch_matvec<T, B, kResidual, false>(s, stream, layer.o, t.attention, nullptr, t.x,
+                                               s.hidden, s.heads * D));
+    keep(launch_matvec<T, B, kSwiglu, true>(s, stream, layer.gate_up, t.x, layer.post_norm,
+                                            t.act, s.intermediate, s.hidden));
+    keep(launch_matvec<T, B, kResidual, false>(s, stream, layer.down, t.act, nullptr, t.x,
+                                               s.hidden, s.intermediate));
   }
-  launch_matvec<T, B, kPlain, true>(p.lm_head, t.x, p.final_norm, s.eps, p.logits, s.vocab,
-                                    s.hidden, n, stream);
-  return cudaGetLastError();
+  keep(launch_matvec<T, B, kPlain, true>(s, stream, p.lm_head, t.x, p.final_norm, p.logits,
+                                         s.vocab, s.hidden));
+  return error;
 }
 
 // The kernels are compiled for batches of up to 1, 2, 4, 8, 16 and 32 rows.
@@ -152,7 +215,9 @@ bool fits(const Shape& s) {
   return s.batch >= 1 && s.batch <= kMaxBatch && (s.head_dim == 64 || s.head_dim == 128) &&
          s.hidden % 8 == 0 && s.intermediate % 8 == 0 && (s.heads * s.head_dim) % 8 == 0 &&
          s.kv_heads > 0 && s.heads % s.kv_heads == 0 &&
-         2 * static_cast<size_t>(s.batch) * s.hidden + kStaticShared <= s.shared_limit;
+         2 * static_cast<size_t>(s.batch) * staged_pitch(s.hidden) +
+                 tensor_partials_bytes(bucket(s.batch)) + kStaticShared <=
+             s.shared_limit;
 }
 
 cudaError_t launch_step(const Shape& s, const Pointers& p, cudaStream_t stream) {

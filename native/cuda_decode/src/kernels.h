@@ -28,6 +28,8 @@ struct Shape {
   bool traditional;  // RoPE on adjacent pairs (else on the two halves of a head)
   float eps, attention_scale, rope_scale, log2_base;
   size_t shared_limit;  // the most shared memory a block may have on this GPU
+  int tensor_rows;  // from this many rows a batch the matvecs run on tensor cores
+  int overlap_rows;  // below this many rows, each kernel starts while the one before ends
 };
 
 struct Pointers {

@@ -10,6 +10,8 @@ namespace {
 template <typename T>
 __global__ void embed(const T* __restrict__ table, const int32_t* __restrict__ tokens,
                       T* __restrict__ x, int hidden) {
+  release_next();
+  await_previous();
   const T* row = table + static_cast<size_t>(tokens[blockIdx.x]) * hidden;
   T* out = x + static_cast<size_t>(blockIdx.x) * hidden;
   for (int j = threadIdx.x; j < hidden; j += blockDim.x) out[j] = row[j];
@@ -40,47 +42,88 @@ __device__ __forceinline__ void accumulate(const uint4& word0, const uint4& word
   }
 }
 
+// RMSNorm(x) * norm_weight for `batch` (at most B) rows of `depth` (a multiple of 8), into
+// shared memory `pitch` values a row apart, as mlx-lm's fast rms_norm rounds it: x staged
+// as it is, then scaled in place. Every thread of the block (WARPS warps) takes part.
+template <typename T, int B, int WARPS>
+__device__ void stage_normed(const T* x, const T* __restrict__ norm_weight, float eps, int depth,
+                             int pitch, int batch, T* staged) {
+  constexpr int kBlock = WARPS * 32;
+  __shared__ float partial[WARPS][B];
+  stage_rows(x, depth, pitch, batch, staged);
+  const int chunks = depth / 8;
+#pragma unroll
+  for (int b = 0; b < B; ++b) {
+    float squares = 0.0f;
+    for (int c = threadIdx.x; b < batch && c < chunks; c += kBlock) {
+      float v[8];
+      unpack8<T>(reinterpret_cast<const uint4*>(staged + b * pitch)[c], v);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) squares = fmaf(v[i], v[i], squares);
+    }
+    squares = warp_sum(squares);
+    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32][b] = squares;
+  }
+  __syncthreads();
+  float normalizer[B];
+#pragma unroll
+  for (int b = 0; b < B; ++b) {
+    float total = 0.0f;
+#pragma unroll
+    for (int i = 0; i < WARPS; ++i) total += partial[i][b];
+    normalizer[b] = rsqrtf(total / static_cast<float>(depth) + eps);
+  }
+  for (int c = threadIdx.x; c < chunks; c += kBlock) {
+    float weight[8];
+    unpack8<T>(reinterpret_cast<const uint4*>(norm_weight)[c], weight);
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      if (b >= batch) break;
+      uint4* at = reinterpret_cast<uint4*>(staged + b * pitch) + c;
+      float v[8];
+      unpack8<T>(*at, v);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = weight[i] * rounded<T>(v[i] * normalizer[b]);
+      *at = pack8<T>(v);  // rounded as mlx-lm's product
+    }
+  }
+  __syncthreads();
+}
+
 // Rows of `w` (n_out of them; for kSwiglu n_out gate rows then n_out up rows) times
 // `batch` (at most B) input vectors of `depth`. With NORM the input is RMSNorm(x) *
-// norm_weight, staged in shared memory. Each warp computes two rows, 16 bytes of weights a
+// norm_weight, staged in shared memory; without, x is staged as it is where the launch gave
+// the kernel room for it (`stage`). Each warp computes two rows, 16 bytes of weights a
 // lane a load; every row of the batch reads the same weights once.
 template <typename T, int B, int MODE, bool NORM>
 __global__ void __launch_bounds__(kThreads)
     matvec(const T* __restrict__ w, const T* x, const T* __restrict__ norm_weight, float eps,
-           T* out, int n_out, int depth, int batch) {
+           T* out, int n_out, int depth, int batch, bool stage) {
   extern __shared__ __align__(16) unsigned char shared[];
-  const T* in = x;
-  if constexpr (NORM) {
-    T* staged = reinterpret_cast<T*>(shared);
-    __shared__ float partial[kWarps][B];
-    float squares[B];
-#pragma unroll
-    for (int b = 0; b < B; ++b) {
-      squares[b] = 0.0f;
-      for (int j = threadIdx.x; b < batch && j < depth; j += kThreads) {
-        const float v = to_float(x[b * depth + j]);
-        squares[b] += v * v;
-      }
-      squares[b] = warp_sum(squares[b]);
-      if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32][b] = squares[b];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int b = 0; b < B; ++b) {
-      float total = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kWarps; ++i) total += partial[i][b];
-      const float normalizer = rsqrtf(total / static_cast<float>(depth) + eps);
-      for (int j = threadIdx.x; b < batch && j < depth; j += kThreads) {
-        const float scaled = rounded<T>(to_float(x[b * depth + j]) * normalizer);
-        staged[b * depth + j] = from_float<T>(to_float(norm_weight[j]) * scaled);
-      }
-    }
-    __syncthreads();
-    in = staged;
-  }
   const int lane = threadIdx.x % 32;
   const int units = MODE == kSwiglu ? n_out : (n_out + 1) / 2;
+  release_next();
+  {  // what the first round loads, asked of L2 while the kernel before ends
+    const int unit = min(blockIdx.x * kWarps + threadIdx.x / 32, units - 1);
+    const int first = MODE == kSwiglu ? unit : 2 * unit;
+    const int second = MODE == kSwiglu ? unit + n_out : min(2 * unit + 1, n_out - 1);
+    const char* r0 = reinterpret_cast<const char*>(w + static_cast<size_t>(first) * depth);
+    const char* r1 = reinterpret_cast<const char*>(w + static_cast<size_t>(second) * depth);
+    const int bytes = min(depth * static_cast<int>(sizeof(T)), kDepth * 32 * 16);
+    if (lane * 128 < bytes) {
+      prefetch_line(r0 + lane * 128);
+      prefetch_line(r1 + lane * 128);
+    }
+  }
+  await_previous();
+  const T* in = x;
+  if constexpr (NORM) {
+    stage_normed<T, B, kWarps>(x, norm_weight, eps, depth, depth, batch, reinterpret_cast<T*>(shared));
+    in = reinterpret_cast<const T*>(shared);
+  } else if (stage) {
+    stage_rows(x, depth, depth, batch, reinterpret_cast<T*>(shared));
+    in = reinterpret_cast<const T*>(shared);
+  }
   // A grid of a few blocks an SM, each warp taking every (grid)th unit: the block's staged
   // input serves many rows (with 32 rows a batch it is 128 KB of shared memory).
   for (int unit = blockIdx.x * kWarps + threadIdx.x / 32; unit < units;

@@ -31,7 +31,12 @@ using namespace nb::literals;
 
 namespace {
 
-constexpr int kWeightsPerLayer = 6;  // input norm, qkv, o, post norm, gate_up, down
+constexpr int kWeightsPerLayer = 6;
+// Measured on an H200 (docs/BENCHMARKS.md): tensor cores led from 4 rows (3,117 against
+// 2,372 tok/s) and trailed at 2 (1,484 against 1,690); overlapping kernels gained up to 8
+// rows and lost at 16.
+constexpr int kTensorRows = 3;
+constexpr int kOverlapRows = 16;  // input norm, qkv, o, post norm, gate_up, down
 std::atomic<long> cache_copies{0};
 
 void check(cudaError_t error, const char* what) {
@@ -204,6 +209,8 @@ class Model {
     check(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
           "reading the GPU's shared memory limit");
     s.shared_limit = static_cast<size_t>(most);
+    s.tensor_rows = kTensorRows;
+    s.overlap_rows = kOverlapRows;
     if (!cd::fits(s)) {
       cd::Shape one = s;
       one.batch = 1;
@@ -219,6 +226,13 @@ class Model {
       if (cd::fits(s)) return s.batch;
     }
     return 0;
+  }
+
+  // For benches: the batch from which matvecs use tensor cores, and below which kernels
+  // overlap.
+  void tune(int tensor_rows, int overlap_rows) {
+    shape_.tensor_rows = tensor_rows;
+    shape_.overlap_rows = overlap_rows;
   }
 
   std::vector<mx::array> step(const mx::array& tokens, const mx::array& positions,
@@ -283,6 +297,9 @@ NB_MODULE(_cuda_decode, m) {
            "weights: embedding, final norm, lm_head, then each layer's input norm, q/k/v, o, "
            "post-attention norm, gate/up and down.")
       .def("max_batch", &Model::max_batch)
+      .def("tune", &Model::tune, "tensor_rows"_a, "overlap_rows"_a,
+           "Matvecs on tensor cores from `tensor_rows` rows a batch; kernels that overlap "
+           "their neighbours (programmatic dependent launch) below `overlap_rows` rows.")
       .def("step", &Model::step, "tokens"_a, "positions"_a, "first_columns"_a, "column"_a,
            "caches"_a, "copy_caches"_a,
            "[logits (batch, 1, vocab), then each layer's keys and values with this step's "
