@@ -174,6 +174,7 @@ def checks(model, native) -> dict:
         "one_row_growth": compare(model, [list(range(3, 253))], False, 12),
         "batch_left_padded": compare(model, [[4] * 5, list(range(3, 20)), [8] * 30], True, 24),
         "batch_of_19": compare(model, [[3 + i] * (8 + i) for i in range(19)], True, 8),
+        "batch_of_32": compare(model, [[3 + i] * (4 + i) for i in range(32)], True, 8),
     }
     rows["cache_copies_in_checks"] = native.cache_copies() - copies
     return rows

@@ -142,6 +142,9 @@ def locate(
     return found[0]
 
 
+_IMPORTED: dict[Path, ModuleType] = {}
+
+
 def import_extension(name: str, library: Path, unavailable: type[Exception]) -> ModuleType:
     """Import the compiled module `name` from `library`; raises `unavailable` saying why not.
 
@@ -150,6 +153,12 @@ def import_extension(name: str, library: Path, unavailable: type[Exception]) -> 
     """
     import mlx.core  # noqa: F401
 
+    # Once a process: executed again, a nanobind module registers its classes again, which
+    # nanobind refuses, and the second copy comes back without them (a second model loaded
+    # in one worker found no `Model` in the CUDA step).
+    key = Path(library).resolve()
+    if key in _IMPORTED:
+        return _IMPORTED[key]
     spec = importlib.util.spec_from_file_location(name, library)
     if spec is None or spec.loader is None:
         raise unavailable(f"{library} is not a Python extension")
@@ -158,4 +167,5 @@ def import_extension(name: str, library: Path, unavailable: type[Exception]) -> 
         spec.loader.exec_module(module)
     except ImportError as error:
         raise unavailable(f"{library} does not load: {error}") from error
+    _IMPORTED[key] = module
     return module

@@ -10,6 +10,7 @@ from mlx_lm.generate import generate_step
 from inference.engine import load_model
 from inference.engine import quantized_kernel as qk
 from inference.engine.dense_weights import FastPathOptions, apply_fast_path, quantized_layers
+from native import quantized_matmul
 
 PROMPTS = [
     "What is the capital of France? Answer in one sentence.",
@@ -210,6 +211,11 @@ def test_turned_off_the_kernel_choice_stays_on_mlx(no_kernel, model_folder):
         isinstance(m, nn.QuantizedLinear | nn.QuantizedEmbedding)
         for _, m in quantized_layers(loaded.model)
     )
+
+
+def test_a_library_is_imported_once_a_process(kernel):
+    # A second copy of a nanobind module loses its classes (the CUDA step's `Model`).
+    assert quantized_matmul.load() is quantized_matmul.load() is kernel
 
 
 def test_a_failed_build_is_reported(no_kernel, tmp_path):
