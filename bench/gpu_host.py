@@ -133,12 +133,12 @@ def child(root: Path, folder: Path, args) -> None:
     from inference.engine import Engine, EngineConfig, load_model
 
     sys.path.insert(1, str(HERE))
-    from bench.gpu import collect, engine_batch, engine_stream, prompts
+    from bench.gpu import as_served, collect, engine_batch, engine_stream, prompts
 
     batches = [int(b) for b in args.batches.split(",")]
     options = {"prefill_batch_size": int(args.prefill)} if int(args.prefill) else {}
     config = EngineConfig(max_batch_size=max(batches), warm_up=True, **options)
-    engine = Engine(lambda: load_model(folder), config=config).start()
+    engine = as_served(Engine(lambda: load_model(folder), config=config).start())
     vocab = engine.vocab_size
     try:
         row: dict = {"label": args.label, "warm_up_s": round(engine.stats.warm_up_seconds, 2)}
