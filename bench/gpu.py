@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.gpu_models import SHAPES, build_folder, weight_bytes  # noqa: E402
+from bench.gpu_targets import judge, print_verdicts  # noqa: E402
 from bench.gpu_torch import torch_rows  # noqa: E402
 
 TOKENIZER = ROOT / "var" / "models" / "smollm2-135m-instruct"
@@ -114,6 +115,10 @@ def main() -> None:
             print_model(shape.name, report["models"][shape.name])
     keep_kernels(args.out)
     print(json.dumps(report.get("restart", {}), indent=1))
+    verdicts = judge(report)
+    report["targets"] = [vars(verdict) for verdict in verdicts]
+    save(args.out, report)
+    print_verdicts(verdicts)
 
 
 def keep_kernels(out: Path) -> None:
