@@ -193,6 +193,13 @@ def timed(model, batch: int, vocab: int, args, with_mlx: bool) -> dict:
     return out
 
 
+def tune(model, variant: str) -> tuple[int, int]:
+    """Set the step's `tensor_rows:overlap_rows` (Model.tune); returns the two."""
+    tensor_rows, overlap_rows = (int(v) for v in variant.split(":"))
+    model._plan().native.tune(tensor_rows, overlap_rows)
+    return tensor_rows, overlap_rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", default="llama-1b-bf16", choices=sorted(SHAPES))
@@ -215,8 +222,7 @@ def main() -> int:
     native = model._mlxlab_native
     if args.profile:
         for variant in args.variants.split(","):
-            tensor_rows, overlap_rows = (int(v) for v in variant.split(":"))
-            model._plan().native.tune(tensor_rows, overlap_rows)
+            tune(model, variant)
             for batch in [int(b) for b in args.batches.split(",")]:
                 found = profile_step(model, batch, shape.vocab)
                 print(variant, batch, json.dumps(found, indent=1), flush=True)
@@ -229,8 +235,7 @@ def main() -> int:
     batches = [int(b) for b in args.batches.split(",")]
     mlx_rates: dict[int, float] = {}
     for variant in args.variants.split(","):
-        tensor_rows, overlap_rows = (int(v) for v in variant.split(":"))
-        model._plan().native.tune(tensor_rows, overlap_rows)
+        tensor_rows, overlap_rows = tune(model, variant)
         print(f"variant {variant}: tensor cores from {tensor_rows} rows, "
               f"overlapping kernels below {overlap_rows}")  # fmt: skip
         rows[variant] = checks(model, native)

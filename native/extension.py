@@ -142,9 +142,6 @@ def locate(
     return found[0]
 
 
-_IMPORTED: dict[Path, ModuleType] = {}
-
-
 def import_extension(name: str, library: Path, unavailable: type[Exception]) -> ModuleType:
     """Import the compiled module `name` from `library`; raises `unavailable` saying why not.
 
@@ -153,12 +150,11 @@ def import_extension(name: str, library: Path, unavailable: type[Exception]) -> 
     """
     import mlx.core  # noqa: F401
 
-    # Once a process: executed again, a nanobind module registers its classes again, which
-    # nanobind refuses, and the second copy comes back without them (a second model loaded
-    # in one worker found no `Model` in the CUDA step).
-    key = Path(library).resolve()
-    if key in _IMPORTED:
-        return _IMPORTED[key]
+    # Once a process, as `import` would: executed again, a nanobind module registers its
+    # classes again, which nanobind refuses, and the second copy comes back without them (a
+    # second model loaded in one worker found no `Model` in the CUDA step).
+    if name in sys.modules:
+        return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, library)
     if spec is None or spec.loader is None:
         raise unavailable(f"{library} is not a Python extension")
@@ -167,5 +163,5 @@ def import_extension(name: str, library: Path, unavailable: type[Exception]) -> 
         spec.loader.exec_module(module)
     except ImportError as error:
         raise unavailable(f"{library} does not load: {error}") from error
-    _IMPORTED[key] = module
+    sys.modules[name] = module
     return module

@@ -31,12 +31,12 @@ using namespace nb::literals;
 
 namespace {
 
-constexpr int kWeightsPerLayer = 6;
+constexpr int kWeightsPerLayer = 6;  // input norm, qkv, o, post norm, gate_up, down
 // Measured on an H200 (docs/BENCHMARKS.md): tensor cores led from 4 rows (3,117 against
 // 2,372 tok/s) and trailed at 2 (1,484 against 1,690); overlapping kernels gained up to 8
 // rows and lost at 16.
 constexpr int kTensorRows = 3;
-constexpr int kOverlapRows = 16;  // input norm, qkv, o, post norm, gate_up, down
+constexpr int kOverlapRows = 16;
 std::atomic<long> cache_copies{0};
 
 void check(cudaError_t error, const char* what) {
