@@ -36,8 +36,17 @@ __device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uin
 // A tensor-core block's warps: with 32 rows a batch its staged input leaves room for one
 // block an SM, and at 8 warps an SM the kernels waited on memory latency (ncu: 12% of the
 // issue slots used, DRAM 4-16% busy).
-constexpr int kTensorWarps = 16;
+// Overridable at compile time for bench/gpu_step_kernels.sh, which times variants.
+#ifndef MLXLAB_TENSOR_WARPS
+#define MLXLAB_TENSOR_WARPS 16
+#endif
+#ifndef MLXLAB_TENSOR_DEPTH
+#define MLXLAB_TENSOR_DEPTH kDepth
+#endif
+constexpr int kTensorWarps = MLXLAB_TENSOR_WARPS;
 constexpr int kTensorThreads = kTensorWarps * 32;
+// 32-column steps of each weight row a lane loads before any is used.
+constexpr int kTensorDepth = MLXLAB_TENSOR_DEPTH;
 
 template <int MODE>
 __device__ __forceinline__ int tile_row(int tile, int r, int n_out) {
@@ -86,7 +95,7 @@ __global__ void __launch_bounds__(kTensorThreads)
     const int tile = min(blockIdx.x * per_block + warp / splits, tiles - 1);
     const char* r = reinterpret_cast<const char*>(
         w + static_cast<size_t>(tile_row<MODE>(tile, lane % 16, n_out)) * depth);
-    for (int s = slice + (lane / 16) * splits; s < min(steps, slice + kDepth * splits);
+    for (int s = slice + (lane / 16) * splits; s < min(steps, slice + kTensorDepth * splits);
          s += 2 * splits) {
       prefetch_line(r + s * 64);
     }
@@ -135,15 +144,15 @@ __global__ void __launch_bounds__(kTensorThreads)
       }
     };
     int s = slice;
-    for (; s + splits * (kDepth - 1) < steps; s += splits * kDepth) {
-      uint4 a[kDepth], b[kDepth];
+    for (; s + splits * (kTensorDepth - 1) < steps; s += splits * kTensorDepth) {
+      uint4 a[kTensorDepth], b[kTensorDepth];
 #pragma unroll
-      for (int u = 0; u < kDepth; ++u) {
+      for (int u = 0; u < kTensorDepth; ++u) {
         a[u] = __ldg(w0 + 4 * (s + splits * u));
         b[u] = __ldg(w1 + 4 * (s + splits * u));
       }
 #pragma unroll
-      for (int u = 0; u < kDepth; ++u) {
+      for (int u = 0; u < kTensorDepth; ++u) {
         uint4 v[N];
         inputs(s + splits * u, v);
         multiply(a[u], b[u], v);
