@@ -9,7 +9,8 @@ mlx-lm's model (the fused layers as the engine runs them), one row (`KVCache`, a
 token fed to both; then greedy decode tok/s, both loops alternated in one process, one
 row and batches, against the one-stream bandwidth limit. Each variant `rows:overlap_rows`
 sets the batch from which the matvecs run on tensor cores and the one below which kernels
-overlap (`Model.tune`), and is checked and timed in turn.
+overlap, and optionally the one from which the matmuls run through cuBLAS (`Model.tune`;
+`3:16:99` keeps every batch on the step's own kernels), and is checked and timed in turn.
 """
 
 from __future__ import annotations
@@ -193,11 +194,14 @@ def timed(model, batch: int, vocab: int, args, with_mlx: bool) -> dict:
     return out
 
 
-def tune(model, variant: str) -> tuple[int, int]:
-    """Set the step's `tensor_rows:overlap_rows` (Model.tune); returns the two."""
-    tensor_rows, overlap_rows = (int(v) for v in variant.split(":"))
-    model._plan().native.tune(tensor_rows, overlap_rows)
-    return tensor_rows, overlap_rows
+def tune(model, variant: str) -> tuple[int, int, int]:
+    """Set the step's `tensor_rows:overlap_rows[:gemm_rows]` (Model.tune; a gemm_rows of 0 or
+    none leaves the model's own); returns the three."""
+    tensor_rows, overlap_rows, gemm_rows = [int(v) for v in variant.split(":")] + [0] * (
+        3 - len(variant.split(":"))
+    )
+    model._plan().native.tune(tensor_rows, overlap_rows, gemm_rows)
+    return tensor_rows, overlap_rows, gemm_rows
 
 
 def main() -> int:
@@ -207,7 +211,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--batches", default="1,8,32")
     parser.add_argument(
-        "--variants", default="3:16", help="tensor_rows:overlap_rows, comma-separated"
+        "--variants", default="3:16", help="tensor_rows:overlap_rows[:gemm_rows], comma-separated"
     )
     parser.add_argument("--out", default="")
     parser.add_argument("--profile", action="store_true", help="only the kernels' device time")
@@ -235,9 +239,9 @@ def main() -> int:
     batches = [int(b) for b in args.batches.split(",")]
     mlx_rates: dict[int, float] = {}
     for variant in args.variants.split(","):
-        tensor_rows, overlap_rows = tune(model, variant)
+        tensor_rows, overlap_rows, gemm_rows = tune(model, variant)
         print(f"variant {variant}: tensor cores from {tensor_rows} rows, "
-              f"overlapping kernels below {overlap_rows}")  # fmt: skip
+              f"overlapping kernels below {overlap_rows}, cuBLAS from {gemm_rows or 'default'}")  # fmt: skip
         rows[variant] = checks(model, native)
         print(json.dumps(rows[variant], indent=1), flush=True)
         copies = native.cache_copies()

@@ -1,16 +1,20 @@
 // The CUDA decode step's kernels alone: no MLX, no Python (issue 18).
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o step_kernels bench/gpu_step_kernels.cu \
-//        native/cuda_decode/src/kernels.cu
+//        native/cuda_decode/src/kernels.cu native/cuda_decode/src/gemm.cpp -lcublas
 //   ./step_kernels [batches, default 1,8,16,32] [tensor_rows, default 3] [overlap_rows, 16]
+//                  [gemm_rows, 16]
 //
 // Random weights of the Llama-1B shape bench/gpu_models.py builds (bf16, 49,152-token tied
 // vocabulary, 2.15 GB), the caches at column 160. Per batch: device time of a whole step
-// (launch_step, 50 steps timed with CUDA events after 5), and tok/s. What the kernels take
+// (launch_step, 50 steps timed with CUDA events after 5), and tok/s; from gemm_rows rows,
+// also how far the cuBLAS path's logits are from the step's own kernels' on the same input. What the kernels take
 // at a batch size is then a matter of the kernels: bench/gpu_step_kernels.sh builds
 // variants of them and times each, and Nsight Compute reads this program's kernels.
 #include <cuda_bf16.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -60,6 +64,44 @@ std::vector<int> parse(const char* text) {
   return values;
 }
 
+std::vector<float> logits(const cd::Shape& s, const cd::Pointers& p, cudaStream_t stream) {
+  check(cd::launch_step(s, p, stream), "launch_step");
+  std::vector<__nv_bfloat16> raw(static_cast<size_t>(s.batch) * s.vocab);
+  check(cudaMemcpyAsync(raw.data(), p.logits, raw.size() * 2, cudaMemcpyDeviceToHost, stream),
+        "copy");
+  check(cudaStreamSynchronize(stream), "sync");
+  std::vector<float> out(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) out[i] = __bfloat162float(raw[i]);
+  return out;
+}
+
+// The cuBLAS path's logits against the step's own kernels' on the same tokens and caches
+// (each step rewrites the same cache column with the same values): the largest difference
+// as a share of the row's largest logit, and rows whose argmax differs.
+void compare(cd::Shape s, const cd::Pointers& p, cudaStream_t stream) {
+  const std::vector<float> gemm = logits(s, p, stream);
+  s.gemm_rows = 1 << 30;
+  const std::vector<float> own = logits(s, p, stream);
+  double worst = 0;
+  int differ = 0;
+  for (int b = 0; b < s.batch; ++b) {
+    const float* g = gemm.data() + static_cast<size_t>(b) * s.vocab;
+    const float* o = own.data() + static_cast<size_t>(b) * s.vocab;
+    float top = 0, diff = 0;
+    int best_g = 0, best_o = 0;
+    for (int v = 0; v < s.vocab; ++v) {
+      top = std::max(top, std::fabs(o[v]));
+      diff = std::max(diff, std::fabs(g[v] - o[v]));
+      if (g[v] > g[best_g]) best_g = v;
+      if (o[v] > o[best_o]) best_o = v;
+    }
+    worst = std::max(worst, static_cast<double>(diff / top));
+    differ += best_g != best_o;
+  }
+  std::printf("  cuBLAS path against the step's kernels: largest difference %.4f of the top "
+              "logit, argmax differs in %d of %d rows\n", worst, differ, s.batch);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -70,6 +112,7 @@ int main(int argc, char** argv) {
   s.eps = 1e-5f, s.attention_scale = 0.125f, s.rope_scale = 1.0f, s.log2_base = 13.2877f;
   s.tensor_rows = argc > 2 ? std::atoi(argv[2]) : 3;
   s.overlap_rows = argc > 3 ? std::atoi(argv[3]) : 16;
+  s.gemm_rows = argc > 4 ? std::atoi(argv[4]) : 16;
   int device = 0, limit = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
   check(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "attr");
@@ -81,7 +124,8 @@ int main(int argc, char** argv) {
   p.lm_head = p.embedding;
   p.final_norm = random_bf16(s.hidden, 2, 0.1f, 1.0f);
   size_t weight_bytes = static_cast<size_t>(s.vocab) * s.hidden * 2;
-  const size_t cache = static_cast<size_t>(cd::kMaxBatch) * s.kv_heads * s.capacity * s.head_dim;
+  const int most = cd::kMaxGemmBatch;
+  const size_t cache = static_cast<size_t>(most) * s.kv_heads * s.capacity * s.head_dim;
   for (int l = 0; l < layers; ++l) {
     cd::Layer layer{};
     const unsigned seed = 100 + 10 * l;
@@ -98,20 +142,17 @@ int main(int argc, char** argv) {
                          3 * static_cast<size_t>(s.intermediate) * s.hidden);
     p.layers.push_back(layer);
   }
-  std::vector<int32_t> tokens(cd::kMaxBatch), positions(cd::kMaxBatch, s.column),
-      first(cd::kMaxBatch, 0);
-  for (int b = 0; b < cd::kMaxBatch; ++b) tokens[b] = (b * 7919 + 13) % s.vocab;
+  std::vector<int32_t> tokens(most), positions(most, s.column), first(most, 0);
+  for (int b = 0; b < most; ++b) tokens[b] = (b * 7919 + 13) % s.vocab;
   int32_t* ints = nullptr;
-  check(cudaMalloc(&ints, 3 * cd::kMaxBatch * sizeof(int32_t)), "cudaMalloc");
-  check(cudaMemcpy(ints, tokens.data(), cd::kMaxBatch * 4, cudaMemcpyHostToDevice), "copy");
-  check(cudaMemcpy(ints + cd::kMaxBatch, positions.data(), cd::kMaxBatch * 4,
-                   cudaMemcpyHostToDevice), "copy");  // fmt
-  check(cudaMemcpy(ints + 2 * cd::kMaxBatch, first.data(), cd::kMaxBatch * 4,
-                   cudaMemcpyHostToDevice), "copy");
-  p.tokens = ints, p.positions = ints + cd::kMaxBatch, p.first_columns = ints + 2 * cd::kMaxBatch;
-  s.batch = cd::kMaxBatch;
+  check(cudaMalloc(&ints, 3 * most * sizeof(int32_t)), "cudaMalloc");
+  check(cudaMemcpy(ints, tokens.data(), most * 4, cudaMemcpyHostToDevice), "copy");
+  check(cudaMemcpy(ints + most, positions.data(), most * 4, cudaMemcpyHostToDevice), "copy");
+  check(cudaMemcpy(ints + 2 * most, first.data(), most * 4, cudaMemcpyHostToDevice), "copy");
+  p.tokens = ints, p.positions = ints + most, p.first_columns = ints + 2 * most;
+  s.batch = most;
   check(cudaMalloc(&p.scratch, cd::scratch_bytes(s)), "cudaMalloc");
-  check(cudaMalloc(&p.logits, static_cast<size_t>(cd::kMaxBatch) * s.vocab * 2), "cudaMalloc");
+  check(cudaMalloc(&p.logits, static_cast<size_t>(most) * s.vocab * 2), "cudaMalloc");
   check(cudaDeviceSynchronize(), "fill");
 
   cudaStream_t stream;
@@ -119,8 +160,8 @@ int main(int argc, char** argv) {
   cudaEvent_t start, stop;
   check(cudaEventCreate(&start), "event");
   check(cudaEventCreate(&stop), "event");
-  std::printf("weights %.2f GB; tensor_rows %d overlap_rows %d\n", weight_bytes / 1e9,
-              s.tensor_rows, s.overlap_rows);
+  std::printf("weights %.2f GB; tensor_rows %d overlap_rows %d gemm_rows %d\n",
+              weight_bytes / 1e9, s.tensor_rows, s.overlap_rows, s.gemm_rows);
   for (int batch : batches) {
     s.batch = batch;
     for (int i = 0; i < 5; ++i) check(cd::launch_step(s, p, stream), "launch_step");
@@ -135,6 +176,7 @@ int main(int argc, char** argv) {
     const double step_ms = ms / steps;
     std::printf("batch %2d: %.3f ms a step, %8.0f tok/s, weights at %.2f TB/s\n", batch,
                 step_ms, batch * 1000.0 / step_ms, weight_bytes / (step_ms * 1e-3) / 1e12);
+    if (batch >= s.gemm_rows && batch <= cd::kMaxBatch) compare(s, p, stream);
   }
   return 0;
 }

@@ -39,10 +39,10 @@ from . import fused_projections
 log = logging.getLogger(__name__)
 
 VARIABLE = "MLXLAB_CUDA_DECODE"
-# Every batch the kernels take: with tensor cores the step led MLX's own at every batch up to
-# 32 rows on an H200 (docs/BENCHMARKS.md, "Tensor cores and overlapping kernels").
+# Every batch the step takes: its own kernels to 32 rows, its cuBLAS path (from 16 rows) to
+# 64, each ahead of MLX's own step on an H200 (docs/BENCHMARKS.md, "cuBLAS for the matmuls").
 MAX_BATCH_VARIABLE = "MLXLAB_CUDA_DECODE_MAX_BATCH"
-DEFAULT_MAX_BATCH = 32
+DEFAULT_MAX_BATCH = 64
 STEP = 256  # mlx-lm's cache growth, in columns
 
 
@@ -65,7 +65,7 @@ class Reference:
                              base=None if rope_freqs is not None else rope_base)  # fmt: skip
 
         def max_batch(self) -> int:
-            return 32  # as the CUDA kernels (kMaxBatch)
+            return 64  # as the CUDA step with cuBLAS (kMaxGemmBatch)
 
         def step(self, tokens, positions, first_columns, column, caches, copy_caches):
             embedding, final_norm, head = self.weights[:3]

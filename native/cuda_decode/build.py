@@ -47,8 +47,10 @@ model = llama.Model(llama.ModelArgs.from_dict(config))
 model.update(tree_map(lambda p: p.astype(mx.bfloat16), model.parameters()))
 fused_projections.fuse_projections(model)
 assert cuda_decode.install(model, load(sys.argv[2]))
+# 20 rows: past 16 the matmuls go through cuBLAS (src/gemm.h).
 for prompts in ([list(range(1, 255))], [[3] * 4, list(range(5, 20))],
-                [[i + 1] * (3 + i % 4) for i in range(12)]):
+                [[i + 1] * (3 + i % 4) for i in range(12)],
+                [[i + 1] * (3 + i % 5) for i in range(20)]):
     longest = max(map(len, prompts))
     pads = [longest - len(p) for p in prompts]
     inputs = mx.array([[0] * pad + p for pad, p in zip(pads, prompts)])

@@ -12,6 +12,8 @@
 #include <mutex>
 
 #include "attend.cuh"
+#include "gemm.h"
+#include "row_kernels.cuh"
 #include "tensor_matvec.cuh"
 
 namespace mlxlab::cuda_decode {
@@ -94,6 +96,11 @@ struct Scratch {
   void* qkv;  // (batch, (heads + 2 kv_heads) head_dim)
   void* attention;  // (batch, heads head_dim)
   void* act;  // (batch, intermediate)
+  // The cuBLAS path's (gemm.h) own: the normed input of a matmul, a residual matmul's output
+  // before its add, and the gate/up matmul's output before SwiGLU.
+  void* normed;  // (batch, hidden)
+  void* out;  // (batch, hidden)
+  void* wide;  // (batch, 2 intermediate)
 };
 
 Scratch carve(const Shape& s, void* base) {
@@ -107,6 +114,12 @@ Scratch carve(const Shape& s, void* base) {
   out.attention = p;
   p += aligned(e * s.batch * s.heads * s.head_dim);
   out.act = p;
+  p += aligned(e * s.batch * s.intermediate);
+  out.normed = p;
+  p += aligned(e * s.batch * s.hidden);
+  out.out = p;
+  p += aligned(e * s.batch * s.hidden);
+  out.wide = p;
   return out;
 }
 
@@ -182,9 +195,53 @@ cudaError_t step(const Shape& s, const Pointers& p, cudaStream_t stream) {
   return error;
 }
 
+// The step with its matmuls through cuBLAS (gemm.h): eight launches a layer where step()
+// has five, each matmul near the weights' read rate from 16 rows.
+template <typename T, int D>
+cudaError_t step_gemm(const Shape& s, const Pointers& p, cudaStream_t stream) {
+  const Scratch t = carve(s, p.scratch);
+  const int n = s.batch, qkv_rows = (s.heads + 2 * s.kv_heads) * D;
+  const AttentionArgs args{s.heads,      s.kv_heads,       s.capacity, s.column, s.traditional,
+                           s.attention_scale, s.rope_scale, s.log2_base};
+  cudaError_t error = launch(embed<T>, dim3(n), kThreads, 0, stream, false,
+                             static_cast<const T*>(p.embedding), p.tokens, static_cast<T*>(t.x),
+                             s.hidden);
+  auto keep = [&error](cudaError_t e) {
+    if (error == cudaSuccess) error = e;
+  };
+  const void* pending = nullptr;  // a matmul's output not yet added to the residual stream
+  auto norm = [&](const void* weight) {
+    keep(launch(add_norm<T>, dim3(n), kThreads, 0, stream, false, t.x, pending, weight, s.eps,
+                t.normed, s.hidden));
+    pending = t.out;
+  };
+  auto matmul = [&](const void* w, const void* x, void* out, int n_out, int depth) {
+    keep(gemm(s.half, stream, w, x, out, n_out, depth, n));
+  };
+  const int swiglu_blocks = std::min((n * s.intermediate / 8 + kThreads - 1) / kThreads, 1024);
+  for (const Layer& layer : p.layers) {
+    norm(layer.input_norm);
+    matmul(layer.qkv, t.normed, t.qkv, qkv_rows, s.hidden);
+    keep(launch(attend<T, D>, dim3(s.heads, n), kAttentionThreads, 0, stream, false,
+                static_cast<const T*>(t.qkv), static_cast<T*>(layer.keys),
+                static_cast<T*>(layer.values), static_cast<T*>(t.attention), p.positions,
+                p.first_columns, p.rope_freqs, args));
+    matmul(layer.o, t.attention, t.out, s.hidden, s.heads * D);
+    norm(layer.post_norm);
+    matmul(layer.gate_up, t.normed, t.wide, 2 * s.intermediate, s.hidden);
+    keep(launch(swiglu<T>, dim3(swiglu_blocks), kThreads, 0, stream, false, t.wide, t.act,
+                s.intermediate, n));
+    matmul(layer.down, t.act, t.out, s.hidden, s.intermediate);
+  }
+  norm(p.final_norm);
+  matmul(p.lm_head, t.normed, p.logits, s.vocab, s.hidden);
+  return error;
+}
+
 // The kernels are compiled for batches of up to 1, 2, 4, 8, 16 and 32 rows.
 template <typename T, int D>
 cudaError_t for_batch(const Shape& s, const Pointers& p, cudaStream_t stream) {
+  if (s.batch >= s.gemm_rows) return step_gemm<T, D>(s, p, stream);
   if (s.batch <= 1) return step<T, 1, D>(s, p, stream);
   if (s.batch <= 2) return step<T, 2, D>(s, p, stream);
   if (s.batch <= 4) return step<T, 4, D>(s, p, stream);
@@ -208,16 +265,19 @@ size_t scratch_bytes(const Shape& s) {
   const size_t e = 2;
   return aligned(e * s.batch * s.hidden) +
          aligned(e * s.batch * (s.heads + 2 * s.kv_heads) * s.head_dim) +
-         aligned(e * s.batch * s.heads * s.head_dim) + aligned(e * s.batch * s.intermediate);
+         aligned(e * s.batch * s.heads * s.head_dim) + aligned(e * s.batch * s.intermediate) +
+         2 * aligned(e * s.batch * s.hidden) + aligned(e * s.batch * 2 * s.intermediate);
 }
 
 bool fits(const Shape& s) {
-  return s.batch >= 1 && s.batch <= kMaxBatch && (s.head_dim == 64 || s.head_dim == 128) &&
+  const bool staged_fit =  // the fused matvecs' staged input; the cuBLAS path stages none
+      s.batch >= s.gemm_rows || 2 * static_cast<size_t>(s.batch) * staged_pitch(s.hidden) +
+                                        tensor_partials_bytes(bucket(s.batch)) + kStaticShared <=
+                                    s.shared_limit;
+  const int most = s.batch >= s.gemm_rows ? kMaxGemmBatch : kMaxBatch;
+  return s.batch >= 1 && s.batch <= most && (s.head_dim == 64 || s.head_dim == 128) &&
          s.hidden % 8 == 0 && s.intermediate % 8 == 0 && (s.heads * s.head_dim) % 8 == 0 &&
-         s.kv_heads > 0 && s.heads % s.kv_heads == 0 &&
-         2 * static_cast<size_t>(s.batch) * staged_pitch(s.hidden) +
-                 tensor_partials_bytes(bucket(s.batch)) + kStaticShared <=
-             s.shared_limit;
+         s.kv_heads > 0 && s.heads % s.kv_heads == 0 && staged_fit;
 }
 
 cudaError_t launch_step(const Shape& s, const Pointers& p, cudaStream_t stream) {

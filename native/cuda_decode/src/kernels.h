@@ -30,6 +30,7 @@ struct Shape {
   size_t shared_limit;  // the most shared memory a block may have on this GPU
   int tensor_rows;  // from this many rows a batch the matvecs run on tensor cores
   int overlap_rows;  // below this many rows, each kernel starts while the one before ends
+  int gemm_rows;  // from this many rows the matmuls run through cuBLAS (gemm.h)
 };
 
 struct Pointers {
@@ -45,7 +46,8 @@ struct Pointers {
   std::vector<Layer> layers;
 };
 
-constexpr int kMaxBatch = 32;
+constexpr int kMaxBatch = 32;  // the step's own kernels
+constexpr int kMaxGemmBatch = 64;  // with the matmuls through cuBLAS (Shape::gemm_rows)
 
 size_t scratch_bytes(const Shape& shape);
 

@@ -11,6 +11,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <memory>
@@ -18,6 +19,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "gemm.h"
 #include "kernels.h"
 #include "mlx/backend/cuda/device.h"
 #include "mlx/backend/cuda/utils.h"
@@ -37,6 +39,10 @@ constexpr int kWeightsPerLayer = 6;  // input norm, qkv, o, post norm, gate_up, 
 // rows and lost at 16.
 constexpr int kTensorRows = 3;
 constexpr int kOverlapRows = 16;
+// From 16 rows cuBLAS read the step's matmul weights 2-7x faster than the tensor-core
+// matvecs on an H200 (bench/gpu_gemm_shapes.cu against bench/gpu_step_kernels.cu).
+constexpr int kGemmRows = 16;
+constexpr int kNever = 1 << 30;  // a row count no batch reaches
 std::atomic<long> cache_copies{0};
 
 void check(cudaError_t error, const char* what) {
@@ -188,7 +194,6 @@ class Model {
     }
     has_freqs_ = freqs.has_value();
     cd::Shape& s = shape_;
-    s.batch = cd::kMaxBatch;
     s.hidden = hidden;
     s.heads = heads;
     s.kv_heads = kv_heads;
@@ -211,6 +216,8 @@ class Model {
     s.shared_limit = static_cast<size_t>(most);
     s.tensor_rows = kTensorRows;
     s.overlap_rows = kOverlapRows;
+    s.gemm_rows = cd::gemm_ready() ? kGemmRows : kNever;
+    s.batch = s.gemm_rows <= cd::kMaxGemmBatch ? cd::kMaxGemmBatch : cd::kMaxBatch;
     if (!cd::fits(s)) {
       cd::Shape one = s;
       one.batch = 1;
@@ -222,17 +229,18 @@ class Model {
   // The largest batch this model's step takes.
   int max_batch() const {
     cd::Shape s = shape_;
-    for (s.batch = cd::kMaxBatch; s.batch > 0; --s.batch) {
+    for (s.batch = std::max(cd::kMaxBatch, cd::kMaxGemmBatch); s.batch > 0; --s.batch) {
       if (cd::fits(s)) return s.batch;
     }
     return 0;
   }
 
-  // For benches: the batch from which matvecs use tensor cores, and below which kernels
-  // overlap.
-  void tune(int tensor_rows, int overlap_rows) {
+  // For benches: the batch from which matvecs use tensor cores, below which kernels overlap,
+  // and from which matmuls go through cuBLAS (where it started; 0 leaves that as it is).
+  void tune(int tensor_rows, int overlap_rows, int gemm_rows) {
     shape_.tensor_rows = tensor_rows;
     shape_.overlap_rows = overlap_rows;
+    if (gemm_rows > 0 && shape_.gemm_rows != kNever) shape_.gemm_rows = gemm_rows;
   }
 
   std::vector<mx::array> step(const mx::array& tokens, const mx::array& positions,
@@ -297,9 +305,10 @@ NB_MODULE(_cuda_decode, m) {
            "weights: embedding, final norm, lm_head, then each layer's input norm, q/k/v, o, "
            "post-attention norm, gate/up and down.")
       .def("max_batch", &Model::max_batch)
-      .def("tune", &Model::tune, "tensor_rows"_a, "overlap_rows"_a,
+      .def("tune", &Model::tune, "tensor_rows"_a, "overlap_rows"_a, "gemm_rows"_a = 0,
            "Matvecs on tensor cores from `tensor_rows` rows a batch; kernels that overlap "
-           "their neighbours (programmatic dependent launch) below `overlap_rows` rows.")
+           "their neighbours (programmatic dependent launch) below `overlap_rows` rows; "
+           "matmuls through cuBLAS from `gemm_rows` rows (0: as they are).")
       .def("step", &Model::step, "tokens"_a, "positions"_a, "first_columns"_a, "column"_a,
            "caches"_a, "copy_caches"_a,
            "[logits (batch, 1, vocab), then each layer's keys and values with this step's "
