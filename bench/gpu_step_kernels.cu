@@ -1,7 +1,7 @@
 // The CUDA decode step's kernels alone: no MLX, no Python (issue 18).
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o step_kernels bench/gpu_step_kernels.cu \
-//        native/cuda_decode/src/kernels.cu native/cuda_decode/src/gemm.cpp -lcublas
+//        native/cuda_decode/src/kernels.cu native/cuda_decode/src/gemm.cpp -lcublasLt
 //   ./step_kernels [batches, default 1,8,16,32] [tensor_rows, default 3] [overlap_rows, 16]
 //                  [gemm_rows, 16]
 //
@@ -164,6 +164,10 @@ int main(int argc, char** argv) {
               weight_bytes / 1e9, s.tensor_rows, s.overlap_rows, s.gemm_rows);
   for (int batch : batches) {
     s.batch = batch;
+    if (!cd::fits(s)) {
+      std::printf("batch %2d: more rows than these kernels take\n", batch);
+      continue;
+    }
     for (int i = 0; i < 5; ++i) check(cd::launch_step(s, p, stream), "launch_step");
     check(cudaStreamSynchronize(stream), "warm-up");
     const int steps = 50;

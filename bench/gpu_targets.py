@@ -13,6 +13,7 @@ STREAM_SHARE = 0.60  # of the one-stream bandwidth limit
 BATCH32_TPS = 8000.0
 RESTART_TTFT_S = 2.0
 SECTION = 'docs/BENCHMARKS.md, "Tensor cores and overlapping kernels"'
+GEMM_SECTION = 'docs/BENCHMARKS.md, "cuBLAS for the matmuls"'
 
 # What the profile showed where each target was missed.
 WHY = {
@@ -21,8 +22,9 @@ WHY = {
     "batch32": "the decode step alone reads about 9,400 tok/s at 32 rows; the rest is the "
     "prefill, the prompt cache's stores as the rows finish, and stalls of the prefill "
     "step (garbage collection, first shapes) (" + SECTION + ")",
-    "mlx_lm": "rows past MLXLAB_CUDA_DECODE_MAX_BATCH run mlx-lm's model, and the engine adds "
-    "its bookkeeping to it (" + SECTION + ")",
+    "mlx_lm": "a prefill (time to first token) and rows past MLXLAB_CUDA_DECODE_MAX_BATCH run "
+    "mlx-lm's model in the engine too, which adds its queue, prompt cache lookup and "
+    "detokenizing, about 0.3 ms to a first token (" + GEMM_SECTION + ")",
     "transformers": "as for the one-stream share (" + SECTION + ")",
     "restart": "kernels compiled at run time: see the warm-up and the kept kernel cache "
     '(docs/BENCHMARKS.md, "On an NVIDIA H200")',

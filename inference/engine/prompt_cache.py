@@ -304,6 +304,25 @@ class PromptCache:
         else:
             self._store(response.all_tokens, response.prompt_cache, scope)
 
+    def dropped_at_once(self, finished: list) -> set[int]:
+        """uids of rows finishing in one step whose LRU entries the step's later rows would
+        evict at once, when more finish than the LRU holds: storing them would only copy their
+        KV state out of the batch (a kernel a layer's keys and values, a row) for nothing. None
+        with a disk tier, which writes every entry."""
+        if self.disk is not None or not self.config.enabled:
+            return set()
+        bound = self.config.max_entries
+        to_lru = [
+            r.uid
+            for r in finished
+            if r.prompt_cache is not None and r.all_tokens and not self._keeps_session(r.uid)
+        ]
+        return set(to_lru[: max(0, len(to_lru) - bound)])
+
+    def _keeps_session(self, uid: int) -> bool:
+        plan, _ = self._owners.get(uid, (None, None))
+        return plan is not None and plan.session is not None and self.config.max_sessions > 0
+
     def save_interrupted(self, uid: int, tokens: list[int], cache: list) -> None:
         """Store the KV state of `uid`, cancelled mid-generation, for its resumed retry."""
         plan, _ = self._owners.get(uid, (None, None))

@@ -295,6 +295,8 @@ class Runner:
     def _postprocess(self, responses) -> int:
         ended = 0
         read = step_logprobs(responses, self._active)
+        finished = [r for r in responses if r.finish_reason is not None and r.uid in self._active]
+        unstored = self.prompt_cache.dropped_at_once(finished)
         for index, response in enumerate(responses):
             ended += self._admit_followers(response.uid)  # its prompt is cached by now
             sequence = self._active.get(response.uid)
@@ -303,7 +305,9 @@ class Runner:
             if sequence.error is not None:
                 ended += self._fail(sequence, f"generation failed: {sequence.error}")
                 continue
-            if response.finish_reason is not None:  # stored before Finished goes out
+            if response.uid in unstored:
+                self.prompt_cache.forget(response.uid)
+            elif response.finish_reason is not None:  # stored before Finished goes out
                 self.prompt_cache.save_finished(response)
             try:
                 done = sequence.on_token(

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 
 import mlx.core as mx
+from mlx_lm.generate import GenerationBatch
 from mlx_lm.models.cache import KVCache
 
-from inference.engine import GenerationRequest
+from inference.engine import Engine, EngineConfig, Failed, Finished, GenerationRequest, load_model
 from inference.engine.prompt_cache import PromptCache, PromptCacheConfig, generation_primer
 
 from .helpers import Run, generate, submit
@@ -200,3 +202,59 @@ def test_a_session_lookup_takes_the_longer_of_its_turn_and_the_lru():
     cache._store([1, 2, 3, 4, 5], _entry(5))
     cache._keep_session([1, 2], _entry(2), "", "a")
     assert cache.lookup([1, 2, 3, 4, 5, 6], session="a").cached_tokens == 5
+
+
+def _finished(uid: int, tokens: list[int]) -> GenerationBatch.Response:
+    return GenerationBatch.Response(uid, 0, None, "length", _entry(len(tokens)), tokens)
+
+
+def test_rows_finishing_together_past_the_bound_store_only_what_the_lru_keeps(tmp_path):
+    """Copying a row's KV state out of the batch costs a kernel a layer's keys and values;
+    rows the same step's later rows would evict at once are not copied at all."""
+    from inference.engine.disk_writer import DiskWriter
+
+    cache = PromptCache(PromptCacheConfig(max_entries=2), key="m")
+    finished = [_finished(uid, [uid, 10, 11]) for uid in range(4)]
+    dropped = cache.dropped_at_once(finished)
+    assert dropped == {0, 1}
+    for response in finished:
+        if response.uid not in dropped:
+            cache.save_finished(response)
+    assert cache.stats().stores == 2 and cache.stats().entries == 2
+    assert [cache.lookup([uid, 10, 11, 12]).cached_tokens for uid in range(4)] == [0, 0, 3, 3]
+    assert cache.dropped_at_once(finished[:2]) == set()  # within the bound: all stored
+
+    writer = DiskWriter()
+    config = PromptCacheConfig(max_entries=2, disk_dir=tmp_path, disk_max_bytes=1 << 20)
+    disk = PromptCache(config, key="m", identity={"model": "m"}, writer=writer)
+    assert disk.dropped_at_once(finished) == set()  # the disk tier keeps them all
+    writer.close()
+
+
+def test_a_batch_finishing_at_once_stores_the_lru_s_bound_of_rows(model_folder):
+    config = EngineConfig(max_batch_size=8, prompt_cache=PromptCacheConfig(max_entries=2))
+    engine = Engine(lambda: load_model(model_folder), config=config).start()
+    try:
+        # One length, four rows (the CPU engine's prefill batch): one prefill, one finish.
+        prompts = [[4 + i, 3, 2, 1] for i in range(4)]
+        done = [threading.Event() for _ in prompts]
+        ends: list = [None] * len(prompts)
+
+        def emitter(i: int):
+            def emit(event) -> None:
+                if isinstance(event, (Finished, Failed)):
+                    ends[i] = event
+                    done[i].set()
+
+            return emit
+
+        engine.submit_many(
+            [(GenerationRequest(p, max_tokens=2), emitter(i)) for i, p in enumerate(prompts)]
+        )
+        assert all(event.wait(120) for event in done)
+        assert all(isinstance(end, Finished) and end.completion_tokens == 2 for end in ends)
+        assert engine.prompt_cache.stats().stores == 2  # the last two rows; two never copied
+        assert engine.prompt_cache.lookup(prompts[-1] + [9]).cached_tokens == 4
+        assert engine.prompt_cache.lookup(prompts[0] + [9]).cached_tokens == 0
+    finally:
+        engine.shutdown()

@@ -14,23 +14,19 @@ struct AttentionArgs {
   float scale, rope_scale, log2_base;
 };
 
-// One query head of one row: RoPE on its query and on its kv head's new key (the first
-// query head of the group writes the key and value into the cache), then softmax(q k) v
-// over the row's columns, online, each thread over every 128th column.
+// The block's query head of row blockIdx.y after RoPE, scaled, into q; its kv head's new key
+// (after RoPE) and value into new_key and new_value, which the group's first query head
+// also writes into the cache at the step's column. Returns where the row's kv head starts
+// in the cache.
 template <typename T, int D>
-__global__ void __launch_bounds__(kAttentionThreads)
-    attend(const T* __restrict__ qkv, T* keys, T* values, T* __restrict__ out,
-           const int32_t* __restrict__ positions, const int32_t* __restrict__ first_columns,
-           const float* __restrict__ rope_freqs, AttentionArgs a) {
+__device__ size_t prepare(const T* __restrict__ qkv, T* keys, T* values,
+                          const int32_t* __restrict__ positions,
+                          const float* __restrict__ rope_freqs, const AttentionArgs& a, float* q,
+                          T* new_key, T* new_value) {
   constexpr int kHalf = D / 2;
-  release_next();
-  await_previous();
   const int head = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
   const int group = a.heads / a.kv_heads, kv = head / group;
   const T* row = qkv + static_cast<size_t>(b) * (a.heads + 2 * a.kv_heads) * D;
-  __shared__ float q[D];
-  __shared__ __align__(16) T new_key[D];
-  __shared__ __align__(16) T new_value[D];
   if (tid < kHalf) {
     const int i1 = a.traditional ? 2 * tid : tid;
     const int i2 = a.traditional ? 2 * tid + 1 : tid + kHalf;
@@ -57,6 +53,25 @@ __global__ void __launch_bounds__(kAttentionThreads)
     keys[base + static_cast<size_t>(a.column) * D + tid] = new_key[tid];
     values[base + static_cast<size_t>(a.column) * D + tid] = new_value[tid];
   }
+  return base;
+}
+
+// One query head of one row: RoPE on its query and on its kv head's new key (the first
+// query head of the group writes the key and value into the cache), then softmax(q k) v
+// over the row's columns, online, each thread over every 128th column.
+template <typename T, int D>
+__global__ void __launch_bounds__(kAttentionThreads)
+    attend(const T* __restrict__ qkv, T* keys, T* values, T* __restrict__ out,
+           const int32_t* __restrict__ positions, const int32_t* __restrict__ first_columns,
+           const float* __restrict__ rope_freqs, AttentionArgs a) {
+  release_next();
+  await_previous();
+  const int head = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
+  __shared__ float q[D];
+  __shared__ __align__(16) T new_key[D];
+  __shared__ __align__(16) T new_value[D];
+  const size_t base =
+      prepare<T, D>(qkv, keys, values, positions, rope_freqs, a, q, new_key, new_value);
   float m = -INFINITY, l = 0.0f, acc[D];
 #pragma unroll
   for (int d = 0; d < D; ++d) acc[d] = 0.0f;
@@ -113,6 +128,95 @@ __global__ void __launch_bounds__(kAttentionThreads)
       den += sums[i][D];
     }
     out[(static_cast<size_t>(b) * a.heads + head) * D + tid] = from_float<T>(num / den);
+  }
+}
+
+// As attend(), for batches of many rows: the columns in chunks of 128, each thread scoring
+// one column of a chunk, then each warp summing every fourth column's values (online softmax
+// across chunks). At 32 rows on an H200 it took 17.6 us a layer where attend() took 28; at 1
+// and 8 rows attend() led by about 3 us (docs/BENCHMARKS.md, "cuBLAS for the matmuls").
+template <typename T, int D>
+__global__ void __launch_bounds__(kAttentionThreads)
+    attend_chunked(const T* __restrict__ qkv, T* keys, T* values, T* __restrict__ out,
+           const int32_t* __restrict__ positions, const int32_t* __restrict__ first_columns,
+           const float* __restrict__ rope_freqs, AttentionArgs a) {
+  release_next();
+  await_previous();
+  const int head = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
+  __shared__ float q[D];
+  __shared__ __align__(16) T new_key[D];
+  __shared__ __align__(16) T new_value[D];
+  const size_t base =
+      prepare<T, D>(qkv, keys, values, positions, rope_freqs, a, q, new_key, new_value);
+  // The columns in chunks of one a thread: each thread scores its column into shared
+  // memory, then each warp takes every fourth column's values, a lane over D / 32 of its
+  // values, so that a warp reads a column's values as one coalesced line. (Each thread
+  // holding a whole head's sums, with 64 warp reductions at the end, took 28 us a layer at
+  // 32 rows: docs/BENCHMARKS.md, "cuBLAS for the matmuls".)
+  constexpr int kWarpCount = kAttentionThreads / 32, kPerLane = D / 32;
+  __shared__ float p[kAttentionThreads];
+  __shared__ float reduced[kWarpCount];
+  __shared__ float parts[kWarpCount][D];
+  const int warp = tid / 32, lane = tid % 32;
+  float m = -INFINITY, l = 0.0f, acc[kPerLane];
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) acc[k] = 0.0f;
+  for (int start = first_columns[b]; start <= a.column; start += kAttentionThreads) {
+    const int col = start + tid;
+    float score = -INFINITY;
+    if (col <= a.column) {
+      const bool fresh = col == a.column;  // its key is not in the cache yet here
+      const uint4* kp = reinterpret_cast<const uint4*>(
+          fresh ? new_key : keys + base + static_cast<size_t>(col) * D);
+      score = 0.0f;
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        float k8[8];
+        unpack8<T>(kp[j], k8);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) score = fmaf(q[j * 8 + i], k8[i], score);
+      }
+    }
+    float top = warp_max(score);
+    if (lane == 0) reduced[warp] = top;
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kWarpCount; ++i) top = fmaxf(top, reduced[i]);
+    const float m_next = fmaxf(m, top);
+    const float correction = expf(m - m_next);  // 0 on the first chunk
+    const float e = col <= a.column ? expf(score - m_next) : 0.0f;
+    p[tid] = e;
+    float sum = warp_sum(e);
+    __syncthreads();  // every warp has read the maxima
+    if (lane == 0) reduced[warp] = sum;
+    __syncthreads();
+    sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kWarpCount; ++i) sum += reduced[i];
+    l = l * correction + sum;
+    m = m_next;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) acc[k] *= correction;
+    const int count = min(kAttentionThreads, a.column - start + 1);
+#pragma unroll 4
+    for (int i = warp; i < count; i += kWarpCount) {
+      const int c = start + i;
+      const T* v = (c == a.column ? new_value : values + base + static_cast<size_t>(c) * D) +
+                   lane * kPerLane;
+      const float weight = p[i];
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) acc[k] = fmaf(weight, to_float(v[k]), acc[k]);
+    }
+    __syncthreads();  // p and reduced are the next chunk's
+  }
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) parts[warp][lane * kPerLane + k] = acc[k];
+  __syncthreads();
+  if (tid < D) {
+    float num = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kWarpCount; ++i) num += parts[i][tid];
+    out[(static_cast<size_t>(b) * a.heads + head) * D + tid] = from_float<T>(num / l);
   }
 }
 }  // namespace

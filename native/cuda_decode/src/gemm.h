@@ -9,7 +9,7 @@
 
 namespace mlxlab::cuda_decode {
 
-// Whether cuBLAS is usable on the current device (its handle is made on the first call).
+// Whether cuBLASLt is usable on the current device (its handle is made on the first call).
 bool gemm_ready();
 
 // out (batch, n_out) = x (batch, depth) times w (n_out, depth) transposed: row-major, in the

@@ -196,7 +196,8 @@ cudaError_t step(const Shape& s, const Pointers& p, cudaStream_t stream) {
 }
 
 // The step with its matmuls through cuBLAS (gemm.h): eight launches a layer where step()
-// has five, each matmul near the weights' read rate from 16 rows.
+// has five, each matmul near the weights' read rate from 16 rows, and the attention kernel
+// for many rows.
 template <typename T, int D>
 cudaError_t step_gemm(const Shape& s, const Pointers& p, cudaStream_t stream) {
   const Scratch t = carve(s, p.scratch);
@@ -222,7 +223,7 @@ cudaError_t step_gemm(const Shape& s, const Pointers& p, cudaStream_t stream) {
   for (const Layer& layer : p.layers) {
     norm(layer.input_norm);
     matmul(layer.qkv, t.normed, t.qkv, qkv_rows, s.hidden);
-    keep(launch(attend<T, D>, dim3(s.heads, n), kAttentionThreads, 0, stream, false,
+    keep(launch(attend_chunked<T, D>, dim3(s.heads, n), kAttentionThreads, 0, stream, false,
                 static_cast<const T*>(t.qkv), static_cast<T*>(layer.keys),
                 static_cast<T*>(layer.values), static_cast<T*>(t.attention), p.positions,
                 p.first_columns, p.rope_freqs, args));
