@@ -56,6 +56,20 @@ __device__ size_t prepare(const T* __restrict__ qkv, T* keys, T* values,
   return base;
 }
 
+// q (floats) times one cached key (D values of T, 16-byte aligned), summed in order.
+template <typename T, int D>
+__device__ __forceinline__ float dot(const float* q, const uint4* key) {
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j) {
+    float k8[8];
+    unpack8<T>(key[j], k8);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sum = fmaf(q[j * 8 + i], k8[i], sum);
+  }
+  return sum;
+}
+
 // One query head of one row: RoPE on its query and on its kv head's new key (the first
 // query head of the group writes the key and value into the cache), then softmax(q k) v
 // over the row's columns, online, each thread over every 128th column.
@@ -81,14 +95,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
         fresh ? new_key : keys + base + static_cast<size_t>(col) * D);
     const uint4* vp = reinterpret_cast<const uint4*>(
         fresh ? new_value : values + base + static_cast<size_t>(col) * D);
-    float score = 0.0f;
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      float k8[8];
-      unpack8<T>(kp[j], k8);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) score = fmaf(q[j * 8 + i], k8[i], score);
-    }
+    const float score = dot<T, D>(q, kp);
     const float top = fmaxf(m, score);
     const float correction = expf(m - top), p = expf(score - top);
     l = l * correction + p;
@@ -168,14 +175,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
       const bool fresh = col == a.column;  // its key is not in the cache yet here
       const uint4* kp = reinterpret_cast<const uint4*>(
           fresh ? new_key : keys + base + static_cast<size_t>(col) * D);
-      score = 0.0f;
-#pragma unroll
-      for (int j = 0; j < D / 8; ++j) {
-        float k8[8];
-        unpack8<T>(kp[j], k8);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) score = fmaf(q[j * 8 + i], k8[i], score);
-      }
+      score = dot<T, D>(q, kp);
     }
     float top = warp_max(score);
     if (lane == 0) reduced[warp] = top;
