@@ -197,9 +197,8 @@ def timed(model, batch: int, vocab: int, args, with_mlx: bool) -> dict:
 def tune(model, variant: str) -> tuple[int, int, int]:
     """Set the step's `tensor_rows:overlap_rows[:gemm_rows]` (Model.tune; a gemm_rows of 0 or
     none leaves the model's own); returns the three."""
-    tensor_rows, overlap_rows, gemm_rows = [int(v) for v in variant.split(":")] + [0] * (
-        3 - len(variant.split(":"))
-    )
+    values = [int(v) for v in variant.split(":")]
+    tensor_rows, overlap_rows, gemm_rows = values + [0] * (3 - len(values))
     model._plan().native.tune(tensor_rows, overlap_rows, gemm_rows)
     return tensor_rows, overlap_rows, gemm_rows
 

@@ -20,7 +20,7 @@ engine needs around it:
   session's last finished sequence is kept apart from the LRU, one entry a session,
   each new turn replacing the last: other traffic cannot evict it, only older
   sessions past `max_sessions` can. An agent loop's next turn then finds its
-  conversation however busy the server was in between.
+  conversation however busy the server was in between (prompt_sessions.py).
 
 - A second tier on disk (prompt_disk.py, under var/) keeps what this one stores across
   worker restarts: every store is also written there, in the background, and a lookup
@@ -45,6 +45,7 @@ from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, trim_prom
 from .disk_writer import DiskWriter
 from .identity import adapters_identity, digest
 from .prompt_disk import DiskTier
+from .prompt_sessions import SessionTurns
 
 log = logging.getLogger(__name__)
 
@@ -150,8 +151,7 @@ class PromptCache:
         self._lru = LRUPromptCache(max(config.max_entries, 1), config.max_bytes)
         # generator uid -> (its plan, the boundary still awaited or None)
         self._owners: OrderedDict[int, tuple[PromptPlan, int | None]] = OrderedDict()
-        # (model key, scope, session) -> (tokens, cache, bytes): each session's last turn
-        self._sessions: OrderedDict[tuple, tuple[list[int], list, int]] = OrderedDict()
+        self._sessions = SessionTurns()  # by (model key, scope, session)
         self._stats = PromptCacheStats()
         self._lock = threading.Lock()
 
@@ -178,7 +178,7 @@ class PromptCache:
             with self._lock:
                 cache, cached = self._nearest(prompt, scope)
                 if session is not None:
-                    kept, kept_tokens = self._session_prefix(prompt, scope, session)
+                    kept, kept_tokens = self._sessions.prefix((self.key, scope, session), prompt)
                     if kept_tokens > cached:
                         cache, cached = kept, kept_tokens
                 if self.disk is not None:
@@ -193,26 +193,6 @@ class PromptCache:
             return PromptPlan(cache, cached, [prompt[cached:]], None, scope, session)
         segments = [prompt[cached:boundary], prompt[boundary:]]
         return PromptPlan(cache, cached, segments, boundary, scope, session)
-
-    def _session_prefix(self, prompt: list[int], scope: str, session: str):
-        """The session's last turn, trimmed to what it shares with `prompt`."""
-        key = (self.key, scope, session)
-        if key not in self._sessions:
-            return None, 0
-        self._sessions.move_to_end(key)
-        tokens, cache, _ = self._sessions[key]
-        shared = 0
-        for kept, token in zip(tokens, prompt, strict=False):
-            if kept != token:
-                break
-            shared += 1
-        usable = min(shared, len(prompt) - 1)  # the last token is computed for its logits
-        if usable <= 0 or (usable < len(tokens) and not can_trim_prompt_cache(cache)):
-            return None, 0
-        kept = copy.deepcopy(cache)
-        if usable < len(tokens):
-            trim_prompt_cache(kept, len(tokens) - usable)
-        return kept, usable
 
     def use_adapters(self, refs: tuple) -> None:
         """The batch's adapter set changed: caches made under another are out of sight."""
@@ -295,33 +275,30 @@ class PromptCache:
     def save_finished(self, response) -> None:
         """Store a finished sequence's whole cache (prompt and reply), keyed by its tokens:
         in the LRU, or as its session's last turn."""
+        session = self._session_of(response.uid)
         plan, _ = self._owners.pop(response.uid, (None, None))
         if response.prompt_cache is None or not response.all_tokens:
             return
-        scope, session = (plan.scope, plan.session) if plan is not None else ("", None)
-        if session is not None and self.config.max_sessions > 0:
+        scope = plan.scope if plan is not None else ""
+        if session is not None:
             self._keep_session(response.all_tokens, response.prompt_cache, scope, session)
         else:
             self._store(response.all_tokens, response.prompt_cache, scope)
 
     def dropped_at_once(self, finished: list) -> set[int]:
-        """uids of rows finishing in one step whose LRU entries the step's later rows would
-        evict at once, when more finish than the LRU holds: storing them would only copy their
-        KV state out of the batch (a kernel a layer's keys and values, a row) for nothing. None
-        with a disk tier, which writes every entry."""
-        if self.disk is not None or not self.config.enabled:
+        """uids of rows finishing in one step that the step's later rows would evict from the
+        LRU at once (more finish than it holds): copying their KV state out of the batch (a
+        kernel a layer's keys and values, a row) would be for nothing. None with a disk
+        tier, which writes every entry."""
+        if self.disk is not None:
             return set()
-        bound = self.config.max_entries
-        to_lru = [
-            r.uid
-            for r in finished
-            if r.prompt_cache is not None and r.all_tokens and not self._keeps_session(r.uid)
-        ]
-        return set(to_lru[: max(0, len(to_lru) - bound)])
+        to_lru = [r.uid for r in finished if self._session_of(r.uid) is None]
+        return set(to_lru[: max(0, len(to_lru) - self.config.max_entries)])
 
-    def _keeps_session(self, uid: int) -> bool:
+    def _session_of(self, uid: int) -> str | None:
+        """The session whose last turn `uid`'s finished cache becomes; None: the LRU's."""
         plan, _ = self._owners.get(uid, (None, None))
-        return plan is not None and plan.session is not None and self.config.max_sessions > 0
+        return plan.session if plan is not None and self.config.max_sessions > 0 else None
 
     def save_interrupted(self, uid: int, tokens: list[int], cache: list) -> None:
         """Store the KV state of `uid`, cancelled mid-generation, for its resumed retry."""
@@ -368,23 +345,14 @@ class PromptCache:
             return
         try:
             self._detach(cache)
-            size = sum(c.nbytes for c in cache)
             with self._lock:
-                key = (self.key, scope, session)
-                self._sessions.pop(key, None)
-                self._sessions[key] = (list(tokens), cache, size)
-                self._stats.stores += 1
                 # Sessions are bounded by count, and together by the cache's byte bound.
-                while len(self._sessions) > self.config.max_sessions or (
-                    len(self._sessions) > 1 and self._session_bytes() > self.config.max_bytes
-                ):
-                    self._sessions.popitem(last=False)
+                bounds = {"most": self.config.max_sessions, "max_bytes": self.config.max_bytes}
+                self._sessions.keep((self.key, scope, session), tokens, cache, **bounds)
+                self._stats.stores += 1
             self._write_behind(tokens, cache, scope)
         except Exception:  # as in _store
             log.exception("could not keep a prompt cache session")
-
-    def _session_bytes(self) -> int:
-        return sum(size for _, _, size in self._sessions.values())
 
     def stats(self) -> PromptCacheStats:
         with self._lock:
@@ -392,7 +360,7 @@ class PromptCache:
                 **{
                     **vars(self._stats),
                     "entries": len(self._lru) + len(self._sessions),
-                    "bytes": self._lru.nbytes + self._session_bytes(),
+                    "bytes": self._lru.nbytes + self._sessions.nbytes,
                     "sessions": len(self._sessions),
                     **(self.disk.stats() if self.disk is not None else {}),
                     "disk_enabled": self.disk is not None,
