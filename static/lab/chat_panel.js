@@ -148,6 +148,7 @@ export class SettingsPanel {
   async modelChanged() {
     const name = this.picker.value;
     const request = ++this.detailsRequest;
+    delete this.picker.dataset.detailsFor;
     this.adapters.refresh(name); // in parallel with the details; it reports its own errors
     if (!name) {
       this.modelInfo = null;
@@ -169,6 +170,7 @@ export class SettingsPanel {
     this.renderDraftOptions(this.draft.value);
     this.applyDefaults(info.defaults || {});
     this.showThinking(Boolean(info.supports_thinking));
+    this.picker.dataset.detailsFor = name; // the defaults are in: what the user types now stays
   }
 
   // Quietly refresh the "loaded" marks (a send loads the model) without a change event.
@@ -185,7 +187,9 @@ export class SettingsPanel {
     for (const [key, input] of this.inputs) {
       const value = defaults[key];
       input.placeholder = value === undefined || value === null ? PLACEHOLDERS[key] : String(value);
-      if (this.fillDefaults && !input.dataset.dirty && !NO_DEFAULT_FILL.has(key)) {
+      // The field being typed in keeps its text: the details can arrive mid-keystroke.
+      const editing = document.activeElement === input;
+      if (this.fillDefaults && !input.dataset.dirty && !editing && !NO_DEFAULT_FILL.has(key)) {
         input.value = value === undefined || value === null ? '' : String(value);
       }
     }

@@ -24,8 +24,14 @@ new MutationObserver(() => {
 def open_chat(page: Page, model: str = DEFAULT_MODEL) -> None:
     page.goto("/")
     expect(page.locator(f"#model-picker option[value='{model}']")).to_have_count(1)
-    page.select_option("#model-picker", model)
+    pick_model(page, model)
     expect(page.locator("body")).to_have_attribute("data-generating", "false")
+
+
+def pick_model(page: Page, model: str) -> None:
+    page.select_option("#model-picker", model)
+    # The model's defaults fill the fields when its details arrive; typing waits for them.
+    expect(page.locator("#model-picker")).to_have_attribute("data-details-for", model)
 
 
 def set_params(page: Page, **params) -> None:
@@ -136,7 +142,7 @@ def test_thinking_switch_and_model_switch(page):
     expect(replies(page).last.locator("details.reasoning")).to_have_count(1)
 
     page.click("#new-chat")
-    page.select_option("#model-picker", THINKING_MODEL)
+    pick_model(page, THINKING_MODEL)
     expect(toggle).to_be_visible()
     toggle.uncheck()
     set_params(page, temperature=0, max_tokens=8)
@@ -144,8 +150,27 @@ def test_thinking_switch_and_model_switch(page):
     wait_reply(page)
     expect(replies(page).last.locator("details.reasoning")).to_have_count(0)
 
-    page.select_option("#model-picker", DEFAULT_MODEL)
+    pick_model(page, DEFAULT_MODEL)
     expect(toggle).to_be_hidden()
+
+
+def test_the_field_being_typed_in_keeps_its_text_when_the_defaults_arrive(page):
+    open_chat(page)
+    field = page.locator("#param-max_tokens")
+    expect(field).not_to_have_value("")  # the model's default filled it
+    field.focus()
+    # Emptied with no input event: only the focus tells it from an untouched field.
+    page.evaluate("document.getElementById('param-max_tokens').value = ''")
+    page.evaluate(
+        "(name) => { const picker = document.getElementById('model-picker');"
+        " picker.value = name; picker.dispatchEvent(new Event('change')); }",
+        THINKING_MODEL,
+    )
+    expect(page.locator("#model-picker")).to_have_attribute("data-details-for", THINKING_MODEL)
+    expect(field).to_have_value("")
+    page.locator("#param-temperature").focus()
+    pick_model(page, DEFAULT_MODEL)  # once typing moved on, the untouched field follows the model
+    expect(field).not_to_have_value("")
 
 
 def test_drafts_by_prompt_lookup_from_the_settings_panel(page):
