@@ -82,7 +82,7 @@ class Runner:
         self._lanes = Lanes(lambda: self._new_generator(stream))
 
     def _new_generator(self, stream) -> SpeculativeGenerator:
-        return SpeculativeGenerator(
+        generator = SpeculativeGenerator(
             self.loaded.model,
             speculation=self.speculation,
             logprob_uids=self._logprob_uids,
@@ -92,6 +92,9 @@ class Runner:
             prefill_step_size=self.config.prefill_step_size,
             stream=stream,
         )
+        # Finished prompt segments are stored before their rows move on (first_token.py).
+        generator.after_prefill = self.prompt_cache.save_boundaries
+        return generator
 
     # -- the plan -------------------------------------------------------------------
 
@@ -246,8 +249,7 @@ class Runner:
         responses = []
         try:
             for _, generator in self._lanes.items():
-                prompt_responses, generated = generator.next()
-                self.prompt_cache.save_boundaries(generator, prompt_responses)
+                _, generated = generator.next()
                 responses += generated
         except Exception as exc:
             return self._restart(exc)

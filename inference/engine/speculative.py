@@ -46,6 +46,7 @@ from mlx_lm.models.cache import KVCache, make_prompt_cache
 from .draft_model import DraftModels, ModelDrafter
 from .drafting import Drafter, ForcedDrafter
 from .exact_attention import exact_attention, install_exact_attention
+from .first_token import FirstTokenSooner, HandsOutFirstTokens
 from .lean_step import LeanStep
 
 AnyDrafter = Drafter | ForcedDrafter | ModelDrafter
@@ -302,8 +303,13 @@ class VerifyingBatch(LeanStep, GenerationBatch):
         return cache
 
 
-class SpeculativeGenerator(BatchGenerator):
-    """mlx-lm's BatchGenerator whose generation batch verifies drafts."""
+class ServingBatch(HandsOutFirstTokens, VerifyingBatch):
+    """The engine's generation batch: drafts verified, first tokens out as rows join."""
+
+
+class SpeculativeGenerator(FirstTokenSooner, BatchGenerator):
+    """mlx-lm's BatchGenerator whose generation batch verifies drafts (and whose rows
+    start generating in the call their prefill ends: first_token.py)."""
 
     def __init__(
         self,
@@ -314,7 +320,7 @@ class SpeculativeGenerator(BatchGenerator):
         **options,
     ) -> None:
         super().__init__(model, **options)
-        batch = VerifyingBatch.empty(self.model, self.sampler)
+        batch = ServingBatch.empty(self.model, self.sampler)
         batch.speculation = speculation
         batch.logprob_uids = logprob_uids
         self._generation_batch = batch

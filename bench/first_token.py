@@ -1,0 +1,110 @@
+"""Time to first token through the engine, with its rows' first token out of the call that
+prefills them (inference/engine/first_token.py) and with mlx-lm's own hand-over, two calls
+later; mlx-lm's `generate_step` beside them. In-process, on CPU or GPU.
+
+    python3 bench/first_token.py                     # the default model, 8/128/512 tokens
+    python3 bench/first_token.py --model DIR --lengths 512 --runs 9
+
+Runs alternate between the two hand-overs, on the same prompts (random tokens, the prompt
+cache off). Prints a table; writes var/bench/first-token-<timestamp>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from gpu import as_served, engine_stream, prompts  # noqa: E402
+
+DEFAULT_MODEL = ROOT / "var" / "models" / "smollm2-135m-instruct"
+
+
+def handover(sooner: bool) -> None:
+    """Serve with the engine's hand-over (first_token.py), or with mlx-lm's own."""
+    from mlx_lm.generate import BatchGenerator
+
+    from inference.engine.speculative import ServingBatch, SpeculativeGenerator, VerifyingBatch
+
+    overrides = {
+        SpeculativeGenerator: {"_next": BatchGenerator._next},
+        ServingBatch: {"extend": VerifyingBatch.extend, "next": VerifyingBatch.next},
+    }
+    for cls, methods in overrides.items():
+        for name, method in methods.items():
+            if not sooner:
+                setattr(cls, name, method)  # ahead of first_token.py's mixins
+            elif name in vars(cls):
+                delattr(cls, name)
+
+
+def generate_step_ttft(model, prompt: list[int]) -> float:
+    import mlx.core as mx
+    from mlx_lm.generate import generate_step
+
+    started = time.perf_counter()
+    next(generate_step(mx.array(prompt), model, max_tokens=1))
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    parser.add_argument("--lengths", default="8,128,512")
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args()
+
+    from inference.engine import Engine, EngineConfig, load_model
+    from inference.engine.prompt_cache import PromptCacheConfig
+
+    config = EngineConfig(prompt_cache=PromptCacheConfig(max_entries=0), warm_up=True)
+    engine = as_served(Engine(lambda: load_model(args.model), config=config).start())
+    rows = {}
+    try:
+        for length in map(int, args.lengths.split(",")):
+            batch = prompts(args.runs + 1, length, engine.vocab_size, seed=length)
+            times = {"sooner": [], "mlx_lm_handover": []}
+            for index, prompt in enumerate(batch):
+                order = [("sooner", True), ("mlx_lm_handover", False)]
+                for label, sooner in order[:: 1 if index % 2 else -1]:  # each first by turns
+                    handover(sooner)
+                    times[label].append(engine_stream(engine, prompt, 1)[1])
+            handover(True)
+            rows[length] = times
+        # Apart from the engine's runs: MLX on this thread too would share its device.
+        for length, times in rows.items():
+            batch = prompts(args.runs + 1, length, engine.vocab_size, seed=length)
+            times["generate_step"] = [
+                generate_step_ttft(engine.loaded.model, prompt) for prompt in batch
+            ]
+    finally:
+        engine.shutdown()
+    # The first prompt warms what is left to warm: medians (and minimums) of the rest.
+    table = {
+        length: {k: [round(t * 1000, 2) for t in v] for k, v in times.items()}
+        for length, times in rows.items()
+    }
+    labels = ("sooner", "mlx_lm_handover", "generate_step")
+    print(
+        "| prompt tokens | engine, first token sooner (ms) | engine, mlx-lm's hand-over | "
+        "mlx-lm generate_step |"
+    )
+    print("|---|---|---|---|")
+    for length, row in table.items():
+        cells = [f"{statistics.median(row[k][1:]):.1f} (min {min(row[k][1:]):.1f})" for k in labels]
+        print(f"| {length} | " + " | ".join(cells) + " |")
+    out = ROOT / "var" / "bench" / f"first-token-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"model": str(args.model), "runs": args.runs, "ms": table}, indent=1))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
