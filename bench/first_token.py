@@ -4,6 +4,7 @@ later; mlx-lm's `generate_step` beside them. In-process, on CPU or GPU.
 
     python3 bench/first_token.py                     # the default model, 8/128/512 tokens
     python3 bench/first_token.py --model DIR --lengths 512 --runs 9
+    python3 bench/first_token.py --shape llama-1b-bf16 --lengths 512   # bench/gpu.py's model
 
 Runs alternate between the two hand-overs, on the same prompts (random tokens, the prompt
 cache off). Prints a table; writes var/bench/first-token-<timestamp>.json.
@@ -15,6 +16,7 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from gpu import as_served, engine_stream, prompts  # noqa: E402
+from gpu import TOKENIZER, as_served, engine_stream, prompts  # noqa: E402
+from gpu_models import SHAPES, build_folder  # noqa: E402
 
 DEFAULT_MODEL = ROOT / "var" / "models" / "smollm2-135m-instruct"
 
@@ -57,6 +60,8 @@ def generate_step_ttft(model, prompt: list[int]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    parser.add_argument("--shape", choices=sorted(SHAPES), help="a random-weight model instead")
+    parser.add_argument("--tokenizer", type=Path, default=TOKENIZER, help="for --shape")
     parser.add_argument("--lengths", default="8,128,512")
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
@@ -64,6 +69,9 @@ def main() -> None:
     from inference.engine import Engine, EngineConfig, load_model
     from inference.engine.prompt_cache import PromptCacheConfig
 
+    if args.shape:
+        folder = Path(tempfile.mkdtemp(prefix="mlxlab-first-token-")) / args.shape
+        args.model = build_folder(SHAPES[args.shape], folder, args.tokenizer)
     config = EngineConfig(prompt_cache=PromptCacheConfig(max_entries=0), warm_up=True)
     engine = as_served(Engine(lambda: load_model(args.model), config=config).start())
     rows = {}
