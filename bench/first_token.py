@@ -6,8 +6,10 @@ later; mlx-lm's `generate_step` beside them. In-process, on CPU or GPU.
     python3 bench/first_token.py --model DIR --lengths 512 --runs 9
     python3 bench/first_token.py --shape llama-1b-bf16 --lengths 512   # bench/gpu.py's model
 
-Runs alternate between the two hand-overs, on the same prompts (random tokens, the prompt
-cache off). Prints a table; writes var/bench/first-token-<timestamp>.json.
+Runs take turns between the two hand-overs, and a third: the engine's, with mlx-lm's
+`mx.clear_cache()` after each prefill chunk skipped (on CUDA that frees MLX's cached
+buffers, which the first steps then allocate afresh). Same prompts (random tokens, the
+prompt cache off). Prints a table; writes var/bench/first-token-<timestamp>.json.
 """
 
 from __future__ import annotations
@@ -28,6 +30,21 @@ from gpu import TOKENIZER, as_served, engine_stream, prompts  # noqa: E402
 from gpu_models import SHAPES, build_folder  # noqa: E402
 
 DEFAULT_MODEL = ROOT / "var" / "models" / "smollm2-135m-instruct"
+# (label, first_token.py's hand-over, prefill buffers kept)
+VARIANTS = [
+    ("sooner", True, False),
+    ("sooner_buffers_kept", True, True),
+    ("mlx_lm_handover", False, False),
+]
+
+
+def buffers_kept(kept: bool) -> None:
+    """Skip MLX's `clear_cache` (mlx-lm's, after each prefill chunk), or restore it."""
+    import mlx.core as mx
+
+    clear = getattr(buffers_kept, "clear", None) or mx.clear_cache
+    buffers_kept.clear = clear
+    mx.clear_cache = (lambda: None) if kept else clear
 
 
 def handover(sooner: bool) -> None:
@@ -78,12 +95,14 @@ def main() -> None:
     try:
         for length in map(int, args.lengths.split(",")):
             batch = prompts(args.runs + 1, length, engine.vocab_size, seed=length)
-            times = {"sooner": [], "mlx_lm_handover": []}
+            times = {label: [] for label, _, _ in VARIANTS}
             for index, prompt in enumerate(batch):
-                order = [("sooner", True), ("mlx_lm_handover", False)]
-                for label, sooner in order[:: 1 if index % 2 else -1]:  # each first by turns
+                turn = index % len(VARIANTS)  # each variant first by turns
+                for label, sooner, kept in VARIANTS[turn:] + VARIANTS[:turn]:
                     handover(sooner)
+                    buffers_kept(kept)
                     times[label].append(engine_stream(engine, prompt, 1)[1])
+            buffers_kept(False)
             handover(True)
             rows[length] = times
         # Apart from the engine's runs: MLX on this thread too would share its device.
@@ -99,12 +118,9 @@ def main() -> None:
         length: {k: [round(t * 1000, 2) for t in v] for k, v in times.items()}
         for length, times in rows.items()
     }
-    labels = ("sooner", "mlx_lm_handover", "generate_step")
-    print(
-        "| prompt tokens | engine, first token sooner (ms) | engine, mlx-lm's hand-over | "
-        "mlx-lm generate_step |"
-    )
-    print("|---|---|---|---|")
+    labels = [label for label, _, _ in VARIANTS] + ["generate_step"]
+    print("| prompt tokens | " + " | ".join(f"{label} (ms)" for label in labels) + " |")
+    print("|---" * (len(labels) + 1) + "|")
     for length, row in table.items():
         cells = [f"{statistics.median(row[k][1:]):.1f} (min {min(row[k][1:]):.1f})" for k in labels]
         print(f"| {length} | " + " | ".join(cells) + " |")
