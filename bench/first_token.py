@@ -30,6 +30,7 @@ from gpu import TOKENIZER, as_served, engine_stream, prompts  # noqa: E402
 from gpu_models import SHAPES, build_folder  # noqa: E402
 
 DEFAULT_MODEL = ROOT / "var" / "models" / "smollm2-135m-instruct"
+CLEAR_CACHE = None  # MLX's own, kept by main() for buffers_kept() to restore
 # (label, first_token.py's hand-over, prefill buffers kept)
 VARIANTS = [
     ("sooner", True, False),
@@ -42,9 +43,7 @@ def buffers_kept(kept: bool) -> None:
     """Skip MLX's `clear_cache` (mlx-lm's, after each prefill chunk), or restore it."""
     import mlx.core as mx
 
-    clear = getattr(buffers_kept, "clear", None) or mx.clear_cache
-    buffers_kept.clear = clear
-    mx.clear_cache = (lambda: None) if kept else clear
+    mx.clear_cache = (lambda: None) if kept else CLEAR_CACHE
 
 
 def handover(sooner: bool) -> None:
@@ -83,8 +82,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
 
+    global CLEAR_CACHE
+    import mlx.core as mx
+
     from inference.engine import Engine, EngineConfig, load_model
     from inference.engine.prompt_cache import PromptCacheConfig
+
+    CLEAR_CACHE = mx.clear_cache
 
     if args.shape:
         folder = Path(tempfile.mkdtemp(prefix="mlxlab-first-token-")) / args.shape

@@ -108,26 +108,27 @@ class HandsOutFirstTokens:
         it leave `batch`, their caches with them."""
         mx.eval(batch._next_tokens)
         tokens = batch._next_tokens.tolist()
-        staying = [i for i in range(len(batch.uids)) if i not in fresh]
+        ended = []
         for i in fresh:
             token, uid = tokens[i], batch.uids[i]
             reason = "length" if batch.max_tokens[i] <= 1 else None
             if copy.copy(batch._matchers[i]).advance(token):  # the step advances its own
                 reason = "stop"
             logprobs = batch._next_logprobs[i] if batch._next_logprobs else None
-            ended = reason is not None
+            done = reason is not None
             self._first.append(
                 GenerationBatch.Response(
                     uid=uid,
                     token=token,
                     logprobs=logprobs,
                     finish_reason=reason,
-                    prompt_cache=batch.extract_cache(i) if ended else None,
-                    all_tokens=batch.tokens[i] if ended else None,
+                    prompt_cache=batch.extract_cache(i) if done else None,
+                    all_tokens=batch.tokens[i] if done else None,
                 )
             )
-            if not ended:
-                staying.append(i)
+            if done:
+                ended.append(i)
+            else:
                 self._handed.add(uid)
-        if len(staying) < len(batch.uids):
-            batch.filter(sorted(staying))
+        if ended:
+            batch.filter([i for i in range(len(batch.uids)) if i not in ended])
