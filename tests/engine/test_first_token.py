@@ -123,3 +123,39 @@ def test_a_row_moved_to_a_quantized_lane_as_it_joins_hands_its_first_token_out_o
     assert run.end.completion_tokens == len(tokens) == 6
     plain = generate(engine, GenerationRequest(prompt, max_tokens=1, logprobs=True))
     assert tokens[0] == plain.deltas[0].logprobs[0].token_id  # sampled before the move
+
+
+def tokens_by_uid(generator, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+    uids = generator.insert(prompts, [max_tokens] * len(prompts))
+    tokens = {uid: [] for uid in uids}
+    while any(len(t) < max_tokens for t in tokens.values()):
+        for response in generator.next_generated():
+            tokens[response.uid].append(response.token)
+    generator.close()
+    return [tokens[uid] for uid in uids]
+
+
+def test_a_prompt_batch_whose_every_row_is_prefilled_moves_on_without_a_copy(engine, monkeypatch):
+    from mlx_lm.generate import PromptProcessingBatch
+
+    model = engine.loaded.model
+    question = chat_tokens(engine, "Explain in detail how a lighthouse keeps ships safe.")
+    # 16-token chunks: the short prompt is prefilled a call sooner and splits off alone;
+    # the long one then leaves a prompt batch of its own, whole.
+    options = dict(OPTIONS, prefill_step_size=16)
+    prompts = [question[:9], question]
+    want = tokens_by_uid(BatchGenerator(model, **options), prompts, 5)
+    want_lone = tokens_by_uid(BatchGenerator(model, **OPTIONS), [question], 5)
+    splits = []
+    split = PromptProcessingBatch.split
+    monkeypatch.setattr(
+        PromptProcessingBatch, "split", lambda self, rows: splits.append(rows) or split(self, rows)
+    )
+    ours = SpeculativeGenerator(model, speculation=Speculation(enabled=False), **options)
+    assert tokens_by_uid(ours, prompts, 5) == want
+    assert splits == [[0]]
+    # A lone prompt: no split at all, and the generator's prompt batch is ready for more.
+    ours = SpeculativeGenerator(model, speculation=Speculation(enabled=False), **OPTIONS)
+    assert tokens_by_uid(ours, [question], 5) == want_lone
+    assert splits == [[0]]
+    assert len(ours._prompt_batch) == 0
