@@ -267,7 +267,11 @@ class Model {
     s.capacity = keys.shape(2);
     s.column = column;
     mx::Stream stream = mx::default_stream(mx::Device::gpu);
-    std::vector<mx::array> inputs{tokens, positions, first_columns};
+    // The kernels read these as plain rows: a view (the last column of a prompt batch,
+    // say) would hand them another row's token (each a no-op copy when already a row).
+    std::vector<mx::array> inputs{mx::contiguous(tokens, false, stream),
+                                  mx::contiguous(positions, false, stream),
+                                  mx::contiguous(first_columns, false, stream)};
     inputs.insert(inputs.end(), weights_.begin(), weights_.end());
     std::vector<mx::Shape> shapes{{batch, 1, shape_.vocab}};
     std::vector<mx::Dtype> dtypes{weights_[0].dtype()};
