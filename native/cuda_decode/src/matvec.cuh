@@ -19,6 +19,45 @@ __global__ void embed(const T* __restrict__ table, const int32_t* __restrict__ t
 
 enum Mode { kPlain, kResidual, kSwiglu };
 
+// The two weight rows a warp's unit reads: two neighbours (the last unit of an odd count
+// reads its row twice), or for kSwiglu a gate row and its up row.
+template <int MODE>
+__device__ __forceinline__ int first_row(int unit) {
+  return MODE == kSwiglu ? unit : 2 * unit;
+}
+
+template <int MODE>
+__device__ __forceinline__ int second_row(int unit, int n_out) {
+  return MODE == kSwiglu ? unit + n_out : min(2 * unit + 1, n_out - 1);
+}
+
+// A unit's outputs for `batch` (at most B) rows from its two rows' sums: each written
+// (kPlain), added to the residual stream (kResidual), or SwiGLU(gate, up) (kSwiglu), rounded
+// where mlx-lm's operations round.
+template <typename T, int B, int MODE>
+__device__ __forceinline__ void store_unit(T* out, int n_out, int unit, int batch,
+                                           const float* acc0, const float* acc1) {
+  const int first = first_row<MODE>(unit), second = second_row<MODE>(unit, n_out);
+#pragma unroll
+  for (int b = 0; b < B; ++b) {
+    if (b >= batch) break;
+    T* row = out + static_cast<size_t>(b) * n_out;
+    if constexpr (MODE == kSwiglu) {
+      const float gate = rounded<T>(acc0[b]), up = rounded<T>(acc1[b]);
+      const float sigmoid = rounded<T>(1.0f / (1.0f + expf(-gate)));
+      row[unit] = from_float<T>(rounded<T>(gate * sigmoid) * up);
+    } else if constexpr (MODE == kResidual) {
+      row[first] = from_float<T>(to_float(row[first]) + rounded<T>(acc0[b]));
+      if (second != first) {
+        row[second] = from_float<T>(to_float(row[second]) + rounded<T>(acc1[b]));
+      }
+    } else {
+      row[first] = from_float<T>(acc0[b]);
+      if (second != first) row[second] = from_float<T>(acc1[b]);
+    }
+  }
+}
+
 constexpr int kDepth = 4;
 
 // One 16-byte chunk of two weight rows against chunk `c` of each input row.
@@ -105,8 +144,7 @@ __global__ void __launch_bounds__(kThreads)
   release_next();
   {  // what the first round loads, asked of L2 while the kernel before ends
     const int unit = min(blockIdx.x * kWarps + threadIdx.x / 32, units - 1);
-    const int first = MODE == kSwiglu ? unit : 2 * unit;
-    const int second = MODE == kSwiglu ? unit + n_out : min(2 * unit + 1, n_out - 1);
+    const int first = first_row<MODE>(unit), second = second_row<MODE>(unit, n_out);
     const char* r0 = reinterpret_cast<const char*>(w + static_cast<size_t>(first) * depth);
     const char* r1 = reinterpret_cast<const char*>(w + static_cast<size_t>(second) * depth);
     const int bytes = min(depth * static_cast<int>(sizeof(T)), kDepth * 32 * 16);
@@ -128,8 +166,7 @@ __global__ void __launch_bounds__(kThreads)
   // input serves many rows (with 32 rows a batch it is 128 KB of shared memory).
   for (int unit = blockIdx.x * kWarps + threadIdx.x / 32; unit < units;
        unit += gridDim.x * kWarps) {
-    const int first = MODE == kSwiglu ? unit : 2 * unit;
-    const int second = MODE == kSwiglu ? unit + n_out : min(2 * unit + 1, n_out - 1);
+    const int first = first_row<MODE>(unit), second = second_row<MODE>(unit, n_out);
     const uint4* w0 = reinterpret_cast<const uint4*>(w + static_cast<size_t>(first) * depth);
     const uint4* w1 = reinterpret_cast<const uint4*>(w + static_cast<size_t>(second) * depth);
     float acc0[B], acc1[B];
@@ -159,25 +196,7 @@ __global__ void __launch_bounds__(kThreads)
       acc0[b] = warp_sum(acc0[b]);
       acc1[b] = warp_sum(acc1[b]);
     }
-    if (lane != 0) continue;
-#pragma unroll
-    for (int b = 0; b < B; ++b) {
-      if (b >= batch) break;
-      T* row = out + static_cast<size_t>(b) * n_out;
-      if constexpr (MODE == kSwiglu) {
-        const float gate = rounded<T>(acc0[b]), up = rounded<T>(acc1[b]);
-        const float sigmoid = rounded<T>(1.0f / (1.0f + expf(-gate)));
-        row[unit] = from_float<T>(rounded<T>(gate * sigmoid) * up);
-      } else if constexpr (MODE == kResidual) {
-        row[first] = from_float<T>(to_float(row[first]) + rounded<T>(acc0[b]));
-        if (second != first) {
-          row[second] = from_float<T>(to_float(row[second]) + rounded<T>(acc1[b]));
-        }
-      } else {
-        row[first] = from_float<T>(acc0[b]);
-        if (second != first) row[second] = from_float<T>(acc1[b]);
-      }
-    }
+    if (lane == 0) store_unit<T, B, MODE>(out, n_out, unit, batch, acc0, acc1);
   }
 }
 }  // namespace

@@ -89,8 +89,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   for (int unit = blockIdx.x * kWarps + threadIdx.x / 32; unit < units;
        unit += gridDim.x * kWarps) {
-    const int first = MODE == kSwiglu ? unit : 2 * unit;
-    const int second = MODE == kSwiglu ? unit + n_out : min(2 * unit + 1, n_out - 1);
+    const int first = first_row<MODE>(unit), second = second_row<MODE>(unit, n_out);
     const uint4* w0 = reinterpret_cast<const uint4*>(w + static_cast<size_t>(first) * words);
     const uint4* w1 = reinterpret_cast<const uint4*>(w + static_cast<size_t>(second) * words);
     const size_t g0 = static_cast<size_t>(first) * groups, g1 = static_cast<size_t>(second) * groups;
@@ -124,25 +123,7 @@ __global__ void __launch_bounds__(kThreads)
       acc0[b] = warp_sum(acc0[b]);
       acc1[b] = warp_sum(acc1[b]);
     }
-    if (lane != 0) continue;
-#pragma unroll
-    for (int b = 0; b < B; ++b) {
-      if (b >= batch) break;
-      T* row = out + static_cast<size_t>(b) * n_out;
-      if constexpr (MODE == kSwiglu) {
-        const float gate = rounded<T>(acc0[b]), up = rounded<T>(acc1[b]);
-        const float sigmoid = rounded<T>(1.0f / (1.0f + expf(-gate)));
-        row[unit] = from_float<T>(rounded<T>(gate * sigmoid) * up);
-      } else if constexpr (MODE == kResidual) {
-        row[first] = from_float<T>(to_float(row[first]) + rounded<T>(acc0[b]));
-        if (second != first) {
-          row[second] = from_float<T>(to_float(row[second]) + rounded<T>(acc1[b]));
-        }
-      } else {
-        row[first] = from_float<T>(acc0[b]);
-        if (second != first) row[second] = from_float<T>(acc1[b]);
-      }
-    }
+    if (lane == 0) store_unit<T, B, MODE>(out, n_out, unit, batch, acc0, acc1);
   }
 }
 
