@@ -73,11 +73,30 @@ def generate_step_ttft(model, prompt: list[int]) -> float:
     return time.perf_counter() - started
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def model_options(parser: argparse.ArgumentParser) -> None:
+    """The model a first-token bench runs: a folder, or one of bench/gpu_models.py's shapes."""
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
     parser.add_argument("--shape", choices=sorted(SHAPES), help="a random-weight model instead")
     parser.add_argument("--tokenizer", type=Path, default=TOKENIZER, help="for --shape")
+
+
+def started(args: argparse.Namespace, *, prompt_cache: bool = False):
+    """The engine (warmed up, as served) on the model `args` name; the prompt cache off
+    unless asked, so every run prefills its whole prompt."""
+    from inference.engine import Engine, EngineConfig, load_model
+    from inference.engine.prompt_cache import PromptCacheConfig
+
+    if args.shape:
+        folder = Path(tempfile.mkdtemp(prefix="mlxlab-first-token-")) / args.shape
+        args.model = build_folder(SHAPES[args.shape], folder, args.tokenizer)
+    cache = PromptCacheConfig() if prompt_cache else PromptCacheConfig(max_entries=0)
+    config = EngineConfig(prompt_cache=cache, warm_up=True)
+    return as_served(Engine(lambda: load_model(args.model), config=config).start())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    model_options(parser)
     parser.add_argument("--lengths", default="8,128,512")
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
@@ -85,16 +104,8 @@ def main() -> None:
     global CLEAR_CACHE
     import mlx.core as mx
 
-    from inference.engine import Engine, EngineConfig, load_model
-    from inference.engine.prompt_cache import PromptCacheConfig
-
     CLEAR_CACHE = mx.clear_cache
-
-    if args.shape:
-        folder = Path(tempfile.mkdtemp(prefix="mlxlab-first-token-")) / args.shape
-        args.model = build_folder(SHAPES[args.shape], folder, args.tokenizer)
-    config = EngineConfig(prompt_cache=PromptCacheConfig(max_entries=0), warm_up=True)
-    engine = as_served(Engine(lambda: load_model(args.model), config=config).start())
+    engine = started(args)
     rows = {}
     try:
         for length in map(int, args.lengths.split(",")):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -23,9 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from first_token import DEFAULT_MODEL, generate_step_ttft  # noqa: E402
-from gpu import TOKENIZER, as_served, engine_stream, prompts  # noqa: E402
-from gpu_models import SHAPES, build_folder  # noqa: E402
+from first_token import generate_step_ttft, model_options, started  # noqa: E402
+from gpu import engine_stream, prompts  # noqa: E402
 
 SPANS: list[tuple[str, float, float]] = []  # (call, started, ended), every thread
 
@@ -89,23 +87,12 @@ def print_timeline(title: str, started: float, ended: float) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
-    parser.add_argument("--shape", choices=sorted(SHAPES), help="a random-weight model instead")
-    parser.add_argument("--tokenizer", type=Path, default=TOKENIZER, help="for --shape")
+    model_options(parser)
     parser.add_argument("--lengths", default="8,512")
     parser.add_argument("--runs", type=int, default=4)
     parser.add_argument("--prompt-cache", action="store_true", help="the engine's, on")
     args = parser.parse_args()
-
-    from inference.engine import Engine, EngineConfig, load_model
-    from inference.engine.prompt_cache import PromptCacheConfig
-
-    if args.shape:
-        folder = Path(tempfile.mkdtemp(prefix="mlxlab-timeline-")) / args.shape
-        args.model = build_folder(SHAPES[args.shape], folder, args.tokenizer)
-    cache = PromptCacheConfig() if args.prompt_cache else PromptCacheConfig(max_entries=0)
-    config = EngineConfig(prompt_cache=cache, warm_up=True)
-    engine = as_served(Engine(lambda: load_model(args.model), config=config).start())
+    engine = started(args, prompt_cache=args.prompt_cache)
     model = engine.loaded.model
     instrument(model)
     try:
