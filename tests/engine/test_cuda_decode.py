@@ -176,8 +176,7 @@ def _native_step():
         return None
 
 
-@pytest.mark.skipif(_native_step() is None, reason="needs an NVIDIA GPU and the built CUDA step")
-def test_the_native_step_is_mlx_lms_on_a_gpu():
+def _tiny_model_on_the_native_step() -> llama.Model:
     mx.random.seed(18)
     args = llama.ModelArgs(model_type="llama", hidden_size=256, num_hidden_layers=2,
                            intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
@@ -186,6 +185,12 @@ def test_the_native_step_is_mlx_lms_on_a_gpu():
     model.update(tree_map(lambda p: p.astype(mx.bfloat16), model.parameters()))
     fused_projections.fuse_projections(model)
     assert cuda_decode.install(model, _native_step())
+    return model
+
+
+@pytest.mark.skipif(_native_step() is None, reason="needs an NVIDIA GPU and the built CUDA step")
+def test_the_native_step_is_mlx_lms_on_a_gpu():
+    model = _tiny_model_on_the_native_step()
     prompts = [[3] * 4, list(range(5, 20))]
     ours, theirs = _prefill(model, prompts, True), _prefill(model, prompts, True)
     token = mx.array([[p[-1]] for p in prompts])
@@ -201,14 +206,7 @@ def test_the_native_step_reads_a_view_of_the_tokens_row_by_row():
     # The last column of a prompt batch is a view whose rows lie a prompt apart: read as
     # plain rows, the second row took the first prompt's second token (found on an H200:
     # logits off by the largest logit).
-    mx.random.seed(18)
-    args = llama.ModelArgs(model_type="llama", hidden_size=256, num_hidden_layers=2,
-                           intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
-                           rms_norm_eps=1e-5, vocab_size=512)  # fmt: skip
-    model = llama.Model(args)
-    model.update(tree_map(lambda p: p.astype(mx.bfloat16), model.parameters()))
-    fused_projections.fuse_projections(model)
-    assert cuda_decode.install(model, _native_step())
+    model = _tiny_model_on_the_native_step()
     prompts = [[3] * 15, list(range(5, 20))]
     ours, theirs = _prefill(model, prompts, True), _prefill(model, prompts, True)
     token = mx.array(prompts)[:, -1:]
