@@ -32,7 +32,7 @@ from mlx.utils import tree_flatten, tree_map  # noqa: E402
 from mlx_lm.models import llama  # noqa: E402
 from mlx_lm.models.cache import BatchKVCache, KVCache  # noqa: E402
 
-from bench.gpu_models import SHAPES  # noqa: E402
+from bench.gpu_models import SHAPES, quantize  # noqa: E402
 from inference.engine import cuda_decode, fused_projections  # noqa: E402
 
 
@@ -40,6 +40,7 @@ def build(shape) -> llama.Model:
     mx.random.seed(0)
     model = llama.Model(llama.ModelArgs.from_dict(shape.config()))
     model.update(tree_map(lambda p: (p * 0.5).astype(mx.bfloat16), model.parameters()))
+    quantize(model, shape)
     mx.eval(model.parameters())
     fused_projections.fuse_projections(model)
     return model

@@ -70,10 +70,25 @@ TINY = Shape("tiny-bf16", 64, 128, 2, 4, 2)
 SHAPES = {shape.name: shape for shape in (LLAMA_1B, LLAMA_1B_4BIT, DEFAULT_SHAPE, TINY)}
 
 
+def quantize(model, shape: Shape) -> None:
+    """Quantize `model` in place as `shape` says (nothing for a bf16 shape)."""
+    import mlx.nn as nn
+
+    if not shape.bits:
+        return
+    quantization = shape.config()["quantization"]
+
+    def predicate(path, module):
+        if not hasattr(module, "to_quantized"):
+            return False
+        return quantization.get(path, True)
+
+    nn.quantize(model, group_size=shape.group_size, bits=shape.bits, class_predicate=predicate)
+
+
 def build_folder(shape: Shape, folder: Path, tokenizer_from: Path) -> Path:
     """Write config, random bf16 (or quantized) weights and the tokenizer into `folder`."""
     import mlx.core as mx
-    import mlx.nn as nn
     from mlx.utils import tree_map
     from mlx_lm.models import llama
     from mlx_lm.utils import save_model
@@ -83,15 +98,7 @@ def build_folder(shape: Shape, folder: Path, tokenizer_from: Path) -> Path:
     mx.random.seed(0)
     model = llama.Model(llama.ModelArgs.from_dict(config))
     model.update(tree_map(lambda p: (p * 0.5).astype(mx.bfloat16), model.parameters()))
-    if shape.bits:
-        quantization = config["quantization"]
-
-        def predicate(path, module):
-            if not hasattr(module, "to_quantized"):
-                return False
-            return quantization.get(path, True)
-
-        nn.quantize(model, group_size=shape.group_size, bits=shape.bits, class_predicate=predicate)
+    quantize(model, shape)
     mx.eval(model.parameters())
     save_model(folder, model, donate_model=True)
     (folder / "config.json").write_text(json.dumps(config, indent=2))

@@ -153,7 +153,7 @@ struct Case {
 template <int B, int MODE, bool NORM>
 cudaError_t launch(const Matrix& m, const void* x, const void* norm, void* out, int n_out,
                    int batch) {
-  constexpr auto kernel = cd::quantized_matvec<bf16, B, MODE, NORM, kGroup>;
+  constexpr auto kernel = cd::quantized_matvec<bf16, B, MODE, NORM, 4, kGroup>;
   const size_t input = sizeof(bf16) * batch * m.depth;
   const bool stage = !NORM && input <= 46 * 1024;
   const size_t shared = NORM || stage ? input : 0;
@@ -308,7 +308,7 @@ int main(int argc, char** argv) {
     int32_t* tokens_device = upload(tokens);
     void* x_device = nullptr;
     check(cudaMalloc(&x_device, tokens.size() * hidden * 2), "cudaMalloc");
-    cd::quantized_embed<bf16, kGroup><<<tokens.size(), cd::kThreads>>>(
+    cd::quantized_embed<bf16, 4, kGroup><<<tokens.size(), cd::kThreads>>>(
         table.words, table.scales, table.biases, tokens_device, static_cast<bf16*>(x_device),
         hidden);
     check(cudaDeviceSynchronize(), "embed");

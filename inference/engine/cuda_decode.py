@@ -8,10 +8,11 @@ graph whose evaluation launches its own kernels (five a layer) straight on MLX's
 so the host's work per step no longer grows with the model's kernels.
 
 It takes the steps that feed one token a row to a model whose every layer has fused
-projections (fused_projections.py: dense, bias-free, no active adapter), with plain
-mlx-lm KV caches (`KVCache`, or `BatchKVCache` as the engine's batches keep them) in the
+projections (fused_projections.py: bias-free, no active adapter), each matrix plain or
+quantized (MLX's affine 4 or 8 bits, groups of 32 or 64; mlx-community's 4-bit models keep
+an 8-bit embedding, say), with plain mlx-lm KV caches (`KVCache`, or `BatchKVCache` as the engine's batches keep them) in the
 model's dtype, up to the batch the native step takes. Everything else (prefill, verifying
-passes, quantized models or caches, larger batches) runs mlx-lm's model as before. The
+passes, quantized caches, larger batches) runs mlx-lm's model as before. The
 caches change as mlx-lm's `update_and_fetch` changes them: the same growth, the same
 columns, the same offsets. The step writes its column into the cache's own buffer, as
 mlx-lm's slice update does when nothing else holds it: the views mlx-lm hands out (state,
@@ -60,24 +61,29 @@ class Reference:
                      vocab, eps, attention_scale, rope_scale, rope_base, traditional, rope_freqs):  # fmt: skip
             self.weights, self.layers, self.eps = weights, layers, eps
             self.heads, self.kv_heads, self.dim = heads, kv_heads, head_dim
+            self.depths = (hidden, heads * head_dim, hidden, intermediate)  # qkv, o, gate_up, down
             self.scale = attention_scale
+            self.quantized = any(len(matrix) == 3 for matrix in weights)
             self.rope = dict(traditional=traditional, scale=rope_scale, freqs=rope_freqs,
                              base=None if rope_freqs is not None else rope_base)  # fmt: skip
 
         def max_batch(self) -> int:
-            return 64  # as the CUDA step with cuBLAS (kMaxGemmBatch)
+            return 32 if self.quantized else 64  # as the CUDA step (kMaxBatch, kMaxGemmBatch)
 
         def step(self, tokens, positions, first_columns, column, caches, copy_caches):
-            embedding, final_norm, head = self.weights[:3]
+            embedding, (final_norm,), head = self.weights[:3]
             batch, heads, kv_heads, dim = tokens.size, self.heads, self.kv_heads, self.dim
-            x = embedding[tokens][:, None, :]
+            qkv_depth, o_depth, gate_up_depth, down_depth = self.depths
+            x = _embed(embedding, tokens, qkv_depth)[:, None, :]
             columns = mx.arange(column + 1)
             mask = (columns >= first_columns[:, None]) & (columns <= column)
             mask = mask[:, None, None, :]
             out = []
             for layer in range(self.layers):
-                norm, qkv, o, post, gate_up, down = self.weights[3 + 6 * layer : 9 + 6 * layer]
-                q, k, v = mx.split(mx.fast.rms_norm(x, norm, self.eps) @ qkv.T,
+                (norm,), qkv, o, (post,), gate_up, down = self.weights[
+                    3 + 6 * layer : 9 + 6 * layer
+                ]
+                q, k, v = mx.split(_matmul(mx.fast.rms_norm(x, norm, self.eps), qkv, qkv_depth),
                                    [heads * dim, (heads + kv_heads) * dim], axis=-1)  # fmt: skip
                 q = mx.fast.rope(q.reshape(batch, 1, heads, dim).transpose(0, 2, 1, 3), dim,
                                  offset=positions, **self.rope)  # fmt: skip
@@ -91,17 +97,53 @@ class Reference:
                     q, keys[..., : column + 1, :], values[..., : column + 1, :],
                     scale=self.scale, mask=mask,
                 )  # fmt: skip
-                x = x + attended.transpose(0, 2, 1, 3).reshape(batch, 1, -1) @ o.T
-                gate, up = mx.split(mx.fast.rms_norm(x, post, self.eps) @ gate_up.T, 2, axis=-1)
-                x = x + (nn.silu(gate) * up) @ down.T
-            return [mx.fast.rms_norm(x, final_norm, self.eps) @ head.T, *out]
+                attended = attended.transpose(0, 2, 1, 3).reshape(batch, 1, -1)
+                x = x + _matmul(attended, o, o_depth)
+                normed = mx.fast.rms_norm(x, post, self.eps)
+                gate, up = mx.split(_matmul(normed, gate_up, gate_up_depth), 2, axis=-1)
+                x = x + _matmul(nn.silu(gate) * up, down, down_depth)
+            return [_matmul(mx.fast.rms_norm(x, final_norm, self.eps), head, qkv_depth), *out]
 
 
-def _dense(module: nn.Module) -> mx.array | None:
-    """The weight of a plain Linear or Embedding, or None (quantized, biased)."""
-    if type(module) not in (nn.Linear, nn.Embedding) or "bias" in module:
+def _format(matrix: list[mx.array], depth: int) -> dict:
+    """A quantized matrix's group size and bits, from its shapes and its rows' length."""
+    packed, scales = matrix[0], matrix[1]
+    return dict(group_size=depth // scales.shape[-1], bits=32 * packed.shape[-1] // depth)
+
+
+def _matmul(x: mx.array, matrix: list[mx.array], depth: int) -> mx.array:
+    """x times a matrix's transpose, as mlx-lm's Linear or QuantizedLinear computes it."""
+    if len(matrix) == 1:
+        return x @ matrix[0].T
+    return mx.quantized_matmul(x, *matrix, transpose=True, **_format(matrix, depth))
+
+
+def _embed(matrix: list[mx.array], tokens: mx.array, hidden: int) -> mx.array:
+    """The tokens' rows, as mlx-lm's Embedding or QuantizedEmbedding computes them."""
+    if len(matrix) == 1:
+        return matrix[0][tokens]
+    return mx.dequantize(*(array[tokens] for array in matrix), **_format(matrix, hidden))
+
+
+# The quantizations the native kernels take, as (group size, bits): MLX's affine mode.
+FORMATS = {(32, 4), (64, 4), (32, 8), (64, 8)}
+
+
+def _matrix(module: nn.Module) -> list[mx.array] | None:
+    """A bias-free Linear's or Embedding's arrays (its weight; or packed weight, scales and
+    biases when quantized in one of FORMATS), or None."""
+    if "bias" in module:
         return None
-    return module["weight"]
+    if type(module) in (nn.Linear, nn.Embedding):
+        return [module["weight"]]
+    if type(module) not in (nn.QuantizedLinear, nn.QuantizedEmbedding):
+        return None
+    if (
+        getattr(module, "mode", "affine") != "affine"
+        or (module.group_size, module.bits) not in FORMATS
+    ):
+        return None
+    return [module["weight"], module["scales"], module["biases"]]
 
 
 def _rope(block: llama.TransformerBlock) -> tuple[float, float, bool, mx.array | None] | None:
@@ -127,8 +169,8 @@ class Plan:
         attention = first["self_attn"]
         base, scale, traditional, freqs = _rope(first)
         weights = _weights(model, fused)
-        self.sources = weights  # identity: a replaced weight means a new plan
-        self.dtype = weights[0].dtype
+        self.sources = _flat(weights)  # identity: a replaced weight means a new plan
+        self.dtype = inner["norm"]["weight"].dtype
         self.kv_heads, self.head_dim = attention.n_kv_heads, attention.head_dim
         self.native = native.Model(
             weights, len(layers), args.hidden_size, attention.n_heads, attention.n_kv_heads,
@@ -153,20 +195,16 @@ def eligible(model: nn.Module) -> bool:
         return False
     for block in layers:
         norms = (block["input_layernorm"], block["post_attention_layernorm"])
-        if (
-            any(type(norm) is not nn.RMSNorm for norm in norms)
-            or _dense(block["self_attn"]["o_proj"]) is None
-        ):
+        if any(type(norm) is not nn.RMSNorm for norm in norms) or _rope(block) != _rope(layers[0]):
             return False
-        if _dense(block["mlp"]["down_proj"]) is None or _rope(block) != _rope(layers[0]):
-            return False
-    head = inner["embed_tokens"] if model.args.tie_word_embeddings else model["lm_head"]
-    weight = _dense(inner["embed_tokens"])
-    return (
-        weight is not None
-        and _dense(head) is not None
-        and weight.dtype in (mx.bfloat16, mx.float16)
-    )
+    try:
+        weights = _weights(model, [block._fused() for block in layers])
+    except TypeError:  # a matrix the step takes neither plain nor quantized
+        return False
+    dtype = inner["norm"]["weight"].dtype
+    # Every array in the model's dtype but a quantized matrix's packed weight.
+    floats = [array for entry in weights for array in (entry if len(entry) == 1 else entry[1:])]
+    return dtype in (mx.bfloat16, mx.float16) and all(array.dtype == dtype for array in floats)
 
 
 class CudaDecodeModel(llama.Model):
@@ -243,23 +281,40 @@ class CudaDecodeModel(llama.Model):
             fused.append(weights)
         plan = self._mlxlab_plan
         if plan is None or not all(
-            a is b for a, b in zip(_weights(self, fused), plan.sources, strict=True)
+            a is b for a, b in zip(_flat(_weights(self, fused)), plan.sources, strict=True)
         ):
             plan = Plan(self._mlxlab_native, self, fused)
             object.__setattr__(self, "_mlxlab_plan", plan)
         return plan
 
 
-def _weights(model: llama.Model, fused: list[tuple[mx.array, mx.array]]) -> list[mx.array]:
-    """The model's weights in the native step's order, with each layer's fused ones."""
+def _weights(model: llama.Model, fused) -> list[list[mx.array]]:
+    """The model's weights in the native step's order, each a list (a norm's or a plain
+    matrix's one array; a quantized matrix's packed weight, scales and biases), with each
+    layer's fused projections. TypeError where a matrix is of a kind the step lacks."""
     inner = model["model"]
     head = inner["embed_tokens"] if model.args.tie_word_embeddings else model["lm_head"]
-    weights = [inner["embed_tokens"]["weight"], inner["norm"]["weight"], head["weight"]]
-    for block, (qkv, gate_up) in zip(inner["layers"], fused, strict=True):
-        weights += [block["input_layernorm"]["weight"], qkv, block["self_attn"]["o_proj"]["weight"],
-                    block["post_attention_layernorm"]["weight"], gate_up,
-                    block["mlp"]["down_proj"]["weight"]]  # fmt: skip
+    weights = [_taken(inner["embed_tokens"]), [inner["norm"]["weight"]], _taken(head)]
+    for block, projections in zip(inner["layers"], fused, strict=True):
+        if projections is None or any(p.quantization not in (None, *FORMATS) for p in projections):
+            raise TypeError("projections the CUDA decode step does not take")
+        qkv, gate_up = projections
+        weights += [[block["input_layernorm"]["weight"]], list(qkv.arrays),
+                    _taken(block["self_attn"]["o_proj"]),
+                    [block["post_attention_layernorm"]["weight"]], list(gate_up.arrays),
+                    _taken(block["mlp"]["down_proj"])]  # fmt: skip
     return weights
+
+
+def _taken(module: nn.Module) -> list[mx.array]:
+    matrix = _matrix(module)
+    if matrix is None:
+        raise TypeError(f"the CUDA decode step takes no {type(module).__name__} of this kind")
+    return matrix
+
+
+def _flat(weights: list[list[mx.array]]) -> list[mx.array]:
+    return [array for entry in weights for array in entry]
 
 
 def _int32(values: mx.array) -> mx.array:

@@ -11,9 +11,11 @@ small k and v ones were the least efficient).
 
 The fused weights are the concatenation of mlx-lm's, and each projection's own weight
 becomes a view into it, so the model holds the weights once and its parameter tree stays
-mlx-lm's. A projection that is not a plain bias-free Linear (quantized, or an adapter
-slot with an active adapter) runs mlx-lm's block; a weight replaced since (a reload, an
-update) is fused again on the next call. With MLXLAB_DECODE_KERNELS set (off by default),
+mlx-lm's. Quantized projections fuse the same way (packed weights, scales and biases: each
+row's groups are its own) where the fused ones share one quantization. A projection that
+is neither (biased, mixed quantizations, an adapter slot with an active adapter) runs
+mlx-lm's block; a weight replaced since (a reload, an update) is fused again on the next
+call. With MLXLAB_DECODE_KERNELS set (off by default),
 their one-token decode steps also run decode_kernels.py's custom CUDA kernels.
 """
 
@@ -47,14 +49,47 @@ def wanted(on_gpu: bool) -> bool:
 
 
 def _base(layer: nn.Module) -> nn.Module | None:
-    """The plain Linear under a layer, or None where mlx-lm's block must run."""
+    """The bias-free Linear (plain or affine-quantized) under a layer, or None where
+    mlx-lm's block must run."""
     if type(layer) is AdapterSlot:
         if layer.active:
             return None
         layer = layer.base
-    if type(layer) is not nn.Linear or "bias" in layer or layer["weight"].ndim != 2:
+    if "bias" in layer or layer["weight"].ndim != 2:
         return None
-    return layer
+    if type(layer) is nn.Linear:
+        return layer
+    if type(layer) is nn.QuantizedLinear and getattr(layer, "mode", "affine") == "affine":
+        return layer
+    return None
+
+
+def _quantization(layer: nn.Module) -> tuple[int, int] | None:
+    """(group size, bits) of a quantized layer, None for a plain one."""
+    return (layer.group_size, layer.bits) if type(layer) is nn.QuantizedLinear else None
+
+
+class Projection:
+    """One fused matmul's weight: plain, or packed with its scales and biases."""
+
+    def __init__(self, arrays: tuple[mx.array, ...], quantization: tuple[int, int] | None):
+        self.arrays, self.quantization = arrays, quantization
+
+    @property
+    def weight(self) -> mx.array:
+        return self.arrays[0]
+
+    def __call__(self, x: mx.array) -> mx.array:
+        if self.quantization is None:
+            return x @ self.arrays[0].T
+        group_size, bits = self.quantization
+        return mx.quantized_matmul(
+            x, *self.arrays, transpose=True, group_size=group_size, bits=bits
+        )
+
+
+def _keys(layer: nn.Module) -> tuple[str, ...]:
+    return ("weight", "scales", "biases") if type(layer) is nn.QuantizedLinear else ("weight",)
 
 
 def _sources(block: llama.TransformerBlock) -> list[nn.Module | None]:
@@ -70,17 +105,30 @@ def eligible(block: nn.Module) -> bool:
     return type(block.mlp) is llama.MLP and type(block.self_attn) is llama.Attention
 
 
-def _fuse(layers: list[nn.Module]) -> tuple[tuple[mx.array, ...], mx.array]:
-    """One weight of the layers' rows, each layer's weight made a view into it."""
-    fused = mx.concatenate([layer["weight"] for layer in layers])
-    views, start = [], 0
-    for layer in layers:
-        rows = layer["weight"].shape[0]
-        layer.weight = fused[start : start + rows]
-        views.append(layer["weight"])
-        start += rows
+def _fusable(layers: list[nn.Module]) -> bool:
+    """Whether the layers are plain or quantized alike: one matmul computes all of them."""
+    return all(_quantization(layer) == _quantization(layers[0]) for layer in layers)
+
+
+def _fuse(layers: list[nn.Module]) -> tuple[tuple[mx.array, ...], Projection]:
+    """One weight of the layers' rows, each layer's arrays made views into it."""
+    quantization = _quantization(layers[0])
+    fused = []
+    for key in _keys(layers[0]):
+        whole = mx.concatenate([layer[key] for layer in layers])
+        start = 0
+        for layer in layers:
+            rows = layer[key].shape[0]
+            setattr(layer, key, whole[start : start + rows])
+            start += rows
+        fused.append(whole)
+    views = _arrays(layers)
     mx.eval(fused, views)
-    return tuple(views), fused
+    return views, Projection(tuple(fused), quantization)
+
+
+def _arrays(layers: list[nn.Module]) -> tuple[mx.array, ...]:
+    return tuple(layer[key] for layer in layers for key in _keys(layer))
 
 
 class FusedProjectionsBlock(llama.TransformerBlock):
@@ -90,7 +138,7 @@ class FusedProjectionsBlock(llama.TransformerBlock):
     prompt cache's identity) stays mlx-lm's own.
     """
 
-    _mlxlab_fused: tuple[tuple[mx.array, ...], mx.array, mx.array] | None = None
+    _mlxlab_fused: tuple[tuple[mx.array, ...], Projection, Projection] | None = None
     # (kernels, plan) for one-token steps (decode_kernels.py), or None: set at fusing.
     _mlxlab_kernels: tuple[type, decode_kernels.Plan] | None = None
     # The next layer when it decodes with the kernels too: this layer's last residual add
@@ -113,7 +161,7 @@ class FusedProjectionsBlock(llama.TransformerBlock):
                 normed = pre[1] if pre is not None and pre[0] is x else None
                 return self._decode(x, normed, mask, cache, offset, qkv, gate_up, *kernels)
         h = x + _attention(self["self_attn"], self["input_layernorm"](x), qkv, mask, cache)
-        gate, up = mx.split(self["post_attention_layernorm"](h) @ gate_up.T, 2, axis=-1)
+        gate, up = mx.split(gate_up(self["post_attention_layernorm"](h)), 2, axis=-1)
         return h + self["mlp"]["down_proj"](swiglu(gate, up))
 
     def _decode(self, x, normed, mask, cache, offset, qkv, gate_up, kernels, plan) -> mx.array:
@@ -122,7 +170,7 @@ class FusedProjectionsBlock(llama.TransformerBlock):
         attention = self["self_attn"]
         if normed is None:
             normed = self["input_layernorm"](x)
-        queries, keys, values = kernels.qkv_rope(normed @ qkv.T, offset, plan)
+        queries, keys, values = kernels.qkv_rope(qkv(normed), offset, plan)
         keys, values = cache.update_and_fetch(keys, values)
         output = scaled_dot_product_attention(
             queries, keys, values, cache=cache, scale=attention.scale, mask=mask
@@ -131,7 +179,7 @@ class FusedProjectionsBlock(llama.TransformerBlock):
         output = attention["o_proj"](output.reshape(x.shape[0], 1, -1))
         norm = self["post_attention_layernorm"]
         h, normed = kernels.add_norm(x, output, norm["weight"], plan.eps)
-        gate, up = mx.split(normed @ gate_up.T, 2, axis=-1)
+        gate, up = mx.split(gate_up(normed), 2, axis=-1)
         mlp = self["mlp"]["down_proj"](swiglu(gate, up))
         following = self._mlxlab_next
         if following is None:
@@ -141,28 +189,33 @@ class FusedProjectionsBlock(llama.TransformerBlock):
         object.__setattr__(following, "_mlxlab_pre", (out, normed))
         return out
 
-    def _fused(self) -> tuple[mx.array, mx.array] | None:
+    def _fused(self) -> tuple[Projection, Projection] | None:
         """The fused weights while the projections are the ones they were made of."""
         layers = _sources(self)
         if any(layer is None for layer in layers):
             return None
         built = self._mlxlab_fused
-        weights = [layer["weight"] for layer in layers]
-        if built is None or not all(a is b for a, b in zip(built[0], weights, strict=True)):
-            attention_views, qkv = _fuse(layers[:3])
-            mlp_views, gate_up = _fuse(layers[3:])
-            built = (attention_views + mlp_views, qkv, gate_up)
+        arrays = _arrays(layers)
+        if (
+            built is None
+            or len(built[0]) != len(arrays)
+            or not all(a is b for a, b in zip(built[0], arrays, strict=True))
+        ):
+            if not (_fusable(layers[:3]) and _fusable(layers[3:])):
+                return None
+            attention, mlp = _fuse(layers[:3]), _fuse(layers[3:])
+            built = (attention[0] + mlp[0], attention[1], mlp[1])
             # Not through Module.__setattr__, which would file the arrays among the parameters.
             object.__setattr__(self, "_mlxlab_fused", built)
         return built[1], built[2]
 
 
-def _attention(attention, x: mx.array, weight: mx.array, mask, cache) -> mx.array:
+def _attention(attention, x: mx.array, qkv: Projection, mask, cache) -> mx.array:
     """mlx-lm's Llama attention, its three projections one matmul."""
     batch, length, _ = x.shape
     heads, kv_heads = attention.n_heads, attention.n_kv_heads
     dim = attention.head_dim
-    queries, keys, values = mx.split(x @ weight.T, [heads * dim, (heads + kv_heads) * dim], -1)
+    queries, keys, values = mx.split(qkv(x), [heads * dim, (heads + kv_heads) * dim], -1)
     queries = queries.reshape(batch, length, heads, dim).transpose(0, 2, 1, 3)
     keys = keys.reshape(batch, length, kv_heads, dim).transpose(0, 2, 1, 3)
     values = values.reshape(batch, length, kv_heads, dim).transpose(0, 2, 1, 3)
@@ -190,7 +243,7 @@ def fuse_projections(model: nn.Module) -> int:
             object.__setattr__(block, "_mlxlab_kernels", None)
             object.__setattr__(block, "_mlxlab_next", None)
             object.__setattr__(block, "_mlxlab_pre", None)
-            if block._fused() is None:  # quantized, or biased: mlx-lm's block as it was
+            if block._fused() is None:  # biased, mixed: mlx-lm's block as it was
                 block.__class__ = llama.TransformerBlock
                 continue
             count += 1  # fused now, not on a request

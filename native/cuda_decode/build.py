@@ -27,13 +27,15 @@ CUDA_WHEELS = ("mlx-cuda-13", "mlx-cuda-12")
 # Which GPUs to compile for (CMAKE_CUDA_ARCHITECTURES): the one in this machine by default.
 ARCHS_VARIABLE = "MLXLAB_CUDA_ARCHS"
 
-# A two-layer model with 64-wide heads: logits of one row and of a left-padded batch
-# against mlx-lm's own model, steps past a cache growth included.
+# A two-layer model with 64-wide heads, in bf16, then in 4 bits with an 8-bit embedding (as
+# mlx-community's models): logits of one row and of left-padded batches against mlx-lm's own
+# model, steps past a cache growth included.
 SELF_TEST = """
 import os, sys
 sys.path.insert(0, sys.argv[1])
 os.environ["MLXLAB_CUDA_DECODE_MAX_BATCH"] = "32"  # every batch the kernels take
 import mlx.core as mx
+import mlx.nn as nn
 from mlx.utils import tree_map
 from mlx_lm.models import llama
 from mlx_lm.models.cache import BatchKVCache, KVCache
@@ -42,29 +44,34 @@ from native.cuda_decode import load
 config = dict(model_type="llama", hidden_size=256, intermediate_size=512, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, vocab_size=512, rms_norm_eps=1e-5,
               rope_theta=10000.0, tie_word_embeddings=True)
-mx.random.seed(18)
-model = llama.Model(llama.ModelArgs.from_dict(config))
-model.update(tree_map(lambda p: p.astype(mx.bfloat16), model.parameters()))
-fused_projections.fuse_projections(model)
-assert cuda_decode.install(model, load(sys.argv[2]))
-# 20 rows: past 16 the matmuls go through cuBLAS (src/gemm.h).
-for prompts in ([list(range(1, 255))], [[3] * 4, list(range(5, 20))],
-                [[i + 1] * (3 + i % 4) for i in range(12)],
-                [[i + 1] * (3 + i % 5) for i in range(20)]):
-    longest = max(map(len, prompts))
-    pads = [longest - len(p) for p in prompts]
-    inputs = mx.array([[0] * pad + p for pad, p in zip(pads, prompts)])
-    make = (lambda: KVCache()) if len(prompts) == 1 else (lambda: BatchKVCache(pads))
-    ours, theirs = [make() for _ in range(2)], [make() for _ in range(2)]
-    llama.Model.__call__(model, inputs, cache=ours)
-    llama.Model.__call__(model, inputs, cache=theirs)
-    token = inputs[:, -1:]
-    for _ in range(6):
-        want = llama.Model.__call__(model, token, cache=theirs).astype(mx.float32)
-        got = model(token, cache=ours).astype(mx.float32)
-        error = mx.abs(want - got).max().item() / mx.abs(want).max().item()
-        assert error < 0.05, f"logits differ by {error:.3f} of their largest"
-        token = mx.argmax(want[:, -1], axis=-1)[:, None]
+native = load(sys.argv[2])
+for quantized in (False, True):
+    mx.random.seed(18)
+    model = llama.Model(llama.ModelArgs.from_dict(config))
+    model.update(tree_map(lambda p: p.astype(mx.bfloat16), model.parameters()))
+    if quantized:
+        nn.quantize(model, class_predicate=lambda path, m: hasattr(m, "to_quantized") and
+                    {"group_size": 32 if "embed" in path else 64, "bits": 8 if "embed" in path else 4})
+    fused_projections.fuse_projections(model)
+    assert cuda_decode.install(model, native)
+    # 20 rows: past 16 a bf16 model's matmuls go through cuBLAS (src/gemm.h).
+    for prompts in ([list(range(1, 255))], [[3] * 4, list(range(5, 20))],
+                    [[i + 1] * (3 + i % 4) for i in range(12)],
+                    [[i + 1] * (3 + i % 5) for i in range(20)]):
+        longest = max(map(len, prompts))
+        pads = [longest - len(p) for p in prompts]
+        inputs = mx.array([[0] * pad + p for pad, p in zip(pads, prompts)])
+        make = (lambda: KVCache()) if len(prompts) == 1 else (lambda: BatchKVCache(pads))
+        ours, theirs = [make() for _ in range(2)], [make() for _ in range(2)]
+        llama.Model.__call__(model, inputs, cache=ours)
+        llama.Model.__call__(model, inputs, cache=theirs)
+        token = inputs[:, -1:]
+        for _ in range(6):
+            want = llama.Model.__call__(model, token, cache=theirs).astype(mx.float32)
+            got = model(token, cache=ours).astype(mx.float32)
+            error = mx.abs(want - got).max().item() / mx.abs(want).max().item()
+            assert error < 0.05, f"logits differ by {error:.3f} of their largest ({quantized=})"
+            token = mx.argmax(want[:, -1], axis=-1)[:, None]
 print("checked")
 """
 

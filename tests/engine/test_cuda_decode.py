@@ -32,10 +32,21 @@ class Counting(cuda_decode.Reference):
             return super().step(*args)
 
 
-@pytest.fixture
-def model():
+def quantized(model: llama.Model, kind: str) -> llama.Model:
+    """`model` as it is ("bf16"), in 4 bits ("4-bit"), or in 4 bits with an 8-bit embedding
+    ("8-bit embedding": mlx-community's 4-bit models, the default model among them)."""
+    if kind != "bf16":
+        embedding = 8 if kind == "8-bit embedding" else 4
+        nn.quantize(model, class_predicate=lambda path, module: hasattr(module, "to_quantized")
+                    and {"group_size": 32, "bits": embedding if "embed" in path else 4})  # fmt: skip
+    return model
+
+
+@pytest.fixture(params=["bf16", "4-bit", "8-bit embedding"])
+def model(request):
     model = tiny_llama(18)
     model.update(tree_map(lambda p: p.astype(mx.bfloat16), model.parameters()))
+    quantized(model, request.param)
     assert fused_projections.fuse_projections(model) == 2
     Counting.calls, Counting.copies = 0, []
     assert cuda_decode.install(model, Counting)
@@ -62,11 +73,16 @@ def test_which_models_take_it():
     assert not cuda_decode.eligible(dense)
     fused_projections.fuse_projections(dense)
     assert cuda_decode.eligible(dense)
-    quantized = tiny_llama(2)
-    nn.quantize(quantized, group_size=32, bits=4)
-    fused_projections.fuse_projections(quantized)
-    assert not cuda_decode.eligible(quantized) and not cuda_decode.install(quantized, Counting)
-    assert type(quantized) is llama.Model
+    for bits, group, mode, takes in [(4, 64, "affine", True), (8, 32, "affine", True),
+                                     (2, 32, "affine", False), (3, 32, "affine", False),
+                                     (4, 32, "mxfp4", False)]:  # fmt: skip
+        model = tiny_llama(2)
+        model.update(tree_map(lambda p: p.astype(mx.bfloat16), model.parameters()))
+        nn.quantize(model, group_size=group, bits=bits, mode=mode)
+        fused_projections.fuse_projections(model)
+        assert cuda_decode.eligible(model) is takes, (bits, group, mode)
+        assert cuda_decode.install(model, Counting) is takes
+        assert type(model) is (cuda_decode.CudaDecodeModel if takes else llama.Model)
 
 
 def _prefill(model, prompts, batch: bool):
@@ -176,21 +192,23 @@ def _native_step():
         return None
 
 
-def _tiny_model_on_the_native_step() -> llama.Model:
+def _tiny_model_on_the_native_step(kind: str = "bf16") -> llama.Model:
     mx.random.seed(18)
     args = llama.ModelArgs(model_type="llama", hidden_size=256, num_hidden_layers=2,
                            intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
                            rms_norm_eps=1e-5, vocab_size=512)  # fmt: skip
     model = llama.Model(args)  # 64-wide heads, as the kernels take
     model.update(tree_map(lambda p: p.astype(mx.bfloat16), model.parameters()))
+    quantized(model, kind)
     fused_projections.fuse_projections(model)
     assert cuda_decode.install(model, _native_step())
     return model
 
 
 @pytest.mark.skipif(_native_step() is None, reason="needs an NVIDIA GPU and the built CUDA step")
-def test_the_native_step_is_mlx_lms_on_a_gpu():
-    model = _tiny_model_on_the_native_step()
+@pytest.mark.parametrize("kind", ["bf16", "4-bit", "8-bit embedding"])
+def test_the_native_step_is_mlx_lms_on_a_gpu(kind):
+    model = _tiny_model_on_the_native_step(kind)
     prompts = [[3] * 4, list(range(5, 20))]
     ours, theirs = _prefill(model, prompts, True), _prefill(model, prompts, True)
     token = mx.array([[p[-1]] for p in prompts])

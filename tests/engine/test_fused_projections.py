@@ -41,7 +41,7 @@ def test_the_weights_are_held_once_and_the_tree_stays_mlx_lms(tiny):
     assert all(mx.array_equal(before[k], after[k]) for k in before)
     block = tiny.model.layers[0]
     views, qkv, gate_up = block._mlxlab_fused
-    assert qkv.shape == (64 + 2 * 32, 64) and gate_up.shape == (2 * 128, 64)
+    assert qkv.weight.shape == (64 + 2 * 32, 64) and gate_up.weight.shape == (2 * 128, 64)
     assert views[0] is block.self_attn.q_proj.weight  # the model reads the fused weights
 
 
@@ -92,7 +92,28 @@ def test_an_active_adapter_runs_mlx_lms_block(tiny):
         assert mx.allclose(adapted, step_logits(tiny), atol=1e-5)
 
 
-def test_quantized_layers_keep_mlx_lms_block(tiny):
+@pytest.mark.parametrize("bits", [4, 8])
+def test_quantized_projections_fuse_and_give_mlx_lms_tokens(tiny, bits):
+    nn.quantize(tiny, group_size=32, bits=bits)
+    prompts = [[3, 9, 27, 81, 243, 5, 15], [4, 16, 64]]
+    expected, logits = _greedy(tiny, prompts), step_logits(tiny)
+    attention = tiny.model.layers[0].self_attn
+    before = {key: mx.array(attention.k_proj[key]) for key in ("weight", "scales", "biases")}
+    assert fuse_projections(tiny) == 2
+    _, qkv, gate_up = tiny.model.layers[0]._mlxlab_fused
+    assert qkv.quantization == gate_up.quantization == (32, bits)
+    assert qkv.arrays[1].shape == (64 + 2 * 32, 64 // 32)  # scales: a group's each
+    for key, value in before.items():  # each projection a view of the fused arrays
+        assert mx.array_equal(attention.k_proj[key], value)
+    assert _greedy(tiny, prompts) == expected
+    assert mx.allclose(step_logits(tiny), logits, atol=1e-5)
+
+
+def test_projections_quantized_differently_keep_mlx_lms_block(tiny):
     nn.quantize(tiny, group_size=32, bits=4)
-    assert fuse_projections(tiny) == 0
-    assert all(type(block) is llama.TransformerBlock for block in tiny.model.layers)
+    attention = tiny.model.layers[1].self_attn
+    attention.v_proj = nn.QuantizedLinear.from_linear(
+        nn.Linear(64, 32, bias=False), group_size=64, bits=8
+    )
+    assert fuse_projections(tiny) == 1
+    assert type(tiny.model.layers[1]) is llama.TransformerBlock

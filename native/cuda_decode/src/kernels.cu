@@ -13,6 +13,7 @@
 
 #include "attend.cuh"
 #include "gemm.h"
+#include "quantized_matvec.cuh"
 #include "row_kernels.cuh"
 #include "tensor_matvec.cuh"
 
@@ -123,12 +124,51 @@ Scratch carve(const Shape& s, void* base) {
   return out;
 }
 
-// One matvec of the step: on tensor cores from `tensor_rows` rows a batch, else on CUDA
-// cores (matvec.cuh).
+// The residual matvecs' input is staged in shared memory where it fits unasked (a warp
+// read all of it from L2 for every two rows); the normed ones' always is.
+template <typename T, bool NORM>
+size_t staged_input(const Shape& s, int depth, bool* stage) {
+  const size_t input = sizeof(T) * s.batch * depth;
+  *stage = !NORM && input <= kUnasked;
+  return NORM || *stage ? input : 0;
+}
+
+// A quantized matvec (quantized_matvec.cuh), on CUDA cores at any batch.
+template <typename T, int B, int MODE, bool NORM, int BITS, int GROUP>
+cudaError_t launch_quantized(const Shape& s, cudaStream_t stream, const Matrix& m, const void* x,
+                             const void* norm, void* out, int n_out, int depth) {
+  constexpr auto kernel = quantized_matvec<T, B, MODE, NORM, BITS, GROUP>;
+  bool stage = false;
+  const size_t staged = staged_input<T, NORM>(s, depth, &stage);
+  allow_shared<kernel>(staged);
+  const int units = MODE == kSwiglu ? n_out : (n_out + 1) / 2;
+  const int blocks = std::min((units + kWarps - 1) / kWarps, resident_blocks<kernel>(staged));
+  return launch(kernel, dim3(blocks), kThreads, staged, stream, overlap(s),
+                static_cast<const uint32_t*>(m.weight), static_cast<const T*>(m.scales),
+                static_cast<const T*>(m.biases), static_cast<const T*>(x),
+                static_cast<const T*>(norm), s.eps, static_cast<T*>(out), n_out, depth, s.batch,
+                stage);
+}
+
+// One matvec of the step: a quantized matrix's, or a plain one's on tensor cores from
+// `tensor_rows` rows a batch, else on CUDA cores (matvec.cuh).
 template <typename T, int B, int MODE, bool NORM>
-cudaError_t launch_matvec(const Shape& s, cudaStream_t stream, const void* w, const void* x,
+cudaError_t launch_matvec(const Shape& s, cudaStream_t stream, const Matrix& m, const void* x,
                           const void* norm, void* out, int n_out, int depth) {
-  const T* weights = static_cast<const T*>(w);
+  if (m.bits == 4 && m.group == 32) {
+    return launch_quantized<T, B, MODE, NORM, 4, 32>(s, stream, m, x, norm, out, n_out, depth);
+  }
+  if (m.bits == 4 && m.group == 64) {
+    return launch_quantized<T, B, MODE, NORM, 4, 64>(s, stream, m, x, norm, out, n_out, depth);
+  }
+  if (m.bits == 8 && m.group == 32) {
+    return launch_quantized<T, B, MODE, NORM, 8, 32>(s, stream, m, x, norm, out, n_out, depth);
+  }
+  if (m.bits == 8 && m.group == 64) {
+    return launch_quantized<T, B, MODE, NORM, 8, 64>(s, stream, m, x, norm, out, n_out, depth);
+  }
+  if (m.bits != 0) return cudaErrorInvalidValue;
+  const T* weights = static_cast<const T*>(m.weight);
   const T* in = static_cast<const T*>(x);
   const T* norm_weight = static_cast<const T*>(norm);
   T* result = static_cast<T*>(out);
@@ -149,17 +189,39 @@ cudaError_t launch_matvec(const Shape& s, cudaStream_t stream, const void* w, co
                   norm_weight, s.eps, result, n_out, depth, s.batch, splits);
   }
   constexpr auto kernel = matvec<T, B, MODE, NORM>;
-  // The residual matvecs' input too, where it fits unasked (a warp read all of it from L2
-  // for every two rows).
-  const size_t input = sizeof(T) * s.batch * depth;
-  const bool stage = !NORM && input <= kUnasked;
-  const size_t staged = NORM || stage ? input : 0;
+  bool stage = false;
+  const size_t staged = staged_input<T, NORM>(s, depth, &stage);
   allow_shared<kernel>(staged);
   // A few blocks an SM, each warp taking every (grid)th unit of two rows.
   const int units = MODE == kSwiglu ? n_out : (n_out + 1) / 2;
   const int blocks = std::min((units + kWarps - 1) / kWarps, resident_blocks<kernel>(staged));
   return launch(kernel, dim3(blocks), kThreads, staged, stream, overlap(s), weights, in,
                 norm_weight, s.eps, result, n_out, depth, s.batch, stage);
+}
+
+// The tokens' embedding rows into x: the first kernel, which waits for all that came before
+// it on the stream (MLX's work).
+template <typename T>
+cudaError_t launch_embed(const Shape& s, const Pointers& p, void* x, cudaStream_t stream) {
+  const Matrix& m = p.embedding;
+  const dim3 blocks(s.batch);
+  T* to = static_cast<T*>(x);
+  if (m.bits == 0) {
+    return launch(embed<T>, blocks, kThreads, 0, stream, false, static_cast<const T*>(m.weight),
+                  p.tokens, to, s.hidden);
+  }
+  const auto* table = static_cast<const uint32_t*>(m.weight);
+  const auto* scales = static_cast<const T*>(m.scales);
+  const auto* biases = static_cast<const T*>(m.biases);
+  auto quantized = [&](auto kernel) {
+    return launch(kernel, blocks, kThreads, 0, stream, false, table, scales, biases, p.tokens,
+                  to, s.hidden);
+  };
+  if (m.bits == 4 && m.group == 32) return quantized(quantized_embed<T, 4, 32>);
+  if (m.bits == 4 && m.group == 64) return quantized(quantized_embed<T, 4, 64>);
+  if (m.bits == 8 && m.group == 32) return quantized(quantized_embed<T, 8, 32>);
+  if (m.bits == 8 && m.group == 64) return quantized(quantized_embed<T, 8, 64>);
+  return cudaErrorInvalidValue;
 }
 
 template <typename T, int B, int D>
@@ -169,10 +231,7 @@ cudaError_t step(const Shape& s, const Pointers& p, cudaStream_t stream) {
   const AttentionArgs args{s.heads,      s.kv_heads,       s.capacity, s.column, s.traditional,
                            s.attention_scale, s.rope_scale, s.log2_base};
   const int n = s.batch;
-  // The first kernel waits for all that came before it on the stream (MLX's work).
-  cudaError_t error = launch(embed<T>, dim3(n), kThreads, 0, stream, false,
-                             static_cast<const T*>(p.embedding), p.tokens, static_cast<T*>(t.x),
-                             s.hidden);
+  cudaError_t error = launch_embed<T>(s, p, t.x, stream);
   auto keep = [&error](cudaError_t e) {
     if (error == cudaSuccess) error = e;
   };
@@ -204,9 +263,7 @@ cudaError_t step_gemm(const Shape& s, const Pointers& p, cudaStream_t stream) {
   const int n = s.batch, qkv_rows = (s.heads + 2 * s.kv_heads) * D;
   const AttentionArgs args{s.heads,      s.kv_heads,       s.capacity, s.column, s.traditional,
                            s.attention_scale, s.rope_scale, s.log2_base};
-  cudaError_t error = launch(embed<T>, dim3(n), kThreads, 0, stream, false,
-                             static_cast<const T*>(p.embedding), p.tokens, static_cast<T*>(t.x),
-                             s.hidden);
+  cudaError_t error = launch_embed<T>(s, p, t.x, stream);
   auto keep = [&error](cudaError_t e) {
     if (error == cudaSuccess) error = e;
   };
@@ -216,8 +273,10 @@ cudaError_t step_gemm(const Shape& s, const Pointers& p, cudaStream_t stream) {
                 t.normed, s.hidden));
     pending = t.out;
   };
-  auto matmul = [&](const void* w, const void* x, void* out, int n_out, int depth) {
-    keep(gemm(s.half, stream, w, x, out, n_out, depth, n));
+  auto matmul = [&](const Matrix& w, const void* x, void* out, int n_out, int depth) {
+    // Plain weights only: a model with quantized ones keeps to the step's own kernels.
+    keep(w.bits == 0 ? gemm(s.half, stream, w.weight, x, out, n_out, depth, n)
+                     : cudaErrorInvalidValue);
   };
   const int swiglu_blocks = std::min((n * s.intermediate / 8 + kThreads - 1) / kThreads, 1024);
   for (const Layer& layer : p.layers) {
@@ -268,6 +327,10 @@ size_t scratch_bytes(const Shape& s) {
          aligned(e * s.batch * (s.heads + 2 * s.kv_heads) * s.head_dim) +
          aligned(e * s.batch * s.heads * s.head_dim) + aligned(e * s.batch * s.intermediate) +
          2 * aligned(e * s.batch * s.hidden) + aligned(e * s.batch * 2 * s.intermediate);
+}
+
+bool takes_quantization(int bits, int group) {
+  return (bits == 4 || bits == 8) && (group == 32 || group == 64);
 }
 
 bool fits(const Shape& s) {

@@ -1,8 +1,8 @@
-// The step's matrix-vector kernels for MLX's 4-bit affine quantization (issue 18): each
-// weight w = scale * q + bias, q in 0..15, one scale and bias (the model's dtype) for each
-// GROUP weights of a row, eight q a 32-bit word with the first in its lowest bits (as
-// mx.quantize packs them). Not yet part of the step: bench/gpu_qmatvec.cu checks them
-// against a host reference and times them on their own.
+// The step's matrix-vector kernels for MLX's affine quantization (issue 18): each weight
+// w = scale * q + bias, q of BITS (4 or 8) bits, one scale and bias (the model's dtype) for
+// each GROUP weights of a row, 32 / BITS q a 32-bit word with the first in its lowest bits
+// (as mx.quantize packs them). bench/gpu_qmatvec.cu checks them against a host reference
+// and times them on their own.
 #pragma once
 
 #include "matvec.cuh"
@@ -10,39 +10,49 @@
 namespace mlxlab::cuda_decode {
 namespace {
 
-// The 8 values of a word as floats: each q put in a float's mantissa under 2^23's exponent,
-// less 2^23 (a bit operation and an add, where an int-to-float conversion runs at an
-// eighth of the rate).
-__device__ __forceinline__ void unpack_nibbles(uint32_t word, float* out) {
+// The weights a 16-byte chunk of a packed row holds.
+template <int BITS>
+constexpr int kChunkWeights = 128 / BITS;
+
+// The 32 / BITS values of a word as floats: each q put in a float's mantissa under 2^23's
+// exponent, less 2^23 (a bit operation and an add, where an int-to-float conversion runs at
+// an eighth of the rate).
+template <int BITS>
+__device__ __forceinline__ void unpack_word(uint32_t word, float* out) {
+  constexpr uint32_t kMask = (1u << BITS) - 1;
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    out[j] = __uint_as_float(0x4b000000u | ((word >> (4 * j)) & 0xfu)) - 8388608.0f;
+  for (int j = 0; j < 32 / BITS; ++j) {
+    out[j] = __uint_as_float(0x4b000000u | ((word >> (BITS * j)) & kMask)) - 8388608.0f;
   }
 }
 
-// One 16-byte chunk (32 weights) of two rows against chunk `c` of each input row:
+template <int BITS>
+__device__ __forceinline__ void unpack_chunk(const uint4& chunk, float* out) {
+  constexpr int kPerWord = 32 / BITS;
+  unpack_word<BITS>(chunk.x, out);
+  unpack_word<BITS>(chunk.y, out + kPerWord);
+  unpack_word<BITS>(chunk.z, out + 2 * kPerWord);
+  unpack_word<BITS>(chunk.w, out + 3 * kPerWord);
+}
+
+// One 16-byte chunk of two rows against chunk `c` of each input row:
 // scale * sum(x q) + bias * sum(x), as MLX's quantized matmul sums a group.
-template <typename T, int B>
+template <typename T, int B, int BITS>
 __device__ __forceinline__ void accumulate_quantized(const uint4& word0, const uint4& word1,
                                                      float2 affine0, float2 affine1, const T* in,
                                                      int depth, int c, int batch, float* acc0,
                                                      float* acc1) {
-  float q0[32], q1[32];
-  unpack_nibbles(word0.x, q0);
-  unpack_nibbles(word0.y, q0 + 8);
-  unpack_nibbles(word0.z, q0 + 16);
-  unpack_nibbles(word0.w, q0 + 24);
-  unpack_nibbles(word1.x, q1);
-  unpack_nibbles(word1.y, q1 + 8);
-  unpack_nibbles(word1.z, q1 + 16);
-  unpack_nibbles(word1.w, q1 + 24);
+  constexpr int kWeights = kChunkWeights<BITS>;
+  float q0[kWeights], q1[kWeights];
+  unpack_chunk<BITS>(word0, q0);
+  unpack_chunk<BITS>(word1, q1);
 #pragma unroll
   for (int b = 0; b < B; ++b) {
     if (b >= batch) break;
-    const uint4* x = reinterpret_cast<const uint4*>(in + b * depth + c * 32);
+    const uint4* x = reinterpret_cast<const uint4*>(in + b * depth + c * kWeights);
     float dot0 = 0.0f, dot1 = 0.0f, sum = 0.0f;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < kWeights / 8; ++k) {
       float v[8];
       unpack8<T>(x[k], v);
 #pragma unroll
@@ -62,20 +72,21 @@ __device__ __forceinline__ float2 affine(const T* scales, const T* biases, size_
   return make_float2(to_float(scales[at]), to_float(biases[at]));
 }
 
-// Rows of the packed `w` ((n_out, depth / 8) words; for kSwiglu n_out gate rows then n_out
-// up rows) times `batch` (at most B) input vectors of `depth` (a multiple of 32 and of
-// GROUP), as matvec() does for dense weights: the same staging, two rows a warp, the same
-// outputs. GROUP is 32 or 64 (a 16-byte chunk never spans two groups).
-template <typename T, int B, int MODE, bool NORM, int GROUP>
+// Rows of the packed `w` ((n_out, depth * BITS / 32) words; for kSwiglu n_out gate rows then
+// n_out up rows) times `batch` (at most B) input vectors of `depth` (a multiple of GROUP),
+// as matvec() does for dense weights: the same staging, two rows a warp, the same outputs.
+// GROUP is 32 or 64 (a 16-byte chunk never spans two groups).
+template <typename T, int B, int MODE, bool NORM, int BITS, int GROUP>
 __global__ void __launch_bounds__(kThreads)
     quantized_matvec(const uint32_t* __restrict__ w, const T* __restrict__ scales,
                      const T* __restrict__ biases, const T* x, const T* __restrict__ norm_weight,
                      float eps, T* out, int n_out, int depth, int batch, bool stage) {
-  static_assert(GROUP % 32 == 0, "a chunk of 32 weights lies in one group");
+  constexpr int kWeights = kChunkWeights<BITS>;
+  static_assert(GROUP % kWeights == 0, "a chunk lies in one group");
   extern __shared__ __align__(16) unsigned char shared[];
   const int lane = threadIdx.x % 32;
   const int units = MODE == kSwiglu ? n_out : (n_out + 1) / 2;
-  const int words = depth / 8, groups = depth / GROUP, chunks = depth / 32;
+  const int words = depth / 32 * BITS, groups = depth / GROUP, chunks = depth / kWeights;
   release_next();
   await_previous();
   const T* in = x;
@@ -107,15 +118,15 @@ __global__ void __launch_bounds__(kThreads)
       }
 #pragma unroll
       for (int u = 0; u < kDepth; ++u) {
-        const int g = (c + 32 * u) * 32 / GROUP;
-        accumulate_quantized<T, B>(r0[u], r1[u], affine(scales, biases, g0 + g),
+        const int g = (c + 32 * u) * kWeights / GROUP;
+        accumulate_quantized<T, B, BITS>(r0[u], r1[u], affine(scales, biases, g0 + g),
                                    affine(scales, biases, g1 + g), in, depth, c + 32 * u, batch,
                                    acc0, acc1);
       }
     }
     for (; c < chunks; c += 32) {
-      const int g = c * 32 / GROUP;
-      accumulate_quantized<T, B>(__ldg(w0 + c), __ldg(w1 + c), affine(scales, biases, g0 + g),
+      const int g = c * kWeights / GROUP;
+      accumulate_quantized<T, B, BITS>(__ldg(w0 + c), __ldg(w1 + c), affine(scales, biases, g0 + g),
                                  affine(scales, biases, g1 + g), in, depth, c, batch, acc0, acc1);
     }
 #pragma unroll
@@ -129,21 +140,25 @@ __global__ void __launch_bounds__(kThreads)
 
 // The rows of a quantized embedding table for `tokens`, dequantized as mx.dequantize does
 // (scale * q + bias, rounded to T): one block a token.
-template <typename T, int GROUP>
+template <typename T, int BITS, int GROUP>
 __global__ void quantized_embed(const uint32_t* __restrict__ table, const T* __restrict__ scales,
                                 const T* __restrict__ biases, const int32_t* __restrict__ tokens,
                                 T* __restrict__ x, int hidden) {
   release_next();
   await_previous();
   const size_t token = static_cast<size_t>(tokens[blockIdx.x]);
-  const uint32_t* row = table + token * (hidden / 8);
+  constexpr int kPerWord = 32 / BITS;
+  const int words = hidden / kPerWord;
+  const uint32_t* row = table + token * words;
   T* to = x + static_cast<size_t>(blockIdx.x) * hidden;
-  for (int word = threadIdx.x; word < hidden / 8; word += blockDim.x) {
-    const float2 a = affine(scales, biases, token * (hidden / GROUP) + word * 8 / GROUP);
-    float q[8];
-    unpack_nibbles(row[word], q);
+  for (int word = threadIdx.x; word < words; word += blockDim.x) {
+    const float2 a = affine(scales, biases, token * (hidden / GROUP) + word * kPerWord / GROUP);
+    float q[kPerWord];
+    unpack_word<BITS>(row[word], q);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) to[word * 8 + j] = from_float<T>(fmaf(a.x, q[j], a.y));
+    for (int j = 0; j < kPerWord; ++j) {
+      to[word * kPerWord + j] = from_float<T>(fmaf(a.x, q[j], a.y));
+    }
   }
 }
 }  // namespace

@@ -18,6 +18,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "gemm.h"
 #include "kernels.h"
@@ -34,6 +35,7 @@ using namespace nb::literals;
 namespace {
 
 constexpr int kWeightsPerLayer = 6;  // input norm, qkv, o, post norm, gate_up, down
+constexpr int kFirstLayer = 3;  // after the embedding, the final norm and lm_head
 // Measured on an H200 (docs/BENCHMARKS.md): tensor cores led from 4 rows (3,117 against
 // 2,372 tok/s) and trailed at 2 (1,484 against 1,690); overlapping kernels gained up to 8
 // rows and lost at 16.
@@ -65,11 +67,13 @@ class Scratch {
   size_t bytes_;
 };
 
-struct Config {
-  cd::Shape shape;  // batch, capacity and column are set per step
-  int layers;
-  bool has_freqs;
+// How one of the model's weights is given: one array (a norm, a plain matrix; bits 0), or a
+// quantized matrix's packed weight, scales and biases.
+struct Format {
+  int bits = 0;
+  int group = 0;
 };
+using Formats = std::vector<Format>;  // one a weight, in the step's order
 
 // An output in device memory, freed when MLX lets go of it. (The allocator MLX exports to
 // code outside it, allocator::malloc, hands out managed memory, which a kernel's first
@@ -93,11 +97,14 @@ void set_device_data(mx::array& out, cudaStream_t stream) {
 
 class DecodeStep : public mx::Primitive {
  public:
-  DecodeStep(mx::Stream stream, cd::Shape shape, int layers, bool has_freqs, bool copy_caches,
-             std::shared_ptr<Scratch> scratch)
+  DecodeStep(mx::Stream stream, cd::Shape shape, int layers,
+             std::shared_ptr<const Formats> formats, size_t weight_arrays, bool has_freqs,
+             bool copy_caches, std::shared_ptr<Scratch> scratch)
       : mx::Primitive(stream),
         shape_(shape),
         layers_(layers),
+        formats_(std::move(formats)),
+        weight_arrays_(weight_arrays),
         has_freqs_(has_freqs),
         copy_caches_(copy_caches),
         scratch_(std::move(scratch)) {}
@@ -113,7 +120,7 @@ class DecodeStep : public mx::Primitive {
     cudaStream_t cuda_stream = encoder.stream();
     set_device_data(outputs[0], cuda_stream);
 
-    const size_t first_cache = 3 + weight_count();
+    const size_t first_cache = 3 + weight_arrays_;
     for (int i = 0; i < 2 * layers_; ++i) {
       const mx::array& in = inputs[first_cache + i];
       mx::array& out = outputs[1 + i];
@@ -135,23 +142,40 @@ class DecodeStep : public mx::Primitive {
     p.tokens = mx::gpu_ptr<int32_t>(inputs[0]);
     p.positions = mx::gpu_ptr<int32_t>(inputs[1]);
     p.first_columns = mx::gpu_ptr<int32_t>(inputs[2]);
-    size_t w = 3;
-    p.embedding = mx::gpu_ptr<void>(inputs[w++]);
-    p.final_norm = mx::gpu_ptr<void>(inputs[w++]);
-    p.lm_head = mx::gpu_ptr<void>(inputs[w++]);
-    p.rope_freqs = has_freqs_ ? mx::gpu_ptr<float>(inputs[w++]) : nullptr;
+    // The weights' arrays follow the three index arrays, in the step's order.
+    size_t w = 3, entry = 0;
+    auto single = [&]() {
+      ++entry;
+      return mx::gpu_ptr<void>(inputs[w++]);
+    };
+    auto matrix = [&]() {
+      const Format& format = (*formats_)[entry++];
+      cd::Matrix m;
+      m.weight = mx::gpu_ptr<void>(inputs[w++]);
+      if (format.bits != 0) {
+        m.scales = mx::gpu_ptr<void>(inputs[w++]);
+        m.biases = mx::gpu_ptr<void>(inputs[w++]);
+        m.bits = format.bits;
+        m.group = format.group;
+      }
+      return m;
+    };
+    p.embedding = matrix();
+    p.final_norm = single();
+    p.lm_head = matrix();
     p.layers.resize(layers_);
     for (int l = 0; l < layers_; ++l) {
       cd::Layer& layer = p.layers[l];
-      layer.input_norm = mx::gpu_ptr<void>(inputs[w++]);
-      layer.qkv = mx::gpu_ptr<void>(inputs[w++]);
-      layer.o = mx::gpu_ptr<void>(inputs[w++]);
-      layer.post_norm = mx::gpu_ptr<void>(inputs[w++]);
-      layer.gate_up = mx::gpu_ptr<void>(inputs[w++]);
-      layer.down = mx::gpu_ptr<void>(inputs[w++]);
+      layer.input_norm = single();
+      layer.qkv = matrix();
+      layer.o = matrix();
+      layer.post_norm = single();
+      layer.gate_up = matrix();
+      layer.down = matrix();
       layer.keys = mx::gpu_ptr<void>(outputs[1 + 2 * l]);
       layer.values = mx::gpu_ptr<void>(outputs[2 + 2 * l]);
     }
+    p.rope_freqs = has_freqs_ ? mx::gpu_ptr<float>(inputs[w++]) : nullptr;  // after the weights
     p.logits = mx::gpu_ptr<void>(outputs[0]);
     p.scratch = scratch_->data();
     if (cd::scratch_bytes(shape_) > scratch_->bytes()) {
@@ -163,36 +187,71 @@ class DecodeStep : public mx::Primitive {
   const char* name() const override { return "MLXLabCudaDecodeStep"; }
 
  private:
-  size_t weight_count() const { return 3 + (has_freqs_ ? 1 : 0) + kWeightsPerLayer * layers_; }
-
   cd::Shape shape_;
   int layers_;
+  std::shared_ptr<const Formats> formats_;
+  size_t weight_arrays_;  // the weights' arrays among the inputs, the RoPE frequencies included
   bool has_freqs_;
   bool copy_caches_;
   std::shared_ptr<Scratch> scratch_;
 };
 
+// Entry `entry`'s (rows, depth) in the step's order, or (0, hidden) for a norm.
+std::pair<int, int> weight_shape(int entry, const cd::Shape& s) {
+  if (entry < kFirstLayer) return entry == 1 ? std::pair{0, s.hidden} : std::pair{s.vocab, s.hidden};
+  switch ((entry - kFirstLayer) % kWeightsPerLayer) {
+    case 1: return {(s.heads + 2 * s.kv_heads) * s.head_dim, s.hidden};  // qkv
+    case 2: return {s.hidden, s.heads * s.head_dim};  // o
+    case 4: return {2 * s.intermediate, s.hidden};  // gate_up
+    case 5: return {s.hidden, s.intermediate};  // down
+    default: return {0, s.hidden};  // a norm
+  }
+}
+
+// How a weight of (rows, depth) is given; invalid_argument where the step cannot read it.
+Format read_format(const std::vector<mx::array>& arrays, int rows, int depth, mx::Dtype dtype) {
+  auto fail = [](const std::string& why) { throw std::invalid_argument(why); };
+  if (arrays.size() == 1) {
+    const mx::array& a = arrays[0];
+    const bool shaped = rows == 0 ? a.ndim() == 1 && a.shape(0) == depth
+                                  : a.ndim() == 2 && a.shape(0) == rows && a.shape(1) == depth;
+    if (!shaped) fail("a weight's shape does not match the model's");
+    if (a.dtype() != dtype) fail("weights of mixed dtypes");
+    return {};
+  }
+  if (arrays.size() != 3 || rows == 0) fail("a weight is one array, or packed, scales, biases");
+  const mx::array &packed = arrays[0], &scales = arrays[1], &biases = arrays[2];
+  if (packed.dtype() != mx::uint32 || packed.ndim() != 2 || scales.ndim() != 2 ||
+      packed.shape(0) != rows || scales.shape() != biases.shape() || scales.shape(0) != rows ||
+      scales.dtype() != dtype || biases.dtype() != dtype) {
+    fail("a quantized weight's arrays do not match the model's shapes and dtype");
+  }
+  const int words = packed.shape(1), groups = scales.shape(1);
+  Format format;
+  format.bits = words * 32 / depth;
+  format.group = groups > 0 ? depth / groups : 0;
+  if (words * 32 % depth != 0 || groups == 0 || depth % groups != 0 ||
+      !cd::takes_quantization(format.bits, format.group)) {
+    fail("a quantization the CUDA decode step lacks (it takes 4 or 8 bits, groups of 32 or 64)");
+  }
+  return format;
+}
+
 // A loaded model's weights in the step's order, and what its steps share.
 class Model {
  public:
-  Model(std::vector<mx::array> weights, int layers, int hidden, int heads, int kv_heads,
-        int head_dim, int intermediate, int vocab, float eps, float attention_scale,
-        float rope_scale, float rope_base, bool traditional, std::optional<mx::array> freqs)
-      : weights_(std::move(weights)), layers_(layers) {
-    if (static_cast<int>(weights_.size()) != 3 + kWeightsPerLayer * layers) {
+  Model(std::vector<std::vector<mx::array>> weights, int layers, int hidden, int heads,
+        int kv_heads, int head_dim, int intermediate, int vocab, float eps,
+        float attention_scale, float rope_scale, float rope_base, bool traditional,
+        std::optional<mx::array> freqs)
+      : layers_(layers) {
+    if (static_cast<int>(weights.size()) != kFirstLayer + kWeightsPerLayer * layers) {
       throw std::invalid_argument("expected 3 + 6 weights a layer");
     }
-    const mx::Dtype dtype = weights_[0].dtype();
-    if (dtype != mx::bfloat16 && dtype != mx::float16) {
+    dtype_ = weights[1].at(0).dtype();  // the final norm's: the activations'
+    if (dtype_ != mx::bfloat16 && dtype_ != mx::float16) {
       throw std::invalid_argument("the CUDA decode step takes bfloat16 or float16 weights");
     }
-    for (const auto& weight : weights_) {
-      if (weight.dtype() != dtype) throw std::invalid_argument("weights of mixed dtypes");
-    }
-    if (freqs) {
-      weights_.insert(weights_.begin() + 3, mx::astype(*freqs, mx::float32));
-    }
-    has_freqs_ = freqs.has_value();
     cd::Shape& s = shape_;
     s.hidden = hidden;
     s.heads = heads;
@@ -200,9 +259,20 @@ class Model {
     s.head_dim = head_dim;
     s.intermediate = intermediate;
     s.vocab = vocab;
+    auto formats = std::make_shared<Formats>();
+    bool quantized = false;
+    for (size_t entry = 0; entry < weights.size(); ++entry) {
+      const auto [rows, depth] = weight_shape(static_cast<int>(entry), s);
+      formats->push_back(read_format(weights[entry], rows, depth, dtype_));
+      quantized = quantized || formats->back().bits != 0;
+      weights_.insert(weights_.end(), weights[entry].begin(), weights[entry].end());
+    }
+    formats_ = std::move(formats);
+    if (freqs) weights_.push_back(mx::astype(*freqs, mx::float32));
+    has_freqs_ = freqs.has_value();
     s.capacity = 0;
     s.column = 0;
-    s.half = dtype == mx::float16;
+    s.half = dtype_ == mx::float16;
     s.traditional = traditional;
     s.eps = eps;
     s.attention_scale = attention_scale;
@@ -216,7 +286,8 @@ class Model {
     s.shared_limit = static_cast<size_t>(most);
     s.tensor_rows = kTensorRows;
     s.overlap_rows = kOverlapRows;
-    s.gemm_rows = cd::gemm_ready() ? kGemmRows : kNever;
+    // cuBLAS multiplies plain weights only.
+    s.gemm_rows = cd::gemm_ready() && !quantized ? kGemmRows : kNever;
     s.batch = s.gemm_rows <= cd::kMaxGemmBatch ? cd::kMaxGemmBatch : cd::kMaxBatch;
     if (!cd::fits(s)) {
       cd::Shape one = s;
@@ -274,22 +345,24 @@ class Model {
                                   mx::contiguous(first_columns, false, stream)};
     inputs.insert(inputs.end(), weights_.begin(), weights_.end());
     std::vector<mx::Shape> shapes{{batch, 1, shape_.vocab}};
-    std::vector<mx::Dtype> dtypes{weights_[0].dtype()};
+    std::vector<mx::Dtype> dtypes{dtype_};
     for (const auto& cache : caches) {
-      if (cache.shape() != keys.shape() || cache.dtype() != weights_[0].dtype()) {
+      if (cache.shape() != keys.shape() || cache.dtype() != dtype_) {
         throw std::invalid_argument("the KV caches differ in shape or dtype");
       }
       inputs.push_back(cache);
       shapes.push_back(cache.shape());
       dtypes.push_back(cache.dtype());
     }
-    auto primitive =
-        std::make_shared<DecodeStep>(stream, s, layers_, has_freqs_, copy_caches, scratch_);
+    auto primitive = std::make_shared<DecodeStep>(stream, s, layers_, formats_, weights_.size(),
+                                                  has_freqs_, copy_caches, scratch_);
     return mx::array::make_arrays(std::move(shapes), dtypes, primitive, inputs);
   }
 
  private:
-  std::vector<mx::array> weights_;
+  std::vector<mx::array> weights_;  // every weight's arrays in the step's order, then the freqs
+  std::shared_ptr<const Formats> formats_;
+  mx::Dtype dtype_ = mx::bfloat16;
   int layers_;
   bool has_freqs_ = false;
   cd::Shape shape_{};
@@ -299,15 +372,17 @@ class Model {
 }  // namespace
 
 NB_MODULE(_cuda_decode, m) {
-  m.doc() = "MLX Lab's one-token decode step of a dense Llama model, for MLX's CUDA backend";
+  m.doc() = "MLX Lab's one-token decode step of a Llama model, for MLX's CUDA backend";
   nb::class_<Model>(m, "Model")
-      .def(nb::init<std::vector<mx::array>, int, int, int, int, int, int, int, float, float, float,
-                    float, bool, std::optional<mx::array>>(),
+      .def(nb::init<std::vector<std::vector<mx::array>>, int, int, int, int, int, int, int, float,
+                    float, float, float, bool, std::optional<mx::array>>(),
            "weights"_a, "layers"_a, "hidden"_a, "heads"_a, "kv_heads"_a, "head_dim"_a,
            "intermediate"_a, "vocab"_a, "eps"_a, "attention_scale"_a, "rope_scale"_a,
            "rope_base"_a, "traditional"_a, "rope_freqs"_a.none(),
            "weights: embedding, final norm, lm_head, then each layer's input norm, q/k/v, o, "
-           "post-attention norm, gate/up and down.")
+           "post-attention norm, gate/up and down; each [array] (a norm, a plain matrix) or "
+           "[packed, scales, biases] (MLX's affine quantization: 4 or 8 bits, groups of 32 "
+           "or 64).")
       .def("max_batch", &Model::max_batch)
       .def("tune", &Model::tune, "tensor_rows"_a, "overlap_rows"_a, "gemm_rows"_a = 0,
            "Matvecs on tensor cores from `tensor_rows` rows a batch; kernels that overlap "
