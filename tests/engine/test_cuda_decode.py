@@ -164,6 +164,26 @@ def test_a_replaced_weight_makes_a_new_plan_and_an_adapter_falls_back(model):
     assert Counting.calls == calls + 1
 
 
+def test_a_step_walks_the_layers_only_after_something_under_the_model_changed(model, monkeypatch):
+    walks = []
+    fused = fused_projections.FusedProjectionsBlock._fused
+    monkeypatch.setattr(fused_projections.FusedProjectionsBlock, "_fused",
+                        lambda block: walks.append(block) or fused(block))  # fmt: skip
+    caches = _prefill(model, [[1, 2, 3]], batch=False)
+    walks.clear()
+    model(mx.array([[4]]), cache=caches)
+    model(mx.array([[5]]), cache=caches)
+    assert walks == [] and Counting.calls == 2  # nothing changed: the plan as it was
+    attention = model.model.layers[1].self_attn
+    attention.o_proj.bias = mx.zeros((attention.o_proj.weight.shape[0],), mx.bfloat16)
+    logits = model(mx.array([[6]]), cache=caches)
+    assert len(walks) >= 1 and Counting.calls == 2  # a bias added: mlx-lm's model ran
+    del attention.o_proj["bias"]
+    model(mx.array([[7]]), cache=caches)
+    model(mx.array([[8]]), cache=caches)
+    assert Counting.calls == 4 and logits.shape == (1, 1, model.args.vocab_size)
+
+
 def test_caches_are_written_in_place_only_while_the_step_owns_them(model):
     caches = _prefill(model, [[1, 2, 3]], batch=False)
     for token in (4, 5, 6):
