@@ -67,6 +67,11 @@ def main() -> None:
         help="only engine rows, fused projections with decode_kernels.py's kernels and without",
     )
     parser.add_argument(
+        "--engine-only",
+        action="store_true",
+        help="only the engine's rows (with its prompt cache and without), no mlx-lm rows",
+    )
+    parser.add_argument(
         "--compare-step",
         action="store_true",
         help="only engine rows, with the CUDA decode step (cuda_decode.py) and without",
@@ -107,7 +112,8 @@ def main() -> None:
                 "rows": rows,
             }
             flags = {"kernels": args.compare_kernels, "fused": args.compare_fused,
-                     "mlp": args.compare_compiled_mlp, "step": args.compare_step}  # fmt: skip
+                     "mlp": args.compare_compiled_mlp, "step": args.compare_step,
+                     "engine": args.engine_only}  # fmt: skip
             compare = next((name for name, on in flags.items() if on), None)
             speed_rows(folder, args.tokens, batches, rows, compare)
             if not args.no_torch and shape.bits is None:
@@ -186,7 +192,7 @@ def speed_rows(
 
     if compare:  # the engine alone: mlx-lm's rows do not depend on the switch
         alternate = {"fused": fused_rows, "kernels": kernels_rows, "mlp": compiled_mlp_rows,
-                     "step": step_rows}[compare]  # fmt: skip
+                     "step": step_rows, "engine": engine_rows}[compare]  # fmt: skip
         rows.update(alternate(folder, tokens, batches))
         return rows
     model, _ = load(str(folder))
@@ -450,6 +456,10 @@ def engine_speed(folder: Path, tokens: int, batches: list[int], cache, label: st
         rows[f"{label}_ttft_512_s"] = min(
             engine_stream(engine, prompt, 1)[1] for prompt in prompts(3, 512, vocab, 21)
         )
+        # One stream again, long after the warm-up: the 4-bit shape's first read 578 tok/s
+        # with the prompt cache on and 888 with it off (docs/BENCHMARKS.md, 4-bit CUDA step).
+        again = [engine_stream(engine, prompt, tokens) for prompt in prompts(3, PROMPT, vocab, 8)]
+        rows[f"{label}_stream_again_tps"] = max(rate for rate, _ in again)
         return rows
     finally:
         engine.shutdown()
