@@ -144,44 +144,50 @@ def _greedy_mlx_lm(model, prompts, tokens):
         model.__class__ = cuda_decode.CudaDecodeModel
 
 
-def test_a_replaced_weight_makes_a_new_plan_and_an_adapter_falls_back(model):
+def test_a_replaced_weight_or_an_adapter_takes_effect_from_the_next_batch(model):
     caches = _prefill(model, [[1, 2, 3]], batch=False)
     model(mx.array([[4]]), cache=caches)
     plan = model._mlxlab_plan
     head = model.model.embed_tokens
     head.weight = head.weight * 2
     model(mx.array([[5]]), cache=caches)
+    assert model._mlxlab_plan is plan  # a batch decoding goes on on the weights it began with
+    caches = _prefill(model, [[1, 2, 3]], batch=False)
+    model(mx.array([[4]]), cache=caches)
     assert model._mlxlab_plan is not plan and model._mlxlab_plan.sources[0] is head.weight
     calls = Counting.calls
     attention = model.model.layers[0].self_attn
     slot = AdapterSlot(attention.q_proj)
     slot.updates["a"] = lambda x: mx.ones((*x.shape[:-1], 64), x.dtype)
     attention.q_proj = slot
-    model(mx.array([[6]]), cache=caches)
+    model(mx.array([[6]]), cache=_prefill(model, [[1, 2, 3]], batch=False))
     assert Counting.calls == calls + 1  # an adapter slot with nothing active: still the step
     object.__setattr__(slot, "active", ("a",))  # an adapter in use: mlx-lm's blocks run
-    model(mx.array([[7]]), cache=caches)
+    model(mx.array([[7]]), cache=_prefill(model, [[1, 2, 3]], batch=False))
     assert Counting.calls == calls + 1
 
 
-def test_a_step_walks_the_layers_only_after_something_under_the_model_changed(model, monkeypatch):
+def test_a_batch_walks_the_layers_only_after_something_under_the_model_changed(model, monkeypatch):
     walks = []
     fused = fused_projections.FusedProjectionsBlock._fused
     monkeypatch.setattr(fused_projections.FusedProjectionsBlock, "_fused",
                         lambda block: walks.append(block) or fused(block))  # fmt: skip
-    caches = _prefill(model, [[1, 2, 3]], batch=False)
-    walks.clear()
-    model(mx.array([[4]]), cache=caches)
-    model(mx.array([[5]]), cache=caches)
-    assert walks == [] and Counting.calls == 2  # nothing changed: the plan as it was
+    for token in (4, 5):
+        caches = _prefill(model, [[1, 2, token]], batch=False)
+        walks.clear()
+        model(mx.array([[token]]), cache=caches)
+        model(mx.array([[token]]), cache=caches)
+        assert walks == []  # nothing changed: the plan as it was
+    assert Counting.calls == 4
     attention = model.model.layers[1].self_attn
     attention.o_proj.bias = mx.zeros((attention.o_proj.weight.shape[0],), mx.bfloat16)
-    logits = model(mx.array([[6]]), cache=caches)
-    assert len(walks) >= 1 and Counting.calls == 2  # a bias added: mlx-lm's model ran
+    logits = model(mx.array([[6]]), cache=_prefill(model, [[1, 2, 3]], batch=False))
+    assert len(walks) >= 1 and Counting.calls == 4  # a bias added: mlx-lm's model ran
     del attention.o_proj["bias"]
+    caches = _prefill(model, [[1, 2, 3]], batch=False)
     model(mx.array([[7]]), cache=caches)
     model(mx.array([[8]]), cache=caches)
-    assert Counting.calls == 4 and logits.shape == (1, 1, model.args.vocab_size)
+    assert Counting.calls == 6 and logits.shape == (1, 1, model.args.vocab_size)
 
 
 def test_caches_are_written_in_place_only_while_the_step_owns_them(model):
@@ -251,3 +257,20 @@ def test_the_native_step_reads_a_view_of_the_tokens_row_by_row():
     want = mlx_lm(model, token, theirs).astype(mx.float32)
     got = model(token, cache=ours).astype(mx.float32)
     assert mx.allclose(got, want, atol=0.02 * mx.abs(want).max().item()).item()
+
+
+@pytest.mark.skipif(_native_step() is None, reason="needs an NVIDIA GPU and the built CUDA step")
+def test_the_step_as_one_cuda_graph_is_the_step_launched_kernel_by_kernel():
+    model = _tiny_model_on_the_native_step("4-bit")
+    native = model._mlxlab_plan.native
+    prompts = [[3] * 4, list(range(5, 20))]
+    logits = {}
+    for graph in (True, False):
+        native.replay(graph)
+        caches, token, steps = _prefill(model, prompts, True), mx.array([[3], [19]]), []
+        for _ in range(6):
+            steps.append(model(token, cache=caches))
+            token = mx.argmax(steps[-1][:, -1], axis=-1)[:, None]
+        logits[graph] = mx.concatenate(steps)
+        assert native.replays() is graph  # capturing did not fail over to launches
+    assert mx.array_equal(logits[True], logits[False]).item()

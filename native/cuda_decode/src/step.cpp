@@ -4,8 +4,9 @@
 // host time each, and that host work bounded a 1B model's decode step on an H200 (276
 // kernels, 3.4 ms, 1.46 of them on the device: docs/BENCHMARKS.md). Here the step is one
 // node of MLX's graph: its evaluation commits what MLX has recorded so far and launches
-// the step's own ~5 kernels a layer straight on the same stream, so MLX's ordering and
-// its buffers' lifetimes hold as for any primitive.
+// the step's own ~5 kernels a layer on the same stream, as one CUDA graph (Replay), so
+// MLX's ordering and its buffers' lifetimes hold as for any primitive. Its inputs are the
+// step's tokens, positions and caches; the weights stay with the model.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -14,7 +15,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -26,6 +29,7 @@
 #include "mlx/backend/cuda/utils.h"
 #include "mlx/ops.h"
 #include "mlx/primitives.h"
+#include "mlx/transforms.h"
 
 namespace nb = nanobind;
 namespace mx = mlx::core;
@@ -67,6 +71,70 @@ class Scratch {
   size_t bytes_;
 };
 
+// A step's kernels as one CUDA graph. Each launch costs the host 2.6 us on the H200's
+// machine, 400 us for a 30-layer model's 152 kernels; capturing them costs about half that,
+// updating the graph kept for the batch size 8-14 us, and launching it 1.6 us
+// (docs/BENCHMARKS.md). A step's column, token and output pointers change each step, so
+// each step is captured again and the kept graph updated in place.
+class Replay {
+ public:
+  Replay() { check(cudaStreamCreateWithFlags(&capture_, cudaStreamNonBlocking), "a stream"); }
+  ~Replay() {
+    for (auto& [batch, exec] : execs_) cudaGraphExecDestroy(exec);
+    cudaStreamDestroy(capture_);
+  }
+  Replay(const Replay&) = delete;
+  Replay& operator=(const Replay&) = delete;
+
+  bool enabled() const { return enabled_; }
+  void enable(bool on) { enabled_ = on; }
+
+  // The step on `stream` through the batch's graph; where capturing fails, the kernels
+  // launched one by one from then on.
+  cudaError_t run(const cd::Shape& s, const cd::Pointers& p, cudaStream_t stream) {
+    std::lock_guard<std::mutex> guard(lock_);
+    cudaGraph_t graph = nullptr;
+    if (cudaStreamBeginCapture(capture_, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+      return fall_back(s, p, stream);
+    }
+    const cudaError_t launched = cd::launch_step(s, p, capture_);
+    const cudaError_t ended = cudaStreamEndCapture(capture_, &graph);
+    if (launched != cudaSuccess || ended != cudaSuccess) {
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      if (launched != cudaSuccess) return launched;
+      return fall_back(s, p, stream);
+    }
+    cudaGraphExec_t& exec = execs_[s.batch];
+    if (exec != nullptr) {
+      cudaGraphExecUpdateResultInfo info;
+      if (cudaGraphExecUpdate(exec, graph, &info) != cudaSuccess) {
+        cudaGetLastError();  // not an error: other kernels (tuned), a new graph instead
+        cudaGraphExecDestroy(exec);
+        exec = nullptr;
+      }
+    }
+    cudaError_t error = exec == nullptr ? cudaGraphInstantiate(&exec, graph, 0) : cudaSuccess;
+    cudaGraphDestroy(graph);
+    if (error != cudaSuccess) {
+      exec = nullptr;
+      return fall_back(s, p, stream);
+    }
+    return cudaGraphLaunch(exec, stream);
+  }
+
+ private:
+  cudaError_t fall_back(const cd::Shape& s, const cd::Pointers& p, cudaStream_t stream) {
+    cudaGetLastError();
+    enabled_ = false;
+    return cd::launch_step(s, p, stream);
+  }
+
+  std::mutex lock_;
+  cudaStream_t capture_ = nullptr;
+  std::map<int, cudaGraphExec_t> execs_;  // by batch: a batch's kernels and grids
+  bool enabled_ = true;
+};
+
 // How one of the model's weights is given: one array (a norm, a plain matrix; bits 0), or a
 // quantized matrix's packed weight, scales and biases.
 struct Format {
@@ -95,19 +163,26 @@ void set_device_data(mx::array& out, cudaStream_t stream) {
   }));
 }
 
+// Every weight's arrays in the step's order, then the RoPE frequencies; evaluated once when
+// the model is made. They are no inputs of a step's node: MLX's graph work on ~500 inputs a
+// step (a 30-layer 4-bit model's) cost more host time than the step's kernels' launches.
+using Weights = std::vector<mx::array>;
+
 class DecodeStep : public mx::Primitive {
  public:
   DecodeStep(mx::Stream stream, cd::Shape shape, int layers,
-             std::shared_ptr<const Formats> formats, size_t weight_arrays, bool has_freqs,
-             bool copy_caches, std::shared_ptr<Scratch> scratch)
+             std::shared_ptr<const Formats> formats, std::shared_ptr<const Weights> weights,
+             bool has_freqs, bool copy_caches, std::shared_ptr<Scratch> scratch,
+             std::shared_ptr<Replay> replay)
       : mx::Primitive(stream),
         shape_(shape),
         layers_(layers),
         formats_(std::move(formats)),
-        weight_arrays_(weight_arrays),
+        weights_(std::move(weights)),
         has_freqs_(has_freqs),
         copy_caches_(copy_caches),
-        scratch_(std::move(scratch)) {}
+        scratch_(std::move(scratch)),
+        replay_(std::move(replay)) {}
 
   void eval_cpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
     throw std::runtime_error("MLX Lab's CUDA decode step runs on a CUDA GPU only");
@@ -120,9 +195,10 @@ class DecodeStep : public mx::Primitive {
     cudaStream_t cuda_stream = encoder.stream();
     set_device_data(outputs[0], cuda_stream);
 
-    const size_t first_cache = 3 + weight_arrays_;
+    // The weights outlive the kernels that read them, whoever lets go of the model.
+    encoder.add_completed_handler([held = weights_]() {});
     for (int i = 0; i < 2 * layers_; ++i) {
-      const mx::array& in = inputs[first_cache + i];
+      const mx::array& in = inputs[3 + i];
       mx::array& out = outputs[1 + i];
       if (!in.flags().row_contiguous || in.data_size() != in.size()) {
         throw std::runtime_error("the CUDA decode step needs row-contiguous KV caches");
@@ -142,19 +218,19 @@ class DecodeStep : public mx::Primitive {
     p.tokens = mx::gpu_ptr<int32_t>(inputs[0]);
     p.positions = mx::gpu_ptr<int32_t>(inputs[1]);
     p.first_columns = mx::gpu_ptr<int32_t>(inputs[2]);
-    // The weights' arrays follow the three index arrays, in the step's order.
-    size_t w = 3, entry = 0;
+    const Weights& weights = *weights_;
+    size_t w = 0, entry = 0;
     auto single = [&]() {
       ++entry;
-      return mx::gpu_ptr<void>(inputs[w++]);
+      return mx::gpu_ptr<void>(weights[w++]);
     };
     auto matrix = [&]() {
       const Format& format = (*formats_)[entry++];
       cd::Matrix m;
-      m.weight = mx::gpu_ptr<void>(inputs[w++]);
+      m.weight = mx::gpu_ptr<void>(weights[w++]);
       if (format.bits != 0) {
-        m.scales = mx::gpu_ptr<void>(inputs[w++]);
-        m.biases = mx::gpu_ptr<void>(inputs[w++]);
+        m.scales = mx::gpu_ptr<void>(weights[w++]);
+        m.biases = mx::gpu_ptr<void>(weights[w++]);
         m.bits = format.bits;
         m.group = format.group;
       }
@@ -175,13 +251,16 @@ class DecodeStep : public mx::Primitive {
       layer.keys = mx::gpu_ptr<void>(outputs[1 + 2 * l]);
       layer.values = mx::gpu_ptr<void>(outputs[2 + 2 * l]);
     }
-    p.rope_freqs = has_freqs_ ? mx::gpu_ptr<float>(inputs[w++]) : nullptr;  // after the weights
+    p.rope_freqs = has_freqs_ ? mx::gpu_ptr<float>(weights[w++]) : nullptr;  // after the weights
     p.logits = mx::gpu_ptr<void>(outputs[0]);
     p.scratch = scratch_->data();
     if (cd::scratch_bytes(shape_) > scratch_->bytes()) {
       throw std::runtime_error("the CUDA decode step's scratch is too small for this batch");
     }
-    check(cd::launch_step(shape_, p, cuda_stream), "launching the CUDA decode step");
+    // cuBLAS's calls stay out of the graphs: its workspace is its own.
+    const bool replayed = replay_->enabled() && shape_.batch < shape_.gemm_rows;
+    check(replayed ? replay_->run(shape_, p, cuda_stream) : cd::launch_step(shape_, p, cuda_stream),
+          "launching the CUDA decode step");
   }
 
   const char* name() const override { return "MLXLabCudaDecodeStep"; }
@@ -190,10 +269,11 @@ class DecodeStep : public mx::Primitive {
   cd::Shape shape_;
   int layers_;
   std::shared_ptr<const Formats> formats_;
-  size_t weight_arrays_;  // the weights' arrays among the inputs, the RoPE frequencies included
+  std::shared_ptr<const Weights> weights_;
   bool has_freqs_;
   bool copy_caches_;
   std::shared_ptr<Scratch> scratch_;
+  std::shared_ptr<Replay> replay_;
 };
 
 // Entry `entry`'s (rows, depth) in the step's order, or (0, hidden) for a norm.
@@ -260,15 +340,18 @@ class Model {
     s.intermediate = intermediate;
     s.vocab = vocab;
     auto formats = std::make_shared<Formats>();
+    auto held = std::make_shared<Weights>();
     bool quantized = false;
     for (size_t entry = 0; entry < weights.size(); ++entry) {
       const auto [rows, depth] = weight_shape(static_cast<int>(entry), s);
       formats->push_back(read_format(weights[entry], rows, depth, dtype_));
       quantized = quantized || formats->back().bits != 0;
-      weights_.insert(weights_.end(), weights[entry].begin(), weights[entry].end());
+      held->insert(held->end(), weights[entry].begin(), weights[entry].end());
     }
     formats_ = std::move(formats);
-    if (freqs) weights_.push_back(mx::astype(*freqs, mx::float32));
+    if (freqs) held->push_back(mx::astype(*freqs, mx::float32));
+    mx::eval(*held);  // a step reads their buffers directly
+    weights_ = std::move(held);
     has_freqs_ = freqs.has_value();
     s.capacity = 0;
     s.column = 0;
@@ -295,6 +378,7 @@ class Model {
       if (!cd::fits(one)) throw std::invalid_argument("a shape the CUDA decode step lacks");
     }
     scratch_ = std::make_shared<Scratch>(cd::scratch_bytes(s));
+    replay_ = std::make_shared<Replay>();
   }
 
   // The largest batch this model's step takes.
@@ -308,6 +392,10 @@ class Model {
 
   // For benches: the batch from which matvecs use tensor cores, below which kernels overlap,
   // and from which matmuls go through cuBLAS (where it started; 0 leaves that as it is).
+  // For benches: the step's kernels as one CUDA graph (the default) or launched one by one.
+  void replay(bool on) { replay_->enable(on); }
+  bool replays() const { return replay_->enabled(); }
+
   void tune(int tensor_rows, int overlap_rows, int gemm_rows) {
     shape_.tensor_rows = tensor_rows;
     shape_.overlap_rows = overlap_rows;
@@ -343,7 +431,6 @@ class Model {
     std::vector<mx::array> inputs{mx::contiguous(tokens, false, stream),
                                   mx::contiguous(positions, false, stream),
                                   mx::contiguous(first_columns, false, stream)};
-    inputs.insert(inputs.end(), weights_.begin(), weights_.end());
     std::vector<mx::Shape> shapes{{batch, 1, shape_.vocab}};
     std::vector<mx::Dtype> dtypes{dtype_};
     for (const auto& cache : caches) {
@@ -354,19 +441,20 @@ class Model {
       shapes.push_back(cache.shape());
       dtypes.push_back(cache.dtype());
     }
-    auto primitive = std::make_shared<DecodeStep>(stream, s, layers_, formats_, weights_.size(),
-                                                  has_freqs_, copy_caches, scratch_);
+    auto primitive = std::make_shared<DecodeStep>(stream, s, layers_, formats_, weights_,
+                                                  has_freqs_, copy_caches, scratch_, replay_);
     return mx::array::make_arrays(std::move(shapes), dtypes, primitive, inputs);
   }
 
  private:
-  std::vector<mx::array> weights_;  // every weight's arrays in the step's order, then the freqs
+  std::shared_ptr<const Weights> weights_;
   std::shared_ptr<const Formats> formats_;
   mx::Dtype dtype_ = mx::bfloat16;
   int layers_;
   bool has_freqs_ = false;
   cd::Shape shape_{};
   std::shared_ptr<Scratch> scratch_;
+  std::shared_ptr<Replay> replay_;
 };
 
 }  // namespace
@@ -384,6 +472,10 @@ NB_MODULE(_cuda_decode, m) {
            "[packed, scales, biases] (MLX's affine quantization: 4 or 8 bits, groups of 32 "
            "or 64).")
       .def("max_batch", &Model::max_batch)
+      .def("replay", &Model::replay, "on"_a,
+           "The step's kernels as one CUDA graph (the default), or launched one by one.")
+      .def("replays", &Model::replays,
+           "Whether steps run as CUDA graphs (false after capturing one failed).")
       .def("tune", &Model::tune, "tensor_rows"_a, "overlap_rows"_a, "gemm_rows"_a = 0,
            "Matvecs on tensor cores from `tensor_rows` rows a batch; kernels that overlap "
            "their neighbours (programmatic dependent launch) below `overlap_rows` rows; "

@@ -1,0 +1,131 @@
+"""Where a CUDA decode step's host time goes, part by part, with its kernels as one CUDA
+graph and launched one by one (issue 18).
+
+    MLXLAB_CUDA_DECODE_LIBRARY=... python3 bench/gpu_host_parts.py smollm2-135m-4bit,llama-1b-4bit
+
+For each shape (bench/gpu_models.py, random weights) on the native step: a pipelined
+greedy loop as mlx-lm's generate_step runs it (step n+1 queued before step n's token is
+read), timing the model call (Python glue and the step's node), the argmax, `async_eval`
+(MLX's eval: the step's launches) and the wait, twice each way; whether both ways chose the
+same tokens; the plan's check over the model's tree; and the native step alone.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import mlx.core as mx  # noqa: E402
+from mlx.utils import tree_map  # noqa: E402
+from mlx_lm.models import llama  # noqa: E402
+from mlx_lm.models.cache import make_prompt_cache  # noqa: E402
+
+from bench.gpu_models import SHAPES, quantize  # noqa: E402
+from inference.engine import cuda_decode, fused_projections  # noqa: E402
+
+PROMPT = list(range(3, 35))
+
+
+def median_us(seconds: list[float]) -> float:
+    return round(1e6 * statistics.median(seconds), 1)
+
+
+def replay(native, on: bool) -> None:
+    if hasattr(native, "replay"):  # the reference step (MLXLAB_CUDA_DECODE=reference) has none
+        native.replay(on)
+
+
+def pipelined(model, steps: int = 300, skip: int = 50) -> tuple[dict, int, list[int]]:
+    """({part: median us a step}, tok/s, the greedy tokens) of one loop."""
+    cache = make_prompt_cache(model)
+    llama.Model.__call__(model, mx.array([PROMPT]), cache=cache)
+    y = mx.array([[7]])
+    parts: dict[str, list[float]] = {"call": [], "argmax": [], "async_eval": [], "wait": []}
+    tokens, started = [], 0.0
+    for i in range(steps):
+        if i == skip:
+            started = time.perf_counter()
+        t0 = time.perf_counter()
+        logits = model(y, cache=cache)
+        t1 = time.perf_counter()
+        following = mx.argmax(logits[:, -1], axis=-1)[:, None]
+        t2 = time.perf_counter()
+        mx.async_eval(following)
+        t3 = time.perf_counter()
+        tokens.append(y.item())
+        t4 = time.perf_counter()
+        y = following
+        if i >= skip:
+            for part, spent in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+                parts[part].append(spent)
+    rate = round((steps - skip) / (time.perf_counter() - started))
+    return {part: median_us(spent) for part, spent in parts.items()}, rate, tokens
+
+
+def step_alone(model, native) -> dict:
+    """Median us to build the native step's node, queue it, and wait for it."""
+    cache = make_prompt_cache(model)
+    llama.Model.__call__(model, mx.array([PROMPT]), cache=cache)
+    for c in cache:
+        cuda_decode._reserve(c, c.offset)
+    arrays = [a for c in cache for a in (c.keys, c.values)]
+    token, position, first = (mx.array([v], mx.int32) for v in (7, len(PROMPT), 0))
+    mx.eval(token, position, first, arrays)
+    build, queue, wait = [], [], []
+    for i in range(200):
+        t0 = time.perf_counter()
+        out = native.step(token, position, first, len(PROMPT), arrays, False)
+        t1 = time.perf_counter()
+        mx.async_eval(out[0])
+        t2 = time.perf_counter()
+        mx.eval(out[0])
+        t3 = time.perf_counter()
+        arrays = out[1:]
+        if i >= 20:
+            build.append(t1 - t0)
+            queue.append(t2 - t1)
+            wait.append(t3 - t2)
+    return {"build": median_us(build), "async_eval": median_us(queue), "wait": median_us(wait)}
+
+
+def probe(name: str) -> None:
+    shape = SHAPES[name]
+    mx.random.seed(0)
+    model = llama.Model(llama.ModelArgs.from_dict(shape.config()))
+    model.update(tree_map(lambda p: (p * 0.5).astype(mx.bfloat16), model.parameters()))
+    quantize(model, shape)
+    mx.eval(model.parameters())
+    fused_projections.fuse_projections(model)
+    if not cuda_decode.install(model):
+        print(name, "does not take the CUDA decode step")
+        return
+    native = model._mlxlab_plan.native
+    chosen = {}
+    for graphs in (True, False, True, False):
+        replay(native, graphs)
+        parts, rate, tokens = pipelined(model)
+        way = "graph" if graphs else "launches"
+        print(f"{name} {way}: {rate} tok/s; us a step {parts}")
+        chosen.setdefault(graphs, tokens)
+    same = sum(a == b for a, b in zip(chosen[True], chosen[False], strict=True))
+    print(f"{name} greedy tokens, graph against launches: {same}/{len(chosen[True])} equal")
+    tree, spent = model._mlxlab_plan.tree, []
+    for _ in range(100):
+        started = time.perf_counter()
+        unchanged = tree.unchanged()
+        spent.append(time.perf_counter() - started)
+    print(f"{name} the plan's check: unchanged {unchanged}, {median_us(spent)} us")
+    for graphs in (True, False):
+        replay(native, graphs)
+        way = "graph" if graphs else "launches"
+        print(f"{name} {way}, the native step alone, us: {step_alone(model, native)}")
+    replay(native, True)
+
+
+if __name__ == "__main__":
+    for shape_name in sys.argv[1].split(","):
+        probe(shape_name)
