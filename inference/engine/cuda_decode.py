@@ -260,54 +260,39 @@ class CudaDecodeModel(llama.Model):
         return super().__call__(inputs, cache=cache, input_embeddings=input_embeddings)
 
     def _decode(self, inputs: mx.array, caches: list) -> mx.array | None:
-        batch = inputs.shape[0]
-        kind = type(caches[0])
-        if kind not in (KVCache, BatchKVCache) or any(type(c) is not kind for c in caches):
+        scanned = _scan(caches)
+        if scanned is None:
             return None
-        if any(c.keys is None for c in caches) or (
-            kind is BatchKVCache and any(c._right_padding is not None for c in caches)
-        ):
-            return None
-        column = caches[0]._idx if kind is BatchKVCache else caches[0].offset
-        if any((c._idx if kind is BatchKVCache else c.offset) != column for c in caches):
-            return None
-        # In place, unless the caches are not the step's own last output (prefilled, merged
-        # or restored since: others may hold them) or were rewound (a trim after
-        # speculative decoding: a view taken before may cover this column).
-        fresh = any(not _written_by_step(cache, column) for cache in caches)
+        batched, column, fresh = scanned
         # Caches the step wrote last continue a batch on the weights it ran on: weights and
         # adapters change between batches (the scheduler switches adapter sets only once a
         # batch is empty), and checking them took 0.1-0.6 ms a step on the H200's host.
         plan = self._mlxlab_plan if not fresh else None
         if plan is None:
             plan = self._plan()
+        batch = inputs.shape[0]
         if plan is None or batch > plan.max_batch:
             return None
-        if any(c.keys.dtype != plan.dtype for c in caches):
+        if fresh and any(c.keys.dtype != plan.dtype for c in caches):  # else the step's own
             return None
+        arrays = []
         for cache in caches:
             _reserve(cache, column)
-        if kind is BatchKVCache:
+            arrays += (cache.keys, cache.values)
+        if batched:
             positions, first = caches[0].offset, caches[0].left_padding
         else:
             positions, first = mx.full((batch,), column, mx.int32), mx.zeros((batch,), mx.int32)
         tokens = inputs.reshape(-1)
         if tokens.dtype not in (mx.int32, mx.uint32):
             tokens = tokens.astype(mx.int32)
-        arrays = []
-        for cache in caches:
-            arrays += [cache.keys, cache.values]
         out = plan.native.step(tokens, _int32(positions), _int32(first), column, arrays, fresh)
         arrays = None
-        if kind is BatchKVCache:
-            after = positions + 1
-            for cache in caches:
-                cache.offset = after
-                cache._idx += 1
-        else:
-            for cache in caches:
-                cache.offset += 1
+        after = positions + 1 if batched else column + 1
         for i, cache in enumerate(caches):
+            cache.offset = after
+            if batched:
+                cache._idx += 1
             cache.keys, cache.values = out[1 + 2 * i], out[2 + 2 * i]
             # Ids only: a reference held here would count as one more holder.
             cache._mlxlab_written = (id(cache.keys), id(cache.values), column)
@@ -372,6 +357,29 @@ def _flat(weights: list[list[mx.array]]) -> list[mx.array]:
 
 def _int32(values: mx.array) -> mx.array:
     return values if values.dtype == mx.int32 else values.astype(mx.int32)
+
+
+def _scan(caches: list) -> tuple[bool, int, bool] | None:
+    """(batched, column, fresh) of caches the step takes, in one pass: plain mlx-lm caches
+    of one kind at one column; fresh: written in place only from the next step on, since
+    they are not the step's own last output (prefilled, merged or restored since: others
+    may hold them) or were rewound (a trim after speculative decoding: a view taken
+    before may cover this column)."""
+    kind = type(caches[0])
+    if kind is not KVCache and kind is not BatchKVCache:
+        return None
+    batched = kind is BatchKVCache
+    column = caches[0]._idx if batched else caches[0].offset
+    fresh = False
+    for cache in caches:
+        if type(cache) is not kind or cache.keys is None:
+            return None
+        if (cache._idx if batched else cache.offset) != column or (
+            batched and cache._right_padding is not None
+        ):
+            return None
+        fresh = fresh or not _written_by_step(cache, column)
+    return batched, column, fresh
 
 
 def _written_by_step(cache, column: int) -> bool:
