@@ -28,22 +28,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import mlx.core as mx  # noqa: E402
-from mlx.utils import tree_flatten, tree_map  # noqa: E402
+from mlx.utils import tree_flatten  # noqa: E402
 from mlx_lm.models import llama  # noqa: E402
 from mlx_lm.models.cache import BatchKVCache, KVCache  # noqa: E402
 
-from bench.gpu_models import SHAPES, quantize  # noqa: E402
-from inference.engine import cuda_decode, fused_projections  # noqa: E402
-
-
-def build(shape) -> llama.Model:
-    mx.random.seed(0)
-    model = llama.Model(llama.ModelArgs.from_dict(shape.config()))
-    model.update(tree_map(lambda p: (p * 0.5).astype(mx.bfloat16), model.parameters()))
-    quantize(model, shape)
-    mx.eval(model.parameters())
-    fused_projections.fuse_projections(model)
-    return model
+from bench.gpu_models import SHAPES, fused_model  # noqa: E402
+from inference.engine import cuda_decode  # noqa: E402
 
 
 def reference(model, inputs, cache):
@@ -219,7 +209,7 @@ def main() -> int:
     # Every batch the kernels take, not only those the engine sends them.
     os.environ.setdefault(cuda_decode.MAX_BATCH_VARIABLE, "32")
     shape = SHAPES[args.shape]
-    model = build(shape)
+    model = fused_model(shape)
     if not cuda_decode.install(model):
         print("the CUDA decode step did not install")
         return 1

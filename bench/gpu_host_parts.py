@@ -20,12 +20,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import mlx.core as mx  # noqa: E402
-from mlx.utils import tree_map  # noqa: E402
 from mlx_lm.models import llama  # noqa: E402
 from mlx_lm.models.cache import make_prompt_cache  # noqa: E402
 
-from bench.gpu_models import SHAPES, quantize  # noqa: E402
-from inference.engine import cuda_decode, fused_projections  # noqa: E402
+from bench.gpu_models import SHAPES, fused_model  # noqa: E402
+from inference.engine import cuda_decode  # noqa: E402
 
 PROMPT = list(range(3, 35))
 
@@ -93,13 +92,7 @@ def step_alone(model, native) -> dict:
 
 
 def probe(name: str) -> None:
-    shape = SHAPES[name]
-    mx.random.seed(0)
-    model = llama.Model(llama.ModelArgs.from_dict(shape.config()))
-    model.update(tree_map(lambda p: (p * 0.5).astype(mx.bfloat16), model.parameters()))
-    quantize(model, shape)
-    mx.eval(model.parameters())
-    fused_projections.fuse_projections(model)
+    model = fused_model(SHAPES[name])
     if not cuda_decode.install(model):
         print(name, "does not take the CUDA decode step")
         return

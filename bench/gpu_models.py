@@ -86,6 +86,24 @@ def quantize(model, shape: Shape) -> None:
     nn.quantize(model, group_size=shape.group_size, bits=shape.bits, class_predicate=predicate)
 
 
+def fused_model(shape: Shape):
+    """A random-weight model of `shape` in memory (bf16, quantized as the shape says), its
+    layers' projections fused as the engine loads them on a GPU."""
+    import mlx.core as mx
+    from mlx.utils import tree_map
+    from mlx_lm.models import llama
+
+    from inference.engine import fused_projections
+
+    mx.random.seed(0)
+    model = llama.Model(llama.ModelArgs.from_dict(shape.config()))
+    model.update(tree_map(lambda p: (p * 0.5).astype(mx.bfloat16), model.parameters()))
+    quantize(model, shape)
+    mx.eval(model.parameters())
+    fused_projections.fuse_projections(model)
+    return model
+
+
 def build_folder(shape: Shape, folder: Path, tokenizer_from: Path) -> Path:
     """Write config, random bf16 (or quantized) weights and the tokenizer into `folder`."""
     import mlx.core as mx
