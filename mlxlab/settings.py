@@ -104,7 +104,15 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": MLXLAB.db_path,
-            "OPTIONS": {"timeout": 20},
+            # WAL: readers (the web pages) never wait on a writer (a job's progress).
+            # IMMEDIATE: a transaction that reads and then writes takes the write lock
+            # at BEGIN and waits its turn; a deferred one would fail at once with
+            # "database is locked" when another process wrote in between.
+            "OPTIONS": {
+                "timeout": 20,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+            },
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
