@@ -25,7 +25,8 @@ began with (the engine switches adapter sets only between batches).
 MLXLAB_CUDA_DECODE: 1 (the default: on a GPU, where the step is built), 0, or reference:
 the step's contract computed with MLX's own operations (`Reference`, in
 cuda_decode_reference.py), on any device, which
-the CPU tests run the model's glue against.
+the CPU tests run the model's glue against. MLXLAB_CUDA_DECODE_REPLAY: how the step's
+kernels reach the GPU (REPLAY_MODES; the native step's default, `captured`, where unset).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from . import fused_projections
 from .adapters import AdapterSlot
-from .cuda_decode_reference import Reference
+from .cuda_decode_reference import REPLAY_MODES, Reference
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ VARIABLE = "MLXLAB_CUDA_DECODE"
 # 64, each ahead of MLX's own step on an H200 (docs/BENCHMARKS.md, "cuBLAS for the matmuls").
 MAX_BATCH_VARIABLE = "MLXLAB_CUDA_DECODE_MAX_BATCH"
 DEFAULT_MAX_BATCH = 64
+REPLAY_VARIABLE = "MLXLAB_CUDA_DECODE_REPLAY"
 STEP = 256  # mlx-lm's cache growth, in columns
 
 
@@ -115,6 +117,11 @@ class Plan:
         )  # fmt: skip
         wanted = int(os.environ.get(MAX_BATCH_VARIABLE, DEFAULT_MAX_BATCH))
         self.max_batch = min(self.native.max_batch(), wanted)
+        mode = os.environ.get(REPLAY_VARIABLE, "").strip().lower()
+        if mode:
+            if mode not in REPLAY_MODES:
+                raise ValueError(f"{REPLAY_VARIABLE} is one of {', '.join(REPLAY_MODES)}")
+            self.native.replay(mode)
 
 
 class Tree:

@@ -11,6 +11,10 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
+# The native step's ways to the GPU (step.cpp's Replay): kernels launched one by one, one
+# CUDA graph captured every step, or a graph kept a batch and replayed as it is.
+REPLAY_MODES = ("launched", "captured", "kept")
+
 
 class Reference:
     """The native extension's contract in MLX's operations: what its step must compute."""
@@ -28,6 +32,17 @@ class Reference:
 
         def max_batch(self) -> int:
             return 32 if self.quantized else 64  # as the CUDA step (kMaxBatch, kMaxGemmBatch)
+
+        replay_mode = "captured"
+
+        def replay(self, mode: str) -> None:
+            """How the CUDA step's kernels reach the GPU: nothing to the reference's result."""
+            if mode not in REPLAY_MODES:
+                raise ValueError("a replay mode is launched, captured or kept")
+            self.replay_mode = mode
+
+        def replays(self) -> str:
+            return self.replay_mode
 
         def step(self, tokens, positions, first_columns, column, caches, copy_caches):
             embedding, (final_norm,), head = self.weights[:3]

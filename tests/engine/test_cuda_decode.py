@@ -66,6 +66,24 @@ def test_the_switch(monkeypatch):
     assert cuda_decode.wanted(on_gpu=False)
 
 
+def _fused_bf16(seed: int) -> llama.Model:
+    model = tiny_llama(seed)
+    model.update(tree_map(lambda p: p.astype(mx.bfloat16), model.parameters()))
+    assert fused_projections.fuse_projections(model) == 2
+    return model
+
+
+def test_the_replay_variable_reaches_the_native_step(monkeypatch):
+    model = _fused_bf16(2)
+    monkeypatch.setenv(cuda_decode.REPLAY_VARIABLE, "kept")
+    assert cuda_decode.install(model, Counting)
+    assert model._mlxlab_plan.native.replays() == "kept"
+    model = _fused_bf16(2)
+    monkeypatch.setenv(cuda_decode.REPLAY_VARIABLE, "sometimes")
+    assert not cuda_decode.install(model, Counting)  # said why in the log, served by mlx-lm
+    assert type(model) is llama.Model
+
+
 def test_which_models_take_it():
     dense = tiny_llama(1)
     assert not cuda_decode.eligible(dense)  # float32, and no fused projections yet
@@ -260,17 +278,21 @@ def test_the_native_step_reads_a_view_of_the_tokens_row_by_row():
 
 
 @pytest.mark.skipif(_native_step() is None, reason="needs an NVIDIA GPU and the built CUDA step")
-def test_the_step_as_one_cuda_graph_is_the_step_launched_kernel_by_kernel():
+def test_a_step_replayed_from_a_cuda_graph_is_the_step_launched_kernel_by_kernel():
+    # 250 steps after a 15-token prompt: the caches grow past 256 columns on the way, so a
+    # kept graph is made again for the new buffers.
     model = _tiny_model_on_the_native_step("4-bit")
     native = model._mlxlab_plan.native
     prompts = [[3] * 4, list(range(5, 20))]
     logits = {}
-    for graph in (True, False):
-        native.replay(graph)
+    for mode in ("launched", "captured", "kept"):
+        native.replay(mode)
         caches, token, steps = _prefill(model, prompts, True), mx.array([[3], [19]]), []
-        for _ in range(6):
+        for _ in range(250):
             steps.append(model(token, cache=caches))
             token = mx.argmax(steps[-1][:, -1], axis=-1)[:, None]
-        logits[graph] = mx.concatenate(steps)
-        assert native.replays() is graph  # capturing did not fail over to launches
-    assert mx.array_equal(logits[True], logits[False]).item()
+        logits[mode] = mx.concatenate(steps)
+        assert native.replays() == mode  # capturing did not fail over to launches
+    native.replay("captured")
+    assert mx.array_equal(logits["captured"], logits["launched"]).item()
+    assert mx.array_equal(logits["kept"], logits["launched"]).item()

@@ -10,6 +10,7 @@ namespace {
 
 struct AttentionArgs {
   int heads, kv_heads, capacity, column;
+  const int32_t* column_at;  // where not null, the column in device memory (at_column())
   bool traditional;
   float scale, rope_scale, log2_base;
 };
@@ -56,6 +57,14 @@ __device__ size_t prepare(const T* __restrict__ qkv, T* keys, T* values,
   return base;
 }
 
+// The step's column: a replayed graph's kernels read it from device memory, since the graph
+// is not rebuilt when it moves on (Replay in step.cpp). After await_previous(), as the slot
+// is written by a kernel before the step's.
+__device__ __forceinline__ AttentionArgs at_column(AttentionArgs a) {
+  if (a.column_at != nullptr) a.column = *a.column_at;
+  return a;
+}
+
 // q (floats) times one cached key (D values of T, 16-byte aligned), summed in order.
 template <typename T, int D>
 __device__ __forceinline__ float dot(const float* q, const uint4* key) {
@@ -77,9 +86,10 @@ template <typename T, int D>
 __global__ void __launch_bounds__(kAttentionThreads)
     attend(const T* __restrict__ qkv, T* keys, T* values, T* __restrict__ out,
            const int32_t* __restrict__ positions, const int32_t* __restrict__ first_columns,
-           const float* __restrict__ rope_freqs, AttentionArgs a) {
+           const float* __restrict__ rope_freqs, AttentionArgs args) {
   release_next();
   await_previous();
+  const AttentionArgs a = at_column(args);
   const int head = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
   __shared__ float q[D];
   __shared__ __align__(16) T new_key[D];
@@ -146,9 +156,10 @@ template <typename T, int D>
 __global__ void __launch_bounds__(kAttentionThreads)
     attend_chunked(const T* __restrict__ qkv, T* keys, T* values, T* __restrict__ out,
            const int32_t* __restrict__ positions, const int32_t* __restrict__ first_columns,
-           const float* __restrict__ rope_freqs, AttentionArgs a) {
+           const float* __restrict__ rope_freqs, AttentionArgs args) {
   release_next();
   await_previous();
+  const AttentionArgs a = at_column(args);
   const int head = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
   __shared__ float q[D];
   __shared__ __align__(16) T new_key[D];

@@ -199,6 +199,19 @@ cudaError_t launch_matvec(const Shape& s, cudaStream_t stream, const Matrix& m, 
                 norm_weight, s.eps, result, n_out, depth, s.batch, stage);
 }
 
+// A step's inputs into a replayed graph's slots (stage_inputs): a thread a row.
+__global__ void stage(const int32_t* tokens, const int32_t* positions,
+                      const int32_t* first_columns, int column, int batch, int32_t* to_tokens,
+                      int32_t* to_positions, int32_t* to_first_columns, int32_t* to_column) {
+  const int b = threadIdx.x;
+  if (b < batch) {
+    to_tokens[b] = tokens[b];
+    to_positions[b] = positions[b];
+    to_first_columns[b] = first_columns[b];
+  }
+  if (b == 0) *to_column = column;
+}
+
 // The tokens' embedding rows into x: the first kernel, which waits for all that came before
 // it on the stream (MLX's work).
 template <typename T>
@@ -228,8 +241,9 @@ template <typename T, int B, int D>
 cudaError_t step(const Shape& s, const Pointers& p, cudaStream_t stream) {
   const Scratch t = carve(s, p.scratch);
   const int qkv_rows = (s.heads + 2 * s.kv_heads) * D;
-  const AttentionArgs args{s.heads,      s.kv_heads,       s.capacity, s.column, s.traditional,
-                           s.attention_scale, s.rope_scale, s.log2_base};
+  const AttentionArgs args{s.heads,         s.kv_heads,     s.capacity,  s.column,
+                           p.column_at,     s.traditional,  s.attention_scale, s.rope_scale,
+                           s.log2_base};
   const int n = s.batch;
   cudaError_t error = launch_embed<T>(s, p, t.x, stream);
   auto keep = [&error](cudaError_t e) {
@@ -261,8 +275,9 @@ template <typename T, int D>
 cudaError_t step_gemm(const Shape& s, const Pointers& p, cudaStream_t stream) {
   const Scratch t = carve(s, p.scratch);
   const int n = s.batch, qkv_rows = (s.heads + 2 * s.kv_heads) * D;
-  const AttentionArgs args{s.heads,      s.kv_heads,       s.capacity, s.column, s.traditional,
-                           s.attention_scale, s.rope_scale, s.log2_base};
+  const AttentionArgs args{s.heads,         s.kv_heads,     s.capacity,  s.column,
+                           p.column_at,     s.traditional,  s.attention_scale, s.rope_scale,
+                           s.log2_base};
   cudaError_t error = launch_embed<T>(s, p, t.x, stream);
   auto keep = [&error](cudaError_t e) {
     if (error == cudaSuccess) error = e;
@@ -347,6 +362,22 @@ bool fits(const Shape& s) {
 cudaError_t launch_step(const Shape& s, const Pointers& p, cudaStream_t stream) {
   if (!fits(s)) return cudaErrorInvalidValue;
   return s.half ? for_dtype<__half>(s, p, stream) : for_dtype<__nv_bfloat16>(s, p, stream);
+}
+
+size_t slot_bytes() { return sizeof(int32_t) * (3 * kMaxGemmBatch + 1); }
+
+Slots carve_slots(void* base) {
+  auto* p = static_cast<int32_t*>(base);
+  return Slots{p, p + kMaxGemmBatch, p + 2 * kMaxGemmBatch, p + 3 * kMaxGemmBatch};
+}
+
+cudaError_t stage_inputs(const Shape& s, const Pointers& p, const Slots& slots,
+                         cudaStream_t stream) {
+  if (s.batch < 1 || s.batch > kMaxGemmBatch) return cudaErrorInvalidValue;
+  stage<<<1, kMaxGemmBatch, 0, stream>>>(p.tokens, p.positions, p.first_columns, s.column,
+                                          s.batch, slots.tokens, slots.positions,
+                                          slots.first_columns, slots.column);
+  return cudaGetLastError();
 }
 
 }  // namespace mlxlab::cuda_decode

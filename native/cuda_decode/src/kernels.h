@@ -55,6 +55,16 @@ struct Pointers {
   void* logits;  // (batch, vocab)
   void* scratch;  // scratch_bytes(shape)
   std::vector<Layer> layers;
+  const int32_t* column_at = nullptr;  // where not null, Shape::column read from device memory
+};
+
+// A replayed step's slots: its tokens, positions, first columns and column, where the graph's
+// kernels read them (step.cpp's Replay). Staged by a kernel, as the tokens are the device's.
+struct Slots {
+  int32_t* tokens;  // (kMaxGemmBatch) each
+  int32_t* positions;
+  int32_t* first_columns;
+  int32_t* column;  // (1)
 };
 
 constexpr int kMaxBatch = 32;  // the step's own kernels (quantized weights included)
@@ -71,5 +81,13 @@ bool fits(const Shape& shape);
 
 // Queue the step's kernels on `stream`; returns the first launch error.
 cudaError_t launch_step(const Shape& shape, const Pointers& p, cudaStream_t stream);
+
+// The slots' size in bytes, and the slots in `base` (device memory of that size).
+size_t slot_bytes();
+Slots carve_slots(void* base);
+
+// Queue the copy of a step's tokens, positions, first columns and column into the slots.
+cudaError_t stage_inputs(const Shape& shape, const Pointers& p, const Slots& slots,
+                         cudaStream_t stream);
 
 }  // namespace mlxlab::cuda_decode

@@ -71,69 +71,145 @@ class Scratch {
   size_t bytes_;
 };
 
+// How a step's kernels reach the GPU (Model.replay): one by one; captured into a CUDA graph
+// every step; or through a graph kept for the batch and replayed as it is.
+enum class Mode { kLaunched, kCaptured, kKept };
+
 // A step's kernels as one CUDA graph. Each launch costs the host 2.6 us on the H200's
-// machine, 400 us for a 30-layer model's 152 kernels; capturing them costs about half that,
+// machine, 400 us for a 30-layer model's 152 kernels; capturing them costs about 200 us,
 // updating the graph kept for the batch size 8-14 us, and launching it 1.6 us
-// (docs/BENCHMARKS.md). A step's column, token and output pointers change each step, so
-// each step is captured again and the kept graph updated in place.
+// (docs/BENCHMARKS.md).
+//
+// Captured, each step is captured again, as its column, token and output pointers move,
+// and the kept graph updated in place. Kept, the graph's kernels read the step's inputs
+// from fixed slots that a small kernel fills first, and write the logits to a fixed buffer
+// copied out after, so the graph is made again only when the batch's caches move (they grow
+// 256 columns at a time, or the batch changes).
 class Replay {
  public:
-  Replay() { check(cudaStreamCreateWithFlags(&capture_, cudaStreamNonBlocking), "a stream"); }
+  explicit Replay(size_t logits_row_bytes) : logits_row_bytes_(logits_row_bytes) {
+    check(cudaStreamCreateWithFlags(&capture_, cudaStreamNonBlocking), "a stream");
+    check(cudaMalloc(&slot_memory_, cd::slot_bytes()), "cudaMalloc");
+    check(cudaMalloc(&logits_, logits_row_bytes * cd::kMaxBatch), "cudaMalloc");
+    slots_ = cd::carve_slots(slot_memory_);
+  }
   ~Replay() {
-    for (auto& [batch, exec] : execs_) cudaGraphExecDestroy(exec);
+    for (auto& [batch, graph] : graphs_) cudaGraphExecDestroy(graph.exec);
+    cudaFree(logits_);
+    cudaFree(slot_memory_);
     cudaStreamDestroy(capture_);
   }
   Replay(const Replay&) = delete;
   Replay& operator=(const Replay&) = delete;
 
-  bool enabled() const { return enabled_; }
-  void enable(bool on) { enabled_ = on; }
+  Mode mode() {
+    std::lock_guard<std::mutex> guard(lock_);
+    return mode_;
+  }
+  void set_mode(Mode mode) {
+    std::lock_guard<std::mutex> guard(lock_);
+    mode_ = mode;
+  }
 
-  // The step on `stream` through the batch's graph; where capturing fails, the kernels
-  // launched one by one from then on.
+  // The step on `stream` (a batch the step's own kernels take: below Shape::gemm_rows);
+  // where capturing fails, the kernels launched one by one from then on.
   cudaError_t run(const cd::Shape& s, const cd::Pointers& p, cudaStream_t stream) {
     std::lock_guard<std::mutex> guard(lock_);
-    cudaGraph_t graph = nullptr;
-    if (cudaStreamBeginCapture(capture_, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
-      return fall_back(s, p, stream);
+    if (mode_ == Mode::kLaunched) return cd::launch_step(s, p, stream);
+    Graph& graph = graphs_[s.batch];
+    if (mode_ == Mode::kCaptured) {
+      const cudaError_t made = make(s, p, graph);
+      if (made != cudaSuccess) return made == kNotCaptured ? fall_back(s, p, stream) : made;
+      graph.made_for.clear();  // its pointers are this step's alone
+      return cudaGraphLaunch(graph.exec, stream);
     }
-    const cudaError_t launched = cd::launch_step(s, p, capture_);
-    const cudaError_t ended = cudaStreamEndCapture(capture_, &graph);
-    if (launched != cudaSuccess || ended != cudaSuccess) {
-      if (graph != nullptr) cudaGraphDestroy(graph);
-      if (launched != cudaSuccess) return launched;
-      return fall_back(s, p, stream);
+    std::vector<uintptr_t> made_for = baked_in(s, p);
+    if (graph.exec == nullptr || graph.made_for != made_for) {
+      cd::Pointers in_slots = p;
+      in_slots.tokens = slots_.tokens;
+      in_slots.positions = slots_.positions;
+      in_slots.first_columns = slots_.first_columns;
+      in_slots.column_at = slots_.column;
+      in_slots.logits = logits_;
+      const cudaError_t made = make(s, in_slots, graph);
+      if (made != cudaSuccess) return made == kNotCaptured ? fall_back(s, p, stream) : made;
+      graph.made_for = std::move(made_for);
     }
-    cudaGraphExec_t& exec = execs_[s.batch];
-    if (exec != nullptr) {
-      cudaGraphExecUpdateResultInfo info;
-      if (cudaGraphExecUpdate(exec, graph, &info) != cudaSuccess) {
-        cudaGetLastError();  // not an error: other kernels (tuned), a new graph instead
-        cudaGraphExecDestroy(exec);
-        exec = nullptr;
-      }
-    }
-    cudaError_t error = exec == nullptr ? cudaGraphInstantiate(&exec, graph, 0) : cudaSuccess;
-    cudaGraphDestroy(graph);
-    if (error != cudaSuccess) {
-      exec = nullptr;
-      return fall_back(s, p, stream);
-    }
-    return cudaGraphLaunch(exec, stream);
+    cudaError_t error = cd::stage_inputs(s, p, slots_, stream);
+    if (error == cudaSuccess) error = cudaGraphLaunch(graph.exec, stream);
+    if (error != cudaSuccess) return error;
+    return cudaMemcpyAsync(p.logits, logits_, logits_row_bytes_ * s.batch,
+                           cudaMemcpyDeviceToDevice, stream);
   }
 
  private:
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    std::vector<uintptr_t> made_for;  // what a kept graph holds that may change (baked_in)
+  };
+
+  // What a kept graph's kernels hold besides the model's weights and the slots: the shape's
+  // sizes and tuning, the scratch and every cache buffer.
+  static std::vector<uintptr_t> baked_in(const cd::Shape& s, const cd::Pointers& p) {
+    std::vector<uintptr_t> held{static_cast<uintptr_t>(s.capacity),
+                                static_cast<uintptr_t>(s.tensor_rows),
+                                static_cast<uintptr_t>(s.overlap_rows),
+                                reinterpret_cast<uintptr_t>(p.scratch)};
+    for (const cd::Layer& layer : p.layers) {
+      held.push_back(reinterpret_cast<uintptr_t>(layer.keys));
+      held.push_back(reinterpret_cast<uintptr_t>(layer.values));
+    }
+    return held;
+  }
+
+  // The step captured into `graph`: its kept executable updated in place, else made anew.
+  // A kernel's launch error as it is; kNotCaptured where the graph could not be made.
+  static constexpr cudaError_t kNotCaptured = cudaErrorStreamCaptureUnsupported;
+  cudaError_t make(const cd::Shape& s, const cd::Pointers& p, Graph& graph) {
+    cudaGraph_t captured = nullptr;
+    if (cudaStreamBeginCapture(capture_, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+      return kNotCaptured;
+    }
+    const cudaError_t launched = cd::launch_step(s, p, capture_);
+    const cudaError_t ended = cudaStreamEndCapture(capture_, &captured);
+    if (launched != cudaSuccess || ended != cudaSuccess) {
+      if (captured != nullptr) cudaGraphDestroy(captured);
+      return launched != cudaSuccess ? launched : kNotCaptured;
+    }
+    if (graph.exec != nullptr) {
+      cudaGraphExecUpdateResultInfo info;
+      if (cudaGraphExecUpdate(graph.exec, captured, &info) != cudaSuccess) {
+        cudaGetLastError();  // not an error: other kernels (tuned), a new graph instead
+        cudaGraphExecDestroy(graph.exec);
+        graph.exec = nullptr;
+      }
+    }
+    const cudaError_t made =
+        graph.exec == nullptr ? cudaGraphInstantiate(&graph.exec, captured, 0) : cudaSuccess;
+    cudaGraphDestroy(captured);
+    if (made == cudaSuccess) return cudaSuccess;
+    graph.exec = nullptr;
+    return kNotCaptured;
+  }
+
   cudaError_t fall_back(const cd::Shape& s, const cd::Pointers& p, cudaStream_t stream) {
     cudaGetLastError();
-    enabled_ = false;
+    mode_ = Mode::kLaunched;
     return cd::launch_step(s, p, stream);
   }
 
   std::mutex lock_;
   cudaStream_t capture_ = nullptr;
-  std::map<int, cudaGraphExec_t> execs_;  // by batch: a batch's kernels and grids
-  bool enabled_ = true;
+  std::map<int, Graph> graphs_;  // by batch: a batch's kernels and grids
+  Mode mode_ = Mode::kCaptured;
+  size_t logits_row_bytes_;
+  void* slot_memory_ = nullptr;
+  cd::Slots slots_{};
+  void* logits_ = nullptr;  // a kept graph's, copied out to each step's own
 };
+
+const std::pair<const char*, Mode> kModes[] = {
+    {"launched", Mode::kLaunched}, {"captured", Mode::kCaptured}, {"kept", Mode::kKept}};
 
 // How one of the model's weights is given: one array (a norm, a plain matrix; bits 0), or a
 // quantized matrix's packed weight, scales and biases.
@@ -258,8 +334,9 @@ class DecodeStep : public mx::Primitive {
       throw std::runtime_error("the CUDA decode step's scratch is too small for this batch");
     }
     // cuBLAS's calls stay out of the graphs: its workspace is its own.
-    const bool replayed = replay_->enabled() && shape_.batch < shape_.gemm_rows;
-    check(replayed ? replay_->run(shape_, p, cuda_stream) : cd::launch_step(shape_, p, cuda_stream),
+    const bool own_kernels = shape_.batch < shape_.gemm_rows;
+    check(own_kernels ? replay_->run(shape_, p, cuda_stream)
+                      : cd::launch_step(shape_, p, cuda_stream),
           "launching the CUDA decode step");
   }
 
@@ -378,7 +455,7 @@ class Model {
       if (!cd::fits(one)) throw std::invalid_argument("a shape the CUDA decode step lacks");
     }
     scratch_ = std::make_shared<Scratch>(cd::scratch_bytes(s));
-    replay_ = std::make_shared<Replay>();
+    replay_ = std::make_shared<Replay>(static_cast<size_t>(s.vocab) * 2);  // 16-bit logits
   }
 
   // The largest batch this model's step takes.
@@ -392,9 +469,20 @@ class Model {
 
   // For benches: the batch from which matvecs use tensor cores, below which kernels overlap,
   // and from which matmuls go through cuBLAS (where it started; 0 leaves that as it is).
-  // For benches: the step's kernels as one CUDA graph (the default) or launched one by one.
-  void replay(bool on) { replay_->enable(on); }
-  bool replays() const { return replay_->enabled(); }
+  // For benches: how the step's kernels reach the GPU (Mode, by its name).
+  void replay(const std::string& mode) {
+    for (const auto& [name, each] : kModes) {
+      if (name == mode) return replay_->set_mode(each);
+    }
+    throw std::invalid_argument("a replay mode is launched, captured or kept");
+  }
+  std::string replays() const {
+    const Mode mode = replay_->mode();
+    for (const auto& [name, each] : kModes) {
+      if (each == mode) return name;
+    }
+    return "";
+  }
 
   void tune(int tensor_rows, int overlap_rows, int gemm_rows) {
     shape_.tensor_rows = tensor_rows;
@@ -472,10 +560,11 @@ NB_MODULE(_cuda_decode, m) {
            "[packed, scales, biases] (MLX's affine quantization: 4 or 8 bits, groups of 32 "
            "or 64).")
       .def("max_batch", &Model::max_batch)
-      .def("replay", &Model::replay, "on"_a,
-           "The step's kernels as one CUDA graph (the default), or launched one by one.")
+      .def("replay", &Model::replay, "mode"_a,
+           "How the step's kernels reach the GPU: 'captured' into a CUDA graph each step (the "
+           "default), 'kept' (one graph a batch replayed as it is), or 'launched' one by one.")
       .def("replays", &Model::replays,
-           "Whether steps run as CUDA graphs (false after capturing one failed).")
+           "The replay mode in use ('launched' after capturing a graph failed).")
       .def("tune", &Model::tune, "tensor_rows"_a, "overlap_rows"_a, "gemm_rows"_a = 0,
            "Matvecs on tensor cores from `tensor_rows` rows a batch; kernels that overlap "
            "their neighbours (programmatic dependent launch) below `overlap_rows` rows; "
