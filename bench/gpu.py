@@ -3,6 +3,7 @@
     python3 bench/gpu.py --out DIR                      # everything (about 6 minutes on an H200)
     python3 bench/gpu.py --out DIR --shapes tiny-bf16 --tokens 16   # a smoke run, CPU too
     python3 bench/gpu.py --out DIR --part restart       # first request after a restart only
+    python3 bench/gpu.py --out DIR --shapes '' --model-dirs var/models/smollm2-135m-instruct
     python3 bench/gpu.py --out DIR --part speed --no-torch --compare-compiled-mlp
     python3 bench/gpu.py --out DIR --part speed --no-torch --compare-fused --shapes llama-1b-bf16
     python3 bench/gpu.py --out DIR --part speed --no-torch --compare-kernels --shapes llama-1b-bf16
@@ -48,6 +49,12 @@ def main() -> None:
     parser.add_argument("--batches", default="8,32,64")
     parser.add_argument("--part", choices=["all", "speed", "restart"], default="all")
     parser.add_argument("--tokenizer", type=Path, default=TOKENIZER)
+    parser.add_argument(
+        "--model-dirs",
+        default="",
+        help="real models' folders (mlx-lm's format, comma-separated), measured after the "
+        "shapes as they are, without transformers; --shapes '' for these alone",
+    )
     parser.add_argument("--no-torch", action="store_true")
     parser.add_argument("--skip-cold", action="store_true", help="no run without warm-up")
     parser.add_argument("--kernels-from", type=Path, help="a kernels.tar.gz of an earlier run")
@@ -93,32 +100,38 @@ def main() -> None:
         )
     report = {"environment": environment(), "bandwidth_gbs": copy_bandwidth(), "models": {}}
     print(json.dumps(report["environment"]), f"copy bandwidth {report['bandwidth_gbs']:.0f} GB/s")
-    shapes = [SHAPES[name] for name in args.shapes.split(",")]
+    shapes = [SHAPES[name] for name in args.shapes.split(",") if name]
+    models = [Path(folder) for folder in args.model_dirs.split(",") if folder]
     if args.part in ("all", "restart"):
-        restart_shape = shapes[1] if len(shapes) > 1 else shapes[0]
-        folder = build_folder(restart_shape, work / restart_shape.name, args.tokenizer)
+        if shapes:
+            restart_shape = shapes[1] if len(shapes) > 1 else shapes[0]
+            folder = build_folder(restart_shape, work / restart_shape.name, args.tokenizer)
+        else:
+            folder = models[0]
         report["restart"] = restart_rows(folder, work, skip_cold=args.skip_cold)
         save(args.out, report)
         keep_kernels(args.out)
     if args.part in ("all", "speed"):
         batches = [int(b) for b in args.batches.split(",")]
-        for shape in shapes:
-            folder = build_folder(shape, work / shape.name, args.tokenizer)
+        flags = {"kernels": args.compare_kernels, "fused": args.compare_fused,
+                 "mlp": args.compare_compiled_mlp, "step": args.compare_step,
+                 "engine": args.engine_only}  # fmt: skip
+        compare = next((name for name, on in flags.items() if on), None)
+        for source in shapes + models:
+            shape = source if not isinstance(source, Path) else None
+            name = shape.name if shape else source.name
+            folder = build_folder(shape, work / name, args.tokenizer) if shape else source
             limit = report["bandwidth_gbs"] * 1e9 / weight_bytes(folder)
             rows = LiveRows(lambda: save(args.out, report))
-            report["models"][shape.name] = {
+            report["models"][name] = {
                 "weight_bytes": weight_bytes(folder),
                 "one_stream_limit_tps": round(limit, 1),
                 "rows": rows,
             }
-            flags = {"kernels": args.compare_kernels, "fused": args.compare_fused,
-                     "mlp": args.compare_compiled_mlp, "step": args.compare_step,
-                     "engine": args.engine_only}  # fmt: skip
-            compare = next((name for name, on in flags.items() if on), None)
             speed_rows(folder, args.tokens, batches, rows, compare)
-            if not args.no_torch and shape.bits is None:
+            if not args.no_torch and shape is not None and shape.bits is None:
                 rows.update(torch_rows(shape, args.tokens, batches))
-            print_model(shape.name, report["models"][shape.name])
+            print_model(name, report["models"][name])
     keep_kernels(args.out)
     print(json.dumps(report.get("restart", {}), indent=1))
     verdicts = judge(report)
