@@ -9,7 +9,9 @@ greedy loop as mlx-lm's generate_step runs it (step n+1 queued before step n's t
 read; 300 steps from a 32-token prompt, so the KV cache grows once), timing the model call
 (Python glue and the step's node), the argmax, `async_eval` (MLX's eval: the step's
 launches) and the wait, twice each mode; whether every mode chose the tokens the launched
-kernels chose; the plan's check over the model's tree; and the native step alone."""
+kernels chose; the plan's check over the model's tree; the model call's Python glue with a
+no-op native step; and the native step alone. On a CPU, MLXLAB_CUDA_DECODE=reference runs
+the glue over the reference step (the modes are then all one)."""
 
 from __future__ import annotations
 
@@ -95,6 +97,36 @@ def step_alone(model, native) -> dict:
     return {"build": median_us(build), "async_eval": median_us(queue), "wait": median_us(wait)}
 
 
+class _Returning:
+    """A native model whose step costs nothing: it hands back the caches as they came."""
+
+    def __init__(self, native, logits: mx.array) -> None:
+        self._native, self._logits = native, logits
+
+    def step(self, tokens, positions, first_columns, column, caches, copy_caches):
+        return [self._logits, *caches]
+
+    def __getattr__(self, name):
+        return getattr(self._native, name)
+
+
+def glue_alone(model, steps: int = 2000) -> float:
+    """Median us of the model call's Python glue (cuda_decode.py), the native step a no-op."""
+    plan = model._mlxlab_plan
+    native, plan.native = plan.native, _Returning(plan.native, mx.zeros((1, 1, 8)))
+    try:
+        cache = make_prompt_cache(model)
+        llama.Model.__call__(model, mx.array([PROMPT]), cache=cache)
+        y, spent = mx.array([[7]]), []
+        for _ in range(steps):
+            started = time.perf_counter()
+            model(y, cache=cache)
+            spent.append(time.perf_counter() - started)
+        return median_us(spent[steps // 10 :])
+    finally:
+        plan.native = native
+
+
 def probe(name: str) -> None:
     model = fused_model(SHAPES[name])
     if not cuda_decode.install(model):
@@ -116,6 +148,7 @@ def probe(name: str) -> None:
         unchanged = tree.unchanged()
         spent.append(time.perf_counter() - started)
     print(f"{name} the plan's check: unchanged {unchanged}, {median_us(spent)} us")
+    print(f"{name} the model call's glue alone (a no-op native step): {glue_alone(model)} us")
     for mode in MODES:
         replay(native, mode)
         print(f"{name} {mode}, the native step alone, us: {step_alone(model, native)}")

@@ -212,10 +212,11 @@ class CudaDecodeModel(llama.Model):
             return None
         if fresh and any(c.keys.dtype != plan.dtype for c in caches):  # else the step's own
             return None
-        arrays = []
-        for cache in caches:
-            _reserve(cache, column)
-            arrays += (cache.keys, cache.values)
+        if fresh or column >= caches[0].keys.shape[2]:
+            for cache in caches:
+                _reserve(cache, column)
+        # else every cache is the step's own last output: row-contiguous, one capacity
+        arrays = [array for cache in caches for array in (cache.keys, cache.values)]
         if batched:
             positions, first = caches[0].offset, caches[0].left_padding
         else:
@@ -226,13 +227,13 @@ class CudaDecodeModel(llama.Model):
         out = plan.native.step(tokens, _int32(positions), _int32(first), column, arrays, fresh)
         arrays = None
         after = positions + 1 if batched else column + 1
-        for i, cache in enumerate(caches):
+        for cache, keys, values in zip(caches, out[1::2], out[2::2], strict=True):
             cache.offset = after
             if batched:
                 cache._idx += 1
-            cache.keys, cache.values = out[1 + 2 * i], out[2 + 2 * i]
+            cache.keys, cache.values = keys, values
             # Ids only: a reference held here would count as one more holder.
-            cache._mlxlab_written = (id(cache.keys), id(cache.values), column)
+            cache._mlxlab_written = (id(keys), id(values), column)
         return out[0]
 
     def _plan(self) -> Plan | None:
@@ -315,18 +316,15 @@ def _scan(caches: list) -> tuple[bool, int, bool] | None:
             batched and cache._right_padding is not None
         ):
             return None
-        fresh = fresh or not _written_by_step(cache, column)
+        if not fresh:  # the cache holds the step's last output, and column is past it
+            written = getattr(cache, "_mlxlab_written", None)
+            fresh = (
+                written is None
+                or written[0] != id(cache.keys)
+                or written[1] != id(cache.values)
+                or column <= written[2]
+            )
     return batched, column, fresh
-
-
-def _written_by_step(cache, column: int) -> bool:
-    """Whether the cache holds the step's own last output, and `column` is past what it wrote."""
-    written = getattr(cache, "_mlxlab_written", None)
-    return (
-        written is not None
-        and written[:2] == (id(cache.keys), id(cache.values))
-        and (column > written[2])
-    )
 
 
 def _reserve(cache, column: int) -> None:
