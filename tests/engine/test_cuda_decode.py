@@ -8,7 +8,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 import pytest
-from mlx.utils import tree_map
+from mlx.utils import tree_flatten, tree_map, tree_unflatten
 from mlx_lm.models import llama
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
@@ -82,6 +82,40 @@ def test_the_replay_variable_reaches_the_native_step(monkeypatch):
     monkeypatch.setenv(cuda_decode.REPLAY_VARIABLE, "sometimes")
     assert not cuda_decode.install(model, Counting)  # said why in the log, served by mlx-lm
     assert type(model) is llama.Model
+
+
+def _half_with_float32_norms(seed: int) -> llama.Model:
+    """The default model's layout: float16 4-bit matrices and scales, float32 norms."""
+    model = tiny_llama(seed)
+    model.update(tree_map(lambda p: p.astype(mx.float16), model.parameters()))
+    quantized(model, "4-bit")
+    norms = [(path, a) for path, a in tree_flatten(model.parameters()) if a.ndim == 1]
+    model.update(tree_unflatten([(path, a.astype(mx.float32)) for path, a in norms]))
+    return model
+
+
+def _norm_dtypes(model) -> set:
+    return {a.dtype for path, a in tree_flatten(model.parameters()) if path.endswith("norm.weight")}
+
+
+def test_float32_norms_beside_float16_weights_run_in_float16():
+    model = _half_with_float32_norms(18)
+    assert _norm_dtypes(model) == {mx.float32}
+    assert fused_projections.fuse_projections(model) == 2
+    Counting.calls = 0
+    assert cuda_decode.install(model, Counting)
+    assert _norm_dtypes(model) == {mx.float16}
+    prompts = [[5, 6, 7], [8, 9]]
+    assert greedy(model, prompts, 4) == _greedy_mlx_lm(model, prompts, 4)
+    assert Counting.calls > 0
+
+
+def test_a_model_the_step_does_not_take_keeps_its_float32_norms():
+    model = _half_with_float32_norms(18)  # unfused: the step takes fused layers only
+    before = dict(tree_flatten(model.parameters()))
+    assert not cuda_decode.install(model, Counting)
+    assert all(a is before[path] for path, a in tree_flatten(model.parameters()))
+    assert _norm_dtypes(model) == {mx.float32}
 
 
 def test_which_models_take_it():
