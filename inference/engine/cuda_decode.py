@@ -38,13 +38,14 @@ from itertools import chain
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx.utils import tree_flatten, tree_unflatten
+from mlx.utils import tree_unflatten
 from mlx_lm.models import llama
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from . import fused_projections
 from .adapters import AdapterSlot
 from .cuda_decode_reference import REPLAY_MODES, Reference
+from .cuda_decode_weights import flat, norms_in_the_weights_dtype, rope, weights_in_order
 
 log = logging.getLogger(__name__)
 
@@ -63,40 +64,6 @@ def wanted(on_gpu: bool) -> bool:
     return value == "reference" or (on_gpu and value in ("1", "true", "yes", "on"))
 
 
-# The quantizations the native kernels take, as (group size, bits): MLX's affine mode.
-FORMATS = {(32, 4), (64, 4), (32, 8), (64, 8)}
-
-
-def _matrix(module: nn.Module) -> list[mx.array] | None:
-    """A bias-free Linear's or Embedding's arrays (its weight; or packed weight, scales and
-    biases when quantized in one of FORMATS), or None."""
-    if "bias" in module:
-        return None
-    if type(module) in (nn.Linear, nn.Embedding):
-        return [module["weight"]]
-    if type(module) not in (nn.QuantizedLinear, nn.QuantizedEmbedding):
-        return None
-    if (
-        getattr(module, "mode", "affine") != "affine"
-        or (module.group_size, module.bits) not in FORMATS
-    ):
-        return None
-    return [module["weight"], module["scales"], module["biases"]]
-
-
-def _rope(block: llama.TransformerBlock) -> tuple[float, float, bool, mx.array | None] | None:
-    """(base, scale, traditional, freqs) of the block's RoPE, or None where the step lacks it."""
-    rope, attention = block["self_attn"].rope, block["self_attn"]
-    if getattr(rope, "dims", None) != attention.head_dim:
-        return None
-    if type(rope) is nn.RoPE and rope.base is not None:
-        return float(rope.base), float(rope.scale), bool(rope.traditional), None
-    freqs = getattr(rope, "_freqs", None)
-    if type(rope).__name__ == "Llama3RoPE" and isinstance(freqs, mx.array):
-        return 1.0, 1.0, bool(rope.traditional), freqs
-    return None
-
-
 class Plan:
     """The native model over one set of fused weights, and the arrays it was made of."""
 
@@ -105,9 +72,9 @@ class Plan:
         layers = inner["layers"]
         first = layers[0]
         attention = first["self_attn"]
-        base, scale, traditional, freqs = _rope(first)
-        weights = _weights(model, fused)
-        self.sources = _flat(weights)  # identity: a replaced weight means a new plan
+        base, scale, traditional, freqs = rope(first)
+        weights = weights_in_order(model, fused)
+        self.sources = flat(weights)  # identity: a replaced weight means a new plan
         self.tree = Tree(model)
         self.dtype = inner["norm"]["weight"].dtype
         self.kv_heads, self.head_dim = attention.n_kv_heads, attention.head_dim
@@ -165,14 +132,14 @@ def eligible(model: nn.Module) -> bool:
         return False
     if any(type(block) is not fused_projections.FusedProjectionsBlock for block in layers):
         return False
-    if type(inner["norm"]) is not nn.RMSNorm or _rope(layers[0]) is None:
+    if type(inner["norm"]) is not nn.RMSNorm or rope(layers[0]) is None:
         return False
     for block in layers:
         norms = (block["input_layernorm"], block["post_attention_layernorm"])
-        if any(type(norm) is not nn.RMSNorm for norm in norms) or _rope(block) != _rope(layers[0]):
+        if any(type(norm) is not nn.RMSNorm for norm in norms) or rope(block) != rope(layers[0]):
             return False
     try:
-        weights = _weights(model, [block._fused() for block in layers])
+        weights = weights_in_order(model, [block._fused() for block in layers])
     except TypeError:  # a matrix the step takes neither plain nor quantized
         return False
     dtype = inner["norm"]["weight"].dtype
@@ -250,7 +217,7 @@ class CudaDecodeModel(llama.Model):
                 return None
             fused.append(weights)
         try:
-            weights = _flat(_weights(self, fused))
+            weights = flat(weights_in_order(self, fused))
         except TypeError:  # a matrix the step does not take (given a bias since, say)
             return None
         if (
@@ -263,35 +230,6 @@ class CudaDecodeModel(llama.Model):
         else:  # the same weights through other modules (an idle adapter slot, say)
             plan.tree = Tree(self)
         return plan
-
-
-def _weights(model: llama.Model, fused) -> list[list[mx.array]]:
-    """The model's weights in the native step's order, each a list (a norm's or a plain
-    matrix's one array; a quantized matrix's packed weight, scales and biases), with each
-    layer's fused projections. TypeError where a matrix is of a kind the step lacks."""
-    inner = model["model"]
-    head = inner["embed_tokens"] if model.args.tie_word_embeddings else model["lm_head"]
-    weights = [_taken(inner["embed_tokens"]), [inner["norm"]["weight"]], _taken(head)]
-    for block, projections in zip(inner["layers"], fused, strict=True):
-        if projections is None or any(p.quantization not in (None, *FORMATS) for p in projections):
-            raise TypeError("projections the CUDA decode step does not take")
-        qkv, gate_up = projections
-        weights += [[block["input_layernorm"]["weight"]], list(qkv.arrays),
-                    _taken(block["self_attn"]["o_proj"]),
-                    [block["post_attention_layernorm"]["weight"]], list(gate_up.arrays),
-                    _taken(block["mlp"]["down_proj"])]  # fmt: skip
-    return weights
-
-
-def _taken(module: nn.Module) -> list[mx.array]:
-    matrix = _matrix(module)
-    if matrix is None:
-        raise TypeError(f"the CUDA decode step takes no {type(module).__name__} of this kind")
-    return matrix
-
-
-def _flat(weights: list[list[mx.array]]) -> list[mx.array]:
-    return [array for entry in weights for array in entry]
 
 
 def _int32(values: mx.array) -> mx.array:
@@ -345,31 +283,12 @@ def _reserve(cache, column: int) -> None:
         cache.keys, cache.values = mx.contiguous(keys), mx.contiguous(values)
 
 
-def _norms_in_the_weights_dtype(model: nn.Module) -> list[tuple[str, mx.array]]:
-    """Cast float32 norms to the one 16-bit dtype of every other float in the model; returns
-    the norms as they were (nothing where the model is not so).
-
-    Quantized models may keep their norms in float32 beside float16 scales (the default
-    model does), and mlx-lm then computes every layer in float32 from the first norm on; the
-    step takes one 16-bit dtype. With float16 norms the default model chose 44 of the 48
-    greedy tokens it chose in float32, the first difference 12 tokens into an answer
-    (docs/BENCHMARKS.md, "The default model's own weights, and what the GPU rows measured")."""
-    leaves = tree_flatten(model.parameters())
-    halves = {a.dtype for _, a in leaves if a.dtype in (mx.float16, mx.bfloat16)}
-    norms = [(path, a) for path, a in leaves if a.dtype == mx.float32]
-    if len(halves) != 1 or not norms or any(a.ndim != 1 for _, a in norms):
-        return []
-    (dtype,) = halves
-    model.update(tree_unflatten([(path, a.astype(dtype)) for path, a in norms]))
-    return norms
-
-
 def install(model: nn.Module, native=None) -> bool:
     """Give `model` the CUDA decode step where it computes what the model computes; returns
     whether it did. `native`: the loaded extension (native.cuda_decode.load() by default)."""
     if type(model) not in (llama.Model, CudaDecodeModel):
         return False
-    norms = _norms_in_the_weights_dtype(model)
+    norms = norms_in_the_weights_dtype(model)
     installed = _install(model, native)
     if not installed and norms:
         model.update(tree_unflatten(norms))  # as it came
