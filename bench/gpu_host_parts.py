@@ -137,7 +137,8 @@ def probe(name: str) -> None:
     for mode in MODES + MODES:
         replay(native, mode)
         parts, rate, tokens = pipelined(model)
-        print(f"{name} {mode}: {rate} tok/s; us a step {parts}")
+        ran = native.replays() if hasattr(native, "replays") else mode  # launched after a fall-back
+        print(f"{name} {mode} (ran {ran}): {rate} tok/s; us a step {parts}")
         chosen.setdefault(mode, tokens)
     for mode in MODES[:-1]:
         same = sum(a == b for a, b in zip(chosen[mode], chosen["launched"], strict=True))
