@@ -153,7 +153,7 @@ def probe(name: str) -> None:
     for mode in MODES:
         replay(native, mode)
         print(f"{name} {mode}, the native step alone, us: {step_alone(model, native)}")
-    replay(native, "captured")
+    replay(native, cuda_decode.DEFAULT_REPLAY)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ MLXLAB_CUDA_DECODE: 1 (the default: on a GPU, where the step is built), 0, or re
 the step's contract computed with MLX's own operations (`Reference`, in
 cuda_decode_reference.py), on any device, which
 the CPU tests run the model's glue against. MLXLAB_CUDA_DECODE_REPLAY: how the step's
-kernels reach the GPU (REPLAY_MODES; the native step's default, `captured`, where unset).
+kernels reach the GPU (REPLAY_MODES; DEFAULT_REPLAY where unset).
 """
 
 from __future__ import annotations
@@ -55,6 +55,9 @@ VARIABLE = "MLXLAB_CUDA_DECODE"
 MAX_BATCH_VARIABLE = "MLXLAB_CUDA_DECODE_MAX_BATCH"
 DEFAULT_MAX_BATCH = 64
 REPLAY_VARIABLE = "MLXLAB_CUDA_DECODE_REPLAY"
+# One graph a batch, replayed: 300/300 greedy tokens as launched, and the fastest of the three
+# on the H200 (docs/BENCHMARKS.md, "A graph kept a batch").
+DEFAULT_REPLAY = "kept"
 STEP = 256  # mlx-lm's cache growth, in columns
 
 
@@ -85,11 +88,10 @@ class Plan:
         )  # fmt: skip
         wanted = int(os.environ.get(MAX_BATCH_VARIABLE, DEFAULT_MAX_BATCH))
         self.max_batch = min(self.native.max_batch(), wanted)
-        mode = os.environ.get(REPLAY_VARIABLE, "").strip().lower()
-        if mode:
-            if mode not in REPLAY_MODES:
-                raise ValueError(f"{REPLAY_VARIABLE} is one of {', '.join(REPLAY_MODES)}")
-            self.native.replay(mode)
+        mode = os.environ.get(REPLAY_VARIABLE, "").strip().lower() or DEFAULT_REPLAY
+        if mode not in REPLAY_MODES:
+            raise ValueError(f"{REPLAY_VARIABLE} is one of {', '.join(REPLAY_MODES)}")
+        self.native.replay(mode)
 
 
 class Tree:

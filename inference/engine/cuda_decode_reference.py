@@ -33,7 +33,7 @@ class Reference:
         def max_batch(self) -> int:
             return 32 if self.quantized else 64  # as the CUDA step (kMaxBatch, kMaxGemmBatch)
 
-        replay_mode = "captured"
+        replay_mode = "kept"  # as the native step
 
         def replay(self, mode: str) -> None:
             """How the CUDA step's kernels reach the GPU: nothing to the reference's result."""

@@ -75,9 +75,13 @@ def _fused_bf16(seed: int) -> llama.Model:
 
 def test_the_replay_variable_reaches_the_native_step(monkeypatch):
     model = _fused_bf16(2)
-    monkeypatch.setenv(cuda_decode.REPLAY_VARIABLE, "kept")
+    monkeypatch.setenv(cuda_decode.REPLAY_VARIABLE, "launched")
     assert cuda_decode.install(model, Counting)
-    assert model._mlxlab_plan.native.replays() == "kept"
+    assert model._mlxlab_plan.native.replays() == "launched"
+    model = _fused_bf16(2)
+    monkeypatch.delenv(cuda_decode.REPLAY_VARIABLE)
+    assert cuda_decode.install(model, Counting)
+    assert model._mlxlab_plan.native.replays() == cuda_decode.DEFAULT_REPLAY == "kept"
     model = _fused_bf16(2)
     monkeypatch.setenv(cuda_decode.REPLAY_VARIABLE, "sometimes")
     assert not cuda_decode.install(model, Counting)  # said why in the log, served by mlx-lm
@@ -327,6 +331,6 @@ def test_a_step_replayed_from_a_cuda_graph_is_the_step_launched_kernel_by_kernel
             token = mx.argmax(steps[-1][:, -1], axis=-1)[:, None]
         logits[mode] = mx.concatenate(steps)
         assert native.replays() == mode  # capturing did not fail over to launches
-    native.replay("captured")
+    native.replay(cuda_decode.DEFAULT_REPLAY)
     assert mx.array_equal(logits["captured"], logits["launched"]).item()
     assert mx.array_equal(logits["kept"], logits["launched"]).item()

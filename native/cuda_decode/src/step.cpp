@@ -201,7 +201,7 @@ class Replay {
   std::mutex lock_;
   cudaStream_t capture_ = nullptr;
   std::map<int, Graph> graphs_;  // by batch: a batch's kernels and grids
-  Mode mode_ = Mode::kCaptured;
+  Mode mode_ = Mode::kKept;
   size_t logits_row_bytes_;
   void* slot_memory_ = nullptr;
   cd::Slots slots_{};
@@ -561,8 +561,8 @@ NB_MODULE(_cuda_decode, m) {
            "or 64).")
       .def("max_batch", &Model::max_batch)
       .def("replay", &Model::replay, "mode"_a,
-           "How the step's kernels reach the GPU: 'captured' into a CUDA graph each step (the "
-           "default), 'kept' (one graph a batch replayed as it is), or 'launched' one by one.")
+           "How the step's kernels reach the GPU: 'kept' (one graph a batch replayed as it is, "
+           "the default), 'captured' into a CUDA graph each step, or 'launched' one by one.")
       .def("replays", &Model::replays,
            "The replay mode in use ('launched' after capturing a graph failed).")
       .def("tune", &Model::tune, "tensor_rows"_a, "overlap_rows"_a, "gemm_rows"_a = 0,
