@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import random
 import statistics
@@ -574,6 +575,9 @@ def restart_rows(folder: Path, work: Path, *, skip_cold: bool = False) -> dict:
         )  # fmt: skip
         line = [text for text in result.stdout.splitlines() if text.startswith("{")]
         rows[name] = json.loads(line[-1]) if line else {"error": result.stderr[-2000:]}
+        built = [text for text in result.stderr.splitlines() if "matmul kernels in" in text]
+        if built:  # kernel_prebuild.py's own line: how many kernels, processes and seconds
+            rows[name]["prebuild"] = built[-1].split("kernel_prebuild: ", 1)[-1]
         rows[name]["process_s"] = round(time.perf_counter() - started, 2)
         print(name, rows[name], flush=True)
     return rows
@@ -581,6 +585,7 @@ def restart_rows(folder: Path, work: Path, *, skip_cold: bool = False) -> dict:
 
 def first_request(folder: Path, warm: str) -> None:
     started = time.perf_counter()
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     from inference.engine import Engine, EngineConfig, load_model
 
     config = EngineConfig(max_batch_size=8, warm_up=warm == "on")

@@ -13,6 +13,7 @@ import logging
 import os
 import random
 import re
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,8 @@ from pathlib import Path
 import mlx.core as mx
 from mlx_lm.generate import BatchGenerator
 from mlx_lm.sample_utils import make_sampler
+
+from .kernel_prebuild import model_jobs, prebuild
 
 log = logging.getLogger(__name__)
 
@@ -94,15 +97,26 @@ class WarmUpShapes:
         return rounds
 
 
+def kernel_cache_folder() -> Path:
+    """Where MLX keeps compiled kernels: the variable's folder, or MLX's own default."""
+    configured = os.environ.get(PTX_CACHE_VARIABLE)
+    if configured:
+        return Path(configured)
+    return Path(tempfile.gettempdir()) / "mlx" / mx.__version__ / "ptx"
+
+
 def warm_up(model, shapes: WarmUpShapes, *, vocab_size: int, stream) -> float:
     """Run every serving shape once, greedy and sampled, so its kernels compile now.
 
-    A throwaway BatchGenerator on the engine's own stream: the runner's batch,
-    prompt cache and statistics never see these requests. Decode steps of a loaded
-    model's compiled MLP halves (compiled_mlp.py) trace here too, at every batch size.
-    Returns the seconds spent.
+    On a GPU the quantized matmul kernels, the slowest to compile, are first built in
+    parallel processes (kernel_prebuild.py). Then a throwaway BatchGenerator on the
+    engine's own stream: the runner's batch, prompt cache and statistics never see
+    these requests. Decode steps of a loaded model's compiled MLP halves
+    (compiled_mlp.py) trace here too, at every batch size. Returns the seconds spent.
     """
     started = time.perf_counter()
+    if on_gpu():
+        _prebuild_kernels(model, shapes)
     generator = BatchGenerator(
         model,
         stop_tokens=None,
@@ -126,6 +140,16 @@ def warm_up(model, shapes: WarmUpShapes, *, vocab_size: int, stream) -> float:
     seconds = time.perf_counter() - started
     log.info("warmed up %s batch shapes in %.1f s", len(shapes.prompt_lengths()), seconds)
     return seconds
+
+
+def _prebuild_kernels(model, shapes: WarmUpShapes) -> None:
+    cache = kernel_cache_folder()
+    cache.mkdir(parents=True, exist_ok=True)
+    prefill_rows = shapes.prefill_step_size * shapes.prefill_batch_size
+    jobs = model_jobs(
+        model, max_rows=max(prefill_rows, shapes.max_batch_size), max_batch=shapes.max_batch_size
+    )
+    prebuild(jobs, cache)
 
 
 def _tokens(rows: int, shapes: WarmUpShapes) -> int:

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import mlx.core as mx
 import pytest
 
 from inference.engine import Engine, EngineConfig, SamplingParams, load_model
-from inference.engine.accelerator import PTX_CACHE_VARIABLE, WarmUpShapes, use_kernel_cache
+from inference.engine.accelerator import (
+    PTX_CACHE_VARIABLE,
+    WarmUpShapes,
+    kernel_cache_folder,
+    use_kernel_cache,
+)
 from inference.engine.sampling import MAX_SHARED_SAMPLERS, RowSamplers
 
 from .helpers import generate
@@ -77,6 +83,14 @@ def test_an_operators_kernel_cache_wins(tmp_path, monkeypatch):
     monkeypatch.setenv(PTX_CACHE_VARIABLE, str(tmp_path / "mine"))
     assert use_kernel_cache(tmp_path / "lab") == tmp_path / "mine"
     assert os.environ[PTX_CACHE_VARIABLE] == str(tmp_path / "mine")
+
+
+def test_the_prebuilt_kernels_go_where_mlx_reads_them(tmp_path, monkeypatch):
+    monkeypatch.delenv(PTX_CACHE_VARIABLE, raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # what TMPDIR sets
+    assert kernel_cache_folder() == tmp_path / "mlx" / mx.__version__ / "ptx"  # MLX's default
+    monkeypatch.setenv(PTX_CACHE_VARIABLE, str(tmp_path / "kept"))
+    assert kernel_cache_folder() == tmp_path / "kept"
 
 
 @pytest.mark.skipif(
