@@ -1,7 +1,7 @@
 """The GPU side of a worker: where compiled kernels live, and warming them before serving.
 
 MLX's CUDA backend compiles kernels with NVRTC the first time it meets a graph
-shape: a cold worker's first requests waited 16-63 s on an H200. It keeps
+shape: a cold worker's first requests waited 16-98 s on an H200. It keeps
 what it compiled under MLX_PTX_CACHE_DIR (by default /tmp/mlx/<version>/ptx,
 lost with /tmp), so the lab points it at var/ and runs its serving shapes
 once before it reports ready. On the CPU none of this applies.
