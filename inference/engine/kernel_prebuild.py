@@ -14,9 +14,11 @@ Run as a script, this file is that child process: `python -P kernel_prebuild.py 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,6 +35,7 @@ ROW_TILES = (16, 32, 64)  # MLX's row tiles: the next power of two of the rows, 
 QMV_ROWS = 8  # fewer rows than this take MLX's matrix-vector kernel, built ahead of time
 MAX_PROCESSES = 16
 TIMEOUT_S = 900.0
+SCRATCH_PREFIX = ".prebuild-"  # the children's own folders, inside the cache's file system
 
 
 @dataclass(frozen=True)
@@ -101,13 +104,14 @@ def prebuild(jobs: list[MatmulJob], cache: Path, *, processes: int | None = None
 
     A job whose process fails is left to the warm-up, which compiles it as before.
     """
+    _clear_stale_scratch(cache)
     done = _manifest(cache)
     todo = [job for job in jobs if job.key() not in done]
     if not todo:
         return []
     count = min(len(todo), processes or max(1, (os.cpu_count() or 2) - 1), MAX_PROCESSES)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix=".prebuild-", dir=cache) as scratch:
+    with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX, dir=cache) as scratch:
         children = [
             _start(todo[index::count], Path(scratch) / str(index)) for index in range(count)
         ]
@@ -163,6 +167,14 @@ def _finish(child: _Child, cache: Path) -> list[str]:
         log.warning("building kernels failed: %s", errors.decode(errors="replace")[-2000:])
         return []
     return [job.key() for job in child.jobs]
+
+
+def _clear_stale_scratch(cache: Path) -> None:
+    """Remove the scratch folders of a worker killed while building: no build lasts longer."""
+    for folder in cache.glob(f"{SCRATCH_PREFIX}*"):
+        with contextlib.suppress(OSError):
+            if time.time() - folder.stat().st_mtime > 2 * TIMEOUT_S:
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _manifest(cache: Path) -> set[str]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 
 import mlx.core as mx
 import pytest
@@ -10,6 +12,7 @@ from mlx_lm import load
 
 from inference.engine.kernel_prebuild import (
     MANIFEST,
+    TIMEOUT_S,
     MatmulJob,
     adopt,
     model_jobs,
@@ -99,3 +102,13 @@ def test_a_gpu_build_leaves_the_modules_in_the_cache(tmp_path):
     prebuild([job(), job(tile=32)], tmp_path, processes=2)
     modules = sorted(path.stem for path in tmp_path.glob("*.ptx"))
     assert len(modules) == 2 and all("qmm" in name for name in modules)
+
+
+def test_a_killed_builds_scratch_folder_goes_and_a_running_ones_stays(tmp_path):
+    stale, running = tmp_path / ".prebuild-stale", tmp_path / ".prebuild-running"
+    for folder in (stale, running):
+        folder.mkdir()
+        (folder / "half.ptx").write_text("half")
+    os.utime(stale, (time.time() - 3 * TIMEOUT_S,) * 2)
+    prebuild([], tmp_path)
+    assert not stale.exists() and (running / "half.ptx").exists()
