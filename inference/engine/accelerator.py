@@ -22,7 +22,7 @@ import mlx.core as mx
 from mlx_lm.generate import BatchGenerator
 from mlx_lm.sample_utils import make_sampler
 
-from .kernel_prebuild import model_jobs, prebuild
+from .kernel_prebuild import QMV_ROWS, Build, model_jobs, start
 
 log = logging.getLogger(__name__)
 
@@ -108,15 +108,13 @@ def kernel_cache_folder() -> Path:
 def warm_up(model, shapes: WarmUpShapes, *, vocab_size: int, stream) -> float:
     """Run every serving shape once, greedy and sampled, so its kernels compile now.
 
-    On a GPU the quantized matmul kernels, the slowest to compile, are first built in
-    parallel processes (kernel_prebuild.py). Then a throwaway BatchGenerator on the
-    engine's own stream: the runner's batch, prompt cache and statistics never see
-    these requests. Decode steps of a loaded model's compiled MLP halves
-    (compiled_mlp.py) trace here too, at every batch size. Returns the seconds spent.
+    On a GPU the quantized matmul kernels, the slowest to compile, are built in parallel
+    processes (kernel_prebuild.py) before the rounds that need them. A throwaway
+    BatchGenerator on the engine's own stream: the runner's batch, prompt cache and
+    statistics never see these requests. Decode steps of a loaded model's compiled MLP
+    halves (compiled_mlp.py) trace here too, at every batch size. Returns the seconds spent.
     """
     started = time.perf_counter()
-    if on_gpu():
-        _prebuild_kernels(model, shapes)
     generator = BatchGenerator(
         model,
         stop_tokens=None,
@@ -127,13 +125,24 @@ def warm_up(model, shapes: WarmUpShapes, *, vocab_size: int, stream) -> float:
     )
     draw = random.Random(0)
     sampled = make_sampler(0.7, top_p=0.95)
+    builds = _start_kernel_builds(model, shapes) if on_gpu() else None
     try:
+        if builds is not None:
+            # Meanwhile one short prompt at a time, greedy then sampled: its matmuls take
+            # MLX's ready-made vector kernels, and the other kernels it needs (gathers, the
+            # sampler's, the MLP's element-wise ones) compile beside the builds.
+            for sampler in (None, sampled):
+                prompt = _prompt(draw, vocab_size, QMV_ROWS - 1)
+                _drain(generator, [prompt], [sampler], WARM_UP_TOKENS)
+            builds.finish()
         for lengths in shapes.prompt_lengths():
             prompts = [_prompt(draw, vocab_size, length) for length in lengths]
             # Mixed samplers take the per-row path, as a real mixed batch does.
             samplers = [None if row % 2 == 0 else sampled for row in range(len(prompts))]
             _drain(generator, prompts, samplers, _tokens(len(prompts), shapes))
     finally:
+        if builds is not None:
+            builds.finish()
         generator.close()
         del generator
         mx.clear_cache()
@@ -142,14 +151,14 @@ def warm_up(model, shapes: WarmUpShapes, *, vocab_size: int, stream) -> float:
     return seconds
 
 
-def _prebuild_kernels(model, shapes: WarmUpShapes) -> None:
+def _start_kernel_builds(model, shapes: WarmUpShapes) -> Build:
     cache = kernel_cache_folder()
     cache.mkdir(parents=True, exist_ok=True)
     prefill_rows = shapes.prefill_step_size * shapes.prefill_batch_size
     jobs = model_jobs(
         model, max_rows=max(prefill_rows, shapes.max_batch_size), max_batch=shapes.max_batch_size
     )
-    prebuild(jobs, cache)
+    return start(jobs, cache)
 
 
 def _tokens(rows: int, shapes: WarmUpShapes) -> int:

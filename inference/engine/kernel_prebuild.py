@@ -104,22 +104,40 @@ def prebuild(jobs: list[MatmulJob], cache: Path, *, processes: int | None = None
 
     A job whose process fails is left to the warm-up, which compiles it as before.
     """
+    return start(jobs, cache, processes=processes).finish()
+
+
+def start(jobs: list[MatmulJob], cache: Path, *, processes: int | None = None) -> Build:
+    """Start building the jobs' kernels not built in `cache` before; `finish()` waits."""
     _clear_stale_scratch(cache)
     done = _manifest(cache)
     todo = [job for job in jobs if job.key() not in done]
-    if not todo:
-        return []
     count = min(len(todo), processes or max(1, (os.cpu_count() or 2) - 1), MAX_PROCESSES)
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX, dir=cache) as scratch:
-        children = [
-            _start(todo[index::count], Path(scratch) / str(index)) for index in range(count)
-        ]
-        built = [key for child in children for key in _finish(child, cache)]
-    _record(cache, done | set(built))
-    log.info("built %s quantized matmul kernels in %s processes in %.1f s",
-             len(built), count, time.perf_counter() - started)  # fmt: skip
-    return built
+    scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=cache)) if todo else None
+    children = [_start(todo[index::count], scratch / str(index)) for index in range(count)]
+    return Build(cache, done, children, time.perf_counter())
+
+
+@dataclass
+class Build:
+    """Kernel builds under way in child processes."""
+
+    cache: Path
+    done: set[str]
+    children: list[_Child]
+    started: float
+
+    def finish(self) -> list[str]:
+        """Wait for every child, move in what each built; the keys built."""
+        children, self.children = self.children, []  # a second call has nothing to wait for
+        if not children:
+            return []
+        built = [key for child in children for key in _finish(child, self.cache)]
+        shutil.rmtree(children[0].folder.parent, ignore_errors=True)
+        _record(self.cache, self.done | set(built))
+        log.info("built %s quantized matmul kernels in %s processes in %.1f s",
+                 len(built), len(children), time.perf_counter() - self.started)  # fmt: skip
+        return built
 
 
 def adopt(folder: Path, cache: Path) -> int:

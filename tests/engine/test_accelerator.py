@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -115,3 +116,34 @@ def test_rows_that_sample_alike_share_one_sampler():
     for step in range(100):  # client-chosen settings never grow the shared set unbounded
         samplers.for_row(SamplingParams(temperature=0.5 + step / 1000), sequence=None)
     assert len(samplers._shared) <= MAX_SHARED_SAMPLERS
+
+
+def test_a_gpus_warm_up_builds_the_matmul_kernels_beside_its_first_rounds(
+    engine, model_folder, tmp_path, monkeypatch
+):
+    # The GPU's order of work, run on the CPU: the children's matmuls there compile
+    # nothing, but they run, and the warm-up waits for them and records what they built.
+    from inference.engine import accelerator
+    from inference.engine.dense_weights import FastPathOptions
+    from inference.engine.kernel_prebuild import MANIFEST
+
+    monkeypatch.setattr(accelerator, "on_gpu", lambda: True)
+    monkeypatch.setenv(PTX_CACHE_VARIABLE, str(tmp_path))
+    config = EngineConfig(
+        max_batch_size=2, prefill_batch_size=1, prefill_step_size=16, warm_up=True
+    )
+    quantized = FastPathOptions(enabled=False)  # the quantized layers a GPU keeps
+    warmed = Engine(lambda: load_model(model_folder, fast_path=quantized), config=config).start()
+    try:
+        built = json.loads((tmp_path / MANIFEST).read_text())
+        # Rows up to 16 a prefill chunk: the 16-row tile of both 4-bit paths (the 8-bit head
+        # sees at most 2 rows, the vector kernel's).
+        assert sorted(built) == [
+            "float16-b4-g32-affine-m16-naive-r0",
+            "float16-b4-g32-affine-m16-tc",
+        ]
+        assert [path.name for path in tmp_path.iterdir()] == [MANIFEST]  # no scratch left
+        request = greedy(engine, "What is the capital of France?", 8)
+        assert generate(warmed, request).text == generate(engine, request).text
+    finally:
+        warmed.shutdown()
