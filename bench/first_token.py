@@ -6,10 +6,10 @@ later; mlx-lm's `generate_step` beside them. In-process, on CPU or GPU.
     python3 bench/first_token.py --model DIR --lengths 512 --runs 9
     python3 bench/first_token.py --shape llama-1b-bf16 --lengths 512   # bench/gpu.py's model
 
-Runs take turns between the two hand-overs, and a third: the engine's, with mlx-lm's
-`mx.clear_cache()` after each prefill chunk skipped (on CUDA that frees MLX's cached
-buffers, which the first steps then allocate afresh). Same prompts (random tokens, the
-prompt cache off). Prints a table; writes var/bench/first-token-<timestamp>.json.
+Runs take turns between the two hand-overs, and a third: the engine's, with mlx-lm's array
+mask on its prompt steps instead of MLX's causal mode (decode_mask.py; on the CPU both
+variants take the array). Same prompts (random tokens, the prompt cache off). Prints a
+table; writes var/bench/first-token-<timestamp>.json.
 """
 
 from __future__ import annotations
@@ -30,20 +30,20 @@ from gpu import TOKENIZER, as_served, engine_stream, prompts  # noqa: E402
 from gpu_models import SHAPES, build_folder  # noqa: E402
 
 DEFAULT_MODEL = ROOT / "var" / "models" / "smollm2-135m-instruct"
-CLEAR_CACHE = None  # MLX's own, kept by main() for buffers_kept() to restore
-# (label, first_token.py's hand-over, prefill buffers kept)
+# (label, first_token.py's hand-over, prompt steps' mask: decode_mask.py's default or the array)
 VARIANTS = [
-    ("sooner", True, False),
-    ("sooner_buffers_kept", True, True),
-    ("mlx_lm_handover", False, False),
+    ("sooner", True, None),
+    ("sooner_array_mask", True, False),
+    ("mlx_lm_handover", False, None),
 ]
 
 
-def buffers_kept(kept: bool) -> None:
-    """Skip MLX's `clear_cache` (mlx-lm's, after each prefill chunk), or restore it."""
-    import mlx.core as mx
+def prompt_mask(causal: bool | None) -> None:
+    """Prompt steps of an unpadded batch in MLX's causal mode where decode_mask.py's default
+    says (None), or with mlx-lm's array mask (False)."""
+    from inference.engine import decode_mask
 
-    mx.clear_cache = (lambda: None) if kept else CLEAR_CACHE
+    decode_mask.CAUSAL_PROMPT_STEPS = causal
 
 
 def handover(sooner: bool) -> None:
@@ -101,10 +101,6 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
 
-    global CLEAR_CACHE
-    import mlx.core as mx
-
-    CLEAR_CACHE = mx.clear_cache
     engine = started(args)
     rows = {}
     try:
@@ -113,11 +109,11 @@ def main() -> None:
             times = {label: [] for label, _, _ in VARIANTS}
             for index, prompt in enumerate(batch):
                 turn = index % len(VARIANTS)  # each variant first by turns
-                for label, sooner, kept in VARIANTS[turn:] + VARIANTS[:turn]:
+                for label, sooner, causal in VARIANTS[turn:] + VARIANTS[:turn]:
                     handover(sooner)
-                    buffers_kept(kept)
+                    prompt_mask(causal)
                     times[label].append(engine_stream(engine, prompt, 1)[1])
-            buffers_kept(False)
+            prompt_mask(None)
             handover(True)
             rows[length] = times
         # Apart from the engine's runs: MLX on this thread too would share its device.

@@ -1,4 +1,5 @@
-"""Decode steps of an unpadded batch skip the attention mask, and nothing else changes."""
+"""Decode steps of an unpadded batch skip the attention mask, its prompt steps may take MLX's
+causal mode, and nothing else changes."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from mlx_lm.generate import BatchGenerator
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from inference.engine import decode_mask, load_model
+from inference.engine.exact_attention import exact_attention
 
 
 def _batch_cache(lengths: list[int]) -> BatchKVCache:
@@ -74,3 +76,37 @@ def test_greedy_tokens_are_those_of_the_masked_step(model_folder, monkeypatch):
     assert skipped and all(skipped)
     monkeypatch.setattr(BatchKVCache, "make_mask", BatchKVCache.make_mask.original)
     assert _greedy(loaded.model, prompts) == unmasked
+
+
+def test_prompt_steps_of_unpadded_rows_take_the_causal_mode_where_asked(monkeypatch):
+    assert not isinstance(_batch_cache([5, 5]).make_mask(4), str)  # the CPU keeps the array
+    monkeypatch.setattr(decode_mask, "CAUSAL_PROMPT_STEPS", True)
+    assert _batch_cache([5, 5]).make_mask(4) == "causal"
+    assert _batch_cache([7]).make_mask(3) == "causal"
+    assert not isinstance(_batch_cache([3, 6]).make_mask(4), str)  # padding stays hidden
+    assert not isinstance(_batch_cache([5, 5]).make_mask(4, window_size=2), str)
+    with exact_attention():  # a verifying pass splits the array query by query
+        assert not isinstance(_batch_cache([5, 5]).make_mask(4), str)
+
+
+@pytest.mark.skipif(mx.default_device() != mx.gpu, reason="the causal mode is a GPU's default")
+def test_a_gpu_takes_the_causal_mode_by_default():
+    assert _batch_cache([5, 5]).make_mask(4) == "causal"
+    assert not isinstance(_batch_cache([3, 6]).make_mask(4), str)
+
+
+def test_causal_prompt_steps_give_the_masked_prefill(model_folder, monkeypatch):
+    loaded = load_model(model_folder)
+    prompt = mx.array([loaded.tokenizer.encode("The capital of France is Paris, and Spain")])
+    cached = mx.array([loaded.tokenizer.encode(" has Madrid")])
+
+    def logits(causal: bool) -> mx.array:
+        monkeypatch.setattr(decode_mask, "CAUSAL_PROMPT_STEPS", causal)
+        cache = [BatchKVCache([0]) for _ in loaded.model.layers]
+        first = loaded.model(prompt, cache=cache)
+        then = loaded.model(cached, cache=cache)  # a prompt step after cached keys
+        return mx.concatenate([first, then], axis=1).astype(mx.float32)
+
+    masked, causal = logits(False), logits(True)
+    assert mx.allclose(masked, causal, atol=1e-4).item()
+    assert mx.array_equal(masked.argmax(-1), causal.argmax(-1)).item()
