@@ -9,7 +9,7 @@ MLX_BACKEND ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu)
 STAMP := $(VENV)/.deps-installed-$(MLX_BACKEND)
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: setup run test test-postgres bench soak screenshots format clean
+.PHONY: setup run test test-postgres test-upgrade bench soak screenshots format clean
 
 setup: $(STAMP)
 	@# The AVX2 quantized matmul (issue 21): quiet when nothing changed; never fails setup.
@@ -50,6 +50,12 @@ test-postgres: setup $(CHROMIUM)
 	@$(PY) -c "import psycopg, sys; psycopg.connect('$(TEST_DATABASE_URL)'.rsplit('/', 1)[0] + '/postgres', connect_timeout=3)" \
 		|| (echo "test-postgres: no PostgreSQL answers at $(TEST_DATABASE_URL)" >&2; exit 1)
 	@DATABASE_URL=$(TEST_DATABASE_URL) $(VENV)/bin/pytest
+
+# The engine tests on the newest mlx and mlx-lm, in var/upgrade-venv beside the pinned .venv
+# (which it leaves alone): what moving the pin would break (docs/UPGRADES.md). It reads the
+# models make setup imported, so run that first.
+test-upgrade:
+	@MLX_BACKEND=$(MLX_BACKEND) $(PYTHON) scripts/test-upgrade.py
 
 # The browser tests drive Debian's Chromium (tests/ui).
 $(CHROMIUM):
