@@ -47,7 +47,7 @@ def supervisor() -> Supervisor:
                     idle_seconds=lab_settings.model_idle_seconds,
                     wait_seconds=lab_settings.engine_wait_seconds,
                     load_seconds=lab_settings.model_load_seconds,
-                    pinned=frozenset({default_model_name()}),
+                    pinned=supervisor_pinned(),
                     remote=dict(lab_settings.workers),
                     secret=lab_settings.worker_secret,
                     link_timeout=lab_settings.worker_link_timeout_seconds,
@@ -82,6 +82,16 @@ def unload_model_worker(name: str) -> bool:
 
 def resident_models() -> list[str]:
     return supervisor().ready_models() if _supervisor is not None else []
+
+
+def model_is_resident(name: str) -> bool:
+    """Whether a worker holds the model or is loading it."""
+    return _supervisor is not None and any(w.model == name for w in _supervisor.resident())
+
+
+def supervisor_pinned() -> frozenset[str]:
+    """The models kept loaded whatever the memory pressure."""
+    return frozenset({default_model_name()})
 
 
 def preload_default_in_background() -> None:

@@ -38,18 +38,22 @@ class NameTaken(ValueError):
     """Another folder is registered under this name already."""
 
 
-def model_register(*, name: str, path: Path, replace: bool = True) -> LanguageModel:
+def model_register(
+    *, name: str, path: Path, replace: bool = True, origin: dict | None = None
+) -> LanguageModel:
     """Register (or refresh) a model folder under `name`.
 
     `replace` False (what jobs make): a name held by another folder is NameTaken,
-    never a silent repoint of what the workers serve.
+    never a silent repoint of what the workers serve, unless `origin` (a Hub pull's
+    repo_id, revision and commit_sha) names the same repo: a pull updating its model.
     """
     # Imported here, not at the top: the engine brings in MLX, and job validation
     # uses the lookups above without loading it.
     from .engine.model_folder import describe_model_folder
 
     held = model_named(name)
-    if not replace and held is not None and held.path != str(path.resolve()):
+    same_repo = origin is not None and held is not None and held.repo_id == origin["repo_id"]
+    if not replace and held is not None and held.path != str(path.resolve()) and not same_repo:
         raise NameTaken(f"a model named '{name}' is already registered (at {held.path})")
     facts = describe_model_folder(path)
     record, _ = LanguageModel.objects.update_or_create(
@@ -60,9 +64,13 @@ def model_register(*, name: str, path: Path, replace: bool = True) -> LanguageMo
             "quantization": facts.quantization,
             "size_bytes": facts.size_bytes,
             "context_length": facts.context_length,
+            **{key: (origin or {}).get(key, "") for key in ORIGIN_FIELDS},
         },
     )
     return record
+
+
+ORIGIN_FIELDS = ("repo_id", "revision", "commit_sha")
 
 
 def model_import_gguf(

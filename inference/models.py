@@ -15,6 +15,11 @@ class LanguageModel(models.Model):
     draft_model = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="drafts_for"
     )
+    # Where a model pulled from the Hugging Face Hub came from: the repo, the revision
+    # asked for (a branch follows updates) and the commit its files are.
+    repo_id = models.CharField(max_length=200, blank=True)
+    revision = models.CharField(max_length=200, blank=True)
+    commit_sha = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

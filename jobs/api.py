@@ -61,7 +61,7 @@ class JobListApi(APIView):
     @extend_schema(
         request=OpenApiTypes.OBJECT,
         responses={202: OpenApiTypes.OBJECT, **errors(400, 403, 415, 503)},
-        summary="Queue a job: quantize, finetune, dataset or evaluate",
+        summary="Queue a job: pull, quantize, finetune, dataset or evaluate",
     )
     def post(self, request: Request) -> Response:
         if not isinstance(request.data, dict):

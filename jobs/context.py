@@ -17,6 +17,11 @@ class JobParamsError(ValueError):
     """Parameters a job cannot run with; the text is the 400's reason."""
 
 
+class JobFailed(Exception):
+    """The job cannot go on, for a reason its user can act on: the text is the job's
+    error as it is shown (a refused download, a model the lab cannot serve)."""
+
+
 class JobCancelled(Exception):
     """Raised by `check_cancelled` once the job has been asked to stop."""
 
@@ -32,7 +37,7 @@ class JobResult:
     """What a finished job made, inside its work folder.
 
     `model`: register the work folder (or `model_subdir` inside it) as a model of
-    this name. `adapter`: register the work folder (or `adapter_subdir`) as an adapter:
+    this name, moved to `model_folder` first when that is set. `adapter`: register the work folder (or `adapter_subdir`) as an adapter:
     {"name", "base_model", "fine_tune_type"}. `summary`: facts shown on the job page
     and kept in Job.result (bits per weight, counts, final losses...).
     """
@@ -40,6 +45,11 @@ class JobResult:
     summary: dict = field(default_factory=dict)
     model: str | None = None
     model_subdir: str = ""
+    # Where the model folder goes instead of staying among the job's artifacts (a pulled
+    # model lives under the models directory), and where it came from (repo_id, revision,
+    # commit_sha), recorded with it.
+    model_folder: Path | None = None
+    origin: dict | None = None
     adapter: dict | None = None
     adapter_subdir: str = ""
 

@@ -11,8 +11,9 @@ from types import ModuleType
 
 from .context import JobParamsError
 
-KINDS = ("quantize", "finetune", "dataset", "evaluate")  # what POST /api/jobs takes
+KINDS = ("pull", "quantize", "finetune", "dataset", "evaluate")  # what POST /api/jobs takes
 _MODULES = {
+    "pull": "jobs.pull",
     "quantize": "jobs.quantize",
     "finetune": "jobs.finetune",
     "dataset": "jobs.datasets",

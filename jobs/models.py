@@ -8,6 +8,7 @@ class Job(models.Model):
     """One long piece of work, run by a Celery worker, watched from the lab."""
 
     KINDS = [
+        ("pull", "pull"),  # a model from the Hugging Face Hub
         ("quantize", "quantize"),
         ("finetune", "finetune"),
         ("dataset", "dataset"),

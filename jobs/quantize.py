@@ -53,7 +53,7 @@ def validate(params: dict) -> dict:
     if dequantize:  # a float16 model: the quantization params mean nothing
         normalised.update(bits=None, group_size=None, mode=None, recipe=None)
     else:
-        normalised.update(_quantization(params))
+        normalised.update(quantization(params))
         _check_group_fits(model, source_path, normalised["group_size"])
     return {**normalised, "source_path": str(source_path)}
 
@@ -81,7 +81,7 @@ def _new_name(name: str) -> str:
     return name
 
 
-def _quantization(params: dict) -> dict:
+def quantization(params: dict) -> dict:
     mode = params.get("mode", "affine")
     if mode not in MODES:  # also rejects non-strings, which are never in MODES
         raise JobParamsError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
@@ -146,14 +146,14 @@ def run(ctx: JobContext) -> JobResult:
     ctx.progress(0.0, f"reading {params['model']}")
     if not (source / "config.json").is_file():
         raise FileNotFoundError(f"the source model folder {source} has no config.json")
-    stages = _plan(params, source, ctx.workdir)
+    stages = conversion_plan(params, source, ctx.workdir)
     ctx.log(f"source {params['model']} at {source}: {len(stages)} conversion(s)")
     try:
         for index, (message, kwargs) in enumerate(stages):
             ctx.progress(0.05 + (_conversion_end(params) - 0.05) * index / len(stages), message)
             ctx.log(f"{message}: {kwargs['hf_path']} -> {kwargs['mlx_path']}")
             stage_started = time.monotonic()
-            _convert(**kwargs)
+            convert(**kwargs)
             ctx.log(f"conversion took {time.monotonic() - stage_started:.1f}s")
             ctx.check_cancelled()
     finally:
@@ -175,12 +175,12 @@ def _conversion_end(params: dict) -> float:
     return quantize_evaluation.STAGE_START if params.get("evaluate") else 0.9
 
 
-def _is_quantized(folder: Path) -> bool:
+def is_quantized(folder: Path) -> bool:
     config = json.loads((folder / "config.json").read_text())
     return "quantization" in config or "quantization_config" in config
 
 
-def _plan(params: dict, source: Path, workdir: Path) -> list[tuple[str, dict]]:
+def conversion_plan(params: dict, source: Path, workdir: Path) -> list[tuple[str, dict]]:
     """The convert calls to make, each with the progress message that announces it."""
     output = workdir / MODEL_SUBDIR
     if params["dequantize"]:
@@ -189,7 +189,7 @@ def _plan(params: dict, source: Path, workdir: Path) -> list[tuple[str, dict]]:
         message = f"dequantizing {params['model']} to float16"
         return [(message, _call(source, output, to_float16))]
     stages = []
-    if _is_quantized(source):
+    if is_quantized(source):
         # Keep the source's dtypes: casting float32 norms to float16 makes the result
         # compute in float16, which MLX's CPU backend runs ~40x slower.
         floats = workdir / FLOAT_SUBDIR
@@ -217,12 +217,13 @@ def _describe(params: dict) -> str:
     return f"{params['bits']}-bit {params['mode']}, group {params['group_size']}"
 
 
-def _convert(**kwargs) -> None:
+def convert(**kwargs) -> None:
+    """mlx-lm's convert, loaded on first use."""
     # Imported here so that validating (in the web process) never loads MLX, and the
     # worker's inference.engine import can put its BLAS under MLX first.
-    from mlx_lm.convert import convert
+    from mlx_lm.convert import convert as mlx_lm_convert
 
-    convert(**kwargs)
+    mlx_lm_convert(**kwargs)
 
 
 def _summary(params: dict, source: Path, folder: Path) -> dict:
@@ -236,7 +237,7 @@ def _summary(params: dict, source: Path, folder: Path) -> dict:
         "mode": params["mode"],
         "recipe": params["recipe"],
         "dequantized": params["dequantize"],
-        "source_was_quantized": _is_quantized(source),
+        "source_was_quantized": is_quantized(source),
         "bits_per_weight": round(compute_bits_per_weight(model), 3),
         "size_bytes": sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()),
     }

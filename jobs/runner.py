@@ -24,7 +24,7 @@ from django.utils import timezone
 from inference.models import Adapter
 from labsettings import lab_settings
 
-from .context import JobCancelled, JobLost, JobResult
+from .context import JobCancelled, JobFailed, JobLost, JobResult
 from .events import publish
 from .kinds import service
 from .models import Job
@@ -158,6 +158,9 @@ def execute(job_id, worker: str) -> str:
     except JobCancelled:
         shutil.rmtree(workdir, ignore_errors=True)
         _end(job, context, "cancelled", "cancelled on request")
+    except JobFailed as error:  # a reason for the user, not a bug: no traceback
+        shutil.rmtree(workdir, ignore_errors=True)
+        _end(job, context, "failed", str(error), error=True)
     except SoftTimeLimitExceeded:
         shutil.rmtree(workdir, ignore_errors=True)
         _end(job, context, "failed", "stopped: the job ran past its time limit", error=True)
@@ -182,7 +185,13 @@ def _succeed(job: Job, context: DbJobContext, result: JobResult) -> None:
             from inference.model_registry import model_register
 
             path = final / result.model_subdir
-            made["model"] = model_register(name=result.model, path=path, replace=False).name
+            if result.model_folder is not None:
+                path = install_folder(path, result.model_folder)
+            made["model"] = model_register(
+                name=result.model, path=path, replace=False, origin=result.origin
+            ).name
+            if result.model_folder is not None:
+                _remove_siblings(result.model_folder)
         if result.adapter:
             made["adapter"] = _register_adapter(job, result, final / result.adapter_subdir).name
     except Exception:  # a name clash: the job fails, and leaves nothing behind
@@ -192,6 +201,32 @@ def _succeed(job: Job, context: DbJobContext, result: JobResult) -> None:
     job.result = made
     context.log("finished")
     _finish(job, "succeeded", progress=1.0, message="finished")
+
+
+def install_folder(source: Path, target: Path) -> Path:
+    """Move `source` to `target`; a folder already there is moved aside first and removed
+    after, so `target` never holds a mix of the two."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    incoming = target.with_name(f".{target.name}.incoming")
+    shutil.rmtree(incoming, ignore_errors=True)
+    shutil.move(source, incoming)  # a rename on one filesystem, else a copy
+    if target.exists():
+        outgoing = target.with_name(f".{target.name}.outgoing")
+        shutil.rmtree(outgoing, ignore_errors=True)
+        target.rename(outgoing)
+        incoming.rename(target)
+        shutil.rmtree(outgoing, ignore_errors=True)
+    else:
+        incoming.rename(target)
+    return target
+
+
+def _remove_siblings(folder: Path) -> None:
+    """The folders an installed model replaced (an earlier commit's): the registry no
+    longer points at them, and a worker still serving one has its weights in memory."""
+    for other in folder.parent.iterdir():
+        if other != folder and other.is_dir():
+            shutil.rmtree(other, ignore_errors=True)
 
 
 def _register_adapter(job: Job, result: JobResult, path: Path) -> Adapter:

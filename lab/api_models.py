@@ -18,9 +18,10 @@ from inference.models import LanguageModel
 
 from .model_imports import ImportRefused, import_status, start_import
 from .model_info import model_details, model_summary
+from .model_removal import DeleteRefused, delete_model
 
 
-def _record(name: str) -> LanguageModel:
+def record_or_404(name: str) -> LanguageModel:
     record = model_named(name)
     if record is None:
         raise NotFound(f"No model named {name!r}.")
@@ -43,12 +44,13 @@ class ModelListApi(APIView):
 
 class ModelDetailApi(APIView):
     def get_permissions(self):
-        # Reading is for everyone the page serves; changing a model's settings, staff.
-        return [StaffOnly()] if self.request.method == "PATCH" else super().get_permissions()
+        # Reading is for everyone the page serves; changing or deleting a model, staff.
+        changes = self.request.method in ("PATCH", "DELETE")
+        return [StaffOnly()] if changes else super().get_permissions()
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT, **errors(403, 404)}, summary="One model")
     def get(self, request: Request, name: str) -> Response:
-        return Response(model_details(_record(name)))
+        return Response(model_details(record_or_404(name)))
 
     @extend_schema(
         request=OpenApiTypes.OBJECT,
@@ -56,7 +58,7 @@ class ModelDetailApi(APIView):
         summary="Change a model's settings: its default draft model",
     )
     def patch(self, request: Request, name: str) -> Response:
-        record = _record(name)
+        record = record_or_404(name)
         data = request.data if isinstance(request.data, dict) else None
         if data is None or set(data) - EDITABLE:
             raise ValidationError({"detail": f"expected a JSON object of {sorted(EDITABLE)}"})
@@ -70,6 +72,16 @@ class ModelDetailApi(APIView):
                 raise ValidationError({"detail": str(error)}) from None
         return Response(model_details(record))
 
+    @extend_schema(
+        responses={200: OpenApiTypes.OBJECT, **errors(403, 404, 409)},
+        summary="Delete a model: its registry row, and its files if they lie under var/models",
+    )
+    def delete(self, request: Request, name: str) -> Response:
+        try:
+            return Response(delete_model(record_or_404(name)))
+        except DeleteRefused as error:
+            return Response({"detail": str(error)}, status=409)
+
 
 EDITABLE = {"draft_model"}
 
@@ -80,7 +92,7 @@ class ModelLoadApi(APIView):
     @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT, **errors(403, 404, 409)})
     def post(self, request: Request, name: str) -> Response:
         try:
-            load_model_worker(_record(name))
+            load_model_worker(record_or_404(name))
         except Exception as error:  # a broken folder: the page shows why
             return Response({"detail": f"could not load {name}: {error}"}, status=409)
         return Response({"name": name, "loaded": True})
@@ -91,7 +103,7 @@ class ModelUnloadApi(APIView):
 
     @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT, **errors(403, 404)})
     def post(self, request: Request, name: str) -> Response:
-        unload_model_worker(_record(name).name)
+        unload_model_worker(record_or_404(name).name)
         return Response({"name": name, "loaded": False})
 
 

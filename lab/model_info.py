@@ -11,6 +11,8 @@ from inference.sampling_defaults import FIELDS
 from inference.sampling_defaults import sampling_defaults as model_sampling_defaults
 from labsettings import lab_settings
 
+from .model_removal import disk_bytes, managed_folder
+
 
 def _json_file(path: Path) -> dict:
     try:
@@ -55,7 +57,17 @@ def model_summary(record: LanguageModel) -> dict:
         "loaded": record.name in resident_models(),
         "default": record.name == default_model_name(),
         "draft_model": record.draft_model.name if record.draft_model_id else None,
+        "disk_bytes": _disk_bytes(record),
+        "files_managed": managed_folder(record) is not None,
+        "repo_id": record.repo_id or None,
+        "revision": record.revision or None,
+        "commit": record.commit_sha or None,
     }
+
+
+def _disk_bytes(record: LanguageModel) -> int:
+    folder = Path(record.path)
+    return disk_bytes(folder) if folder.is_dir() else 0
 
 
 def model_details(record: LanguageModel) -> dict:

@@ -314,10 +314,13 @@ def jobs_lab(tmp_path_factory, model_folder, redis_url, hub):
     """Daphne and a real Celery worker over one database, for the job tests."""
     from tests.live_jobs import start_jobs_lab
 
+    home = tmp_path_factory.mktemp("jobs-lab")
     lab = start_jobs_lab(
-        tmp_path_factory.mktemp("jobs-lab"), model_folder, DEFAULT_MODEL,
-        # The stand-in speaks the Hub's HTTP and LFS protocols, not Xet storage.
-        extra_env={"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_XET": "1"},
+        home, model_folder, DEFAULT_MODEL,
+        # The stand-in speaks the Hub's HTTP and LFS protocols, not Xet storage; the
+        # client's cache (config.json files read by searches) stays in the lab's folder.
+        extra_env={"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_TELEMETRY": "1",
+                   "HF_HUB_DISABLE_XET": "1", "HF_HOME": str(home / "hf-home")},
     )  # fmt: skip
     try:
         yield lab

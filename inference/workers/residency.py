@@ -29,7 +29,15 @@ class Residency:
                 await worker.changed.wait()
                 continue
             if worker is not None and worker.state != "stopped":
-                return worker
+                if worker.path == path or worker.remote:
+                    return worker
+                # The registry moved the model to a new folder (a pull brought a newer
+                # commit): the old worker finishes what it holds, a new one loads that.
+                log.info("reloading %s from %s", model, path)
+                worker.draining = True  # a second request waits for the same drain
+                self.loop.create_task(self._drain_and_stop(worker))
+                await worker.changed.wait()
+                continue
             async with self._residency:
                 worker = self.workers.get(model)
                 if worker is None or worker.state == "stopped":

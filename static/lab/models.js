@@ -1,7 +1,9 @@
-// The models page: the registry table, load/unload, details dialog and GGUF import.
+// The models page: the registry table (load/unload, delete, updates from the Hub), the
+// details dialog, the "Get a model" panel (hub_pull.js) and GGUF import.
 
-import { apiGet, apiPatch, apiPost, results } from './api.js';
-import { el, formatBytes, hideBanner, showBanner, wireBannerClose } from './util.js';
+import { apiDelete, apiGet, apiPatch, apiPost, results } from './api.js';
+import { HubSearch, PullList } from './hub_pull.js';
+import { el, formatBytes, hideBanner, readJsonScript, showBanner, wireBannerClose } from './util.js';
 
 const $ = (id) => document.getElementById(id);
 const IMPORT_POLL_MS = 500;
@@ -9,6 +11,7 @@ const IMPORT_POLL_MS = 500;
 const dom = {
   tbody: $('models-table').tBodies[0],
   error: $('models-error'),
+  status: $('models-status'),
   dialog: $('model-details'),
   importForm: $('import-form'),
   importPath: $('import-path'),
@@ -22,13 +25,33 @@ const dom = {
   draftError: $('draft-model-error'),
 };
 let modelNames = [];
+let byName = new Map();
+const isStaff = readJsonScript('user-is-staff', false) === true;
+// name -> 'checking' | 'current' | {latest}: what "Check for update" found, kept across refreshes.
+const updates = new Map();
 
 const modelUrl = (name, action = '') => `/api/models/${encodeURIComponent(name)}${action ? `/${action}` : ''}`;
 
 // ---- table
 
-function actionButton(action, label) {
-  return el('button', { type: 'button', class: 'small-button', dataset: { action } }, label);
+function actionButton(action, label, extra = '') {
+  return el('button', { type: 'button', class: `small-button ${extra}`.trim(), dataset: { action } }, label);
+}
+
+function updateState(model) {
+  const state = updates.get(model.name);
+  if (state === 'checking') return el('span', { class: 'muted small' }, 'checking…');
+  if (state === 'current') return el('span', {}, el('span', { class: 'muted' }, 'up to date'), ' ', actionButton('check-update', 'Check again', 'link-button'));
+  if (state) {
+    return el('span', { class: 'update-available' }, el('span', { class: 'badge' }, 'Update available'), ' ', actionButton('update', 'Update'));
+  }
+  return actionButton('check-update', 'Check for update', 'link-button');
+}
+
+// Pulled models name their repo under the name, with the way to ask for a newer commit.
+function repoLine(model) {
+  if (!model.repo_id) return null;
+  return el('div', { class: 'repo-line small' }, el('span', { class: 'repo-id muted' }, model.repo_id), ' ', updateState(model));
 }
 
 function modelRow(model) {
@@ -36,6 +59,10 @@ function modelRow(model) {
   if (model.loaded) loaded.classList.add('is-loaded');
   const name = el('td', { class: 'model-name' }, model.name);
   if (model.default) name.append(' ', el('span', { class: 'badge' }, 'default'));
+  const repo = repoLine(model);
+  if (repo) name.append(repo);
+  // A folder of links to files elsewhere (a registered checkout) uses no disk of its own.
+  const disk = Number.isFinite(model.disk_bytes) && model.disk_bytes > 0 ? formatBytes(model.disk_bytes) : '—';
   return el(
     'tr',
     { dataset: { name: model.name } },
@@ -43,6 +70,7 @@ function modelRow(model) {
     el('td', {}, model.architecture || '—'),
     el('td', {}, model.quantization || '—'),
     el('td', { class: 'num' }, formatBytes(model.size_bytes)),
+    el('td', { class: 'num disk' }, disk),
     // Plain digits ("8192", not "8,192"): it is the figure people compare with configs.
     el('td', { class: 'num' }, Number.isFinite(model.context_length) ? String(model.context_length) : '—'),
     loaded,
@@ -52,18 +80,21 @@ function modelRow(model) {
       actionButton('load', 'Load'),
       actionButton('unload', 'Unload'),
       actionButton('details', 'Details'),
+      // The default model is never deleted (the server refuses): no button that always fails.
+      isStaff && !model.default ? actionButton('delete', 'Delete', 'danger') : null,
     ),
   );
 }
 
 function placeholderRow(text) {
-  return el('tr', { class: 'placeholder-row' }, el('td', { colspan: 7, class: 'muted' }, text));
+  return el('tr', { class: 'placeholder-row' }, el('td', { colspan: 8, class: 'muted' }, text));
 }
 
 async function refreshTable() {
   try {
     const models = results(await apiGet('/api/models'));
     modelNames = models.map((model) => model.name);
+    byName = new Map(models.map((model) => [model.name, model]));
     dom.tbody.replaceChildren(...(models.length ? models.map(modelRow) : [placeholderRow('No models registered yet.')]));
   } catch (error) {
     showBanner(dom.error, `Could not list the models: ${error.message}`);
@@ -147,13 +178,73 @@ async function saveDraftChoice() {
   }
 }
 
+// ---- delete and updates
+
+async function deleteModel(row, button) {
+  const name = row.dataset.name;
+  const model = byName.get(name);
+  const files = model?.files_managed ? ' Its files under the models folder go too.' : ' Its files are not under the models folder: they stay.';
+  if (!window.confirm(`Delete ${name}?${files}`)) return;
+  button.disabled = true;
+  try {
+    const done = await apiDelete(modelUrl(name));
+    hideBanner(dom.error);
+    updates.delete(name);
+    dom.status.textContent = done.files_removed ? `Deleted ${name}: ${formatBytes(done.freed_bytes)} freed.` : `Deleted ${name} from the registry.`;
+  } catch (error) {
+    showBanner(dom.error, `Could not delete ${name}: ${error.message}`); // 409: loaded, pinned, in use
+  }
+  await refreshTable();
+  if (button.isConnected) button.disabled = false;
+}
+
+function renderRepoLine(name) {
+  const row = dom.tbody.querySelector(`tr[data-name="${CSS.escape(name)}"]`);
+  const model = byName.get(name);
+  row?.querySelector('.repo-line')?.replaceWith(repoLine(model));
+}
+
+async function checkUpdate(name) {
+  updates.set(name, 'checking');
+  renderRepoLine(name);
+  try {
+    const answer = await apiGet(modelUrl(name, 'update'));
+    updates.set(name, answer.update_available ? { latest: answer.latest } : 'current');
+  } catch (error) {
+    updates.delete(name);
+    showBanner(dom.error, `Could not check ${name} for an update: ${error.message}`);
+  }
+  renderRepoLine(name);
+}
+
+// The same repo and revision under the same name: the pull replaces the model's folder.
+async function pullUpdate(name, button) {
+  const model = byName.get(name);
+  if (!model?.repo_id) return;
+  button.disabled = true;
+  const params = { repo_id: model.repo_id, name };
+  if (model.revision) params.revision = model.revision;
+  try {
+    await pulls.start(params, `${name} (update from ${model.repo_id})`);
+    updates.delete(name);
+    renderRepoLine(name);
+  } catch (error) {
+    showBanner(dom.error, `Could not update ${name}: ${error.message}`);
+    button.disabled = false;
+  }
+}
+
 function tableClick(event) {
   const button = event.target.closest('button[data-action]');
   const row = button?.closest('tr[data-name]');
   if (!row) return;
   const action = button.dataset.action;
-  if (action === 'details') showDetails(row.dataset.name);
+  const name = row.dataset.name;
+  if (action === 'details') showDetails(name);
   else if (action === 'load' || action === 'unload') loadOrUnload(row, button, action);
+  else if (action === 'delete') deleteModel(row, button);
+  else if (action === 'check-update') checkUpdate(name);
+  else if (action === 'update') pullUpdate(name, button);
 }
 
 // ---- import
@@ -221,6 +312,19 @@ async function startImport(event) {
 
 // ---- start
 
+const pulls = new PullList($('pull-list'), { onSucceeded: refreshTable });
+new HubSearch(
+  {
+    form: $('hub-search-form'),
+    input: $('hub-search'),
+    mlxOnly: $('hub-mlx-only'),
+    sort: $('hub-sort'),
+    status: $('hub-status'),
+    error: $('hub-error'),
+    results: $('hub-results'),
+  },
+  pulls,
+);
 wireBannerClose(dom.error);
 $('models-table').addEventListener('click', tableClick);
 $('refresh-models').addEventListener('click', refreshTable);

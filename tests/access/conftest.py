@@ -49,7 +49,7 @@ class SecuredServer:
 
 
 @pytest.fixture(scope="session")
-def secured_server(tmp_path_factory, model_folder) -> SecuredServer:
+def secured_server(tmp_path_factory, model_folder, hub) -> SecuredServer:
     """Keys exist: /v1 needs one. Tiny generations: 2 tokens at most, by default and by cap."""
     home = tmp_path_factory.mktemp("secured")
     env = {
@@ -68,6 +68,10 @@ def secured_server(tmp_path_factory, model_folder) -> SecuredServer:
         "MLXLAB_MAX_BATCH_SIZE": "2",
         # Small /v1 bodies: a fuzzed prompt of a few KiB would take a minute to prefill here.
         "MLXLAB_MAX_REQUEST_BYTES": "2048",
+        # Hub searches and update checks go to the stand-in (this machine has no Hub).
+        "HF_ENDPOINT": hub.url,
+        "HF_HOME": str(home / "hf-home"),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
     }
     _manage(env, "migrate", "--noinput", "-v", "0")
     _manage(env, "add_model", str(model_folder), "--name", DEFAULT_MODEL)

@@ -1,0 +1,90 @@
+"""Whether the installed mlx-lm can load a model, from its config.json alone.
+
+Read without importing mlx-lm (which loads MLX): the architectures are the modules
+under `mlx_lm/models/` that define a `Model`, and the aliases are mlx-lm's public
+`MODEL_REMAPPING` and `MODEL_ARCHITECTURE_REMAPPING` tables, read from its source.
+This is the rule `mlx_lm.utils.load` applies, so a model passed here is one it loads.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.metadata
+import importlib.util
+import threading
+from pathlib import Path
+
+# Searches describe repos on several threads; building the tables once at a time keeps
+# ast.parse, which is not safe to run concurrently, to one thread.
+_building = threading.Lock()
+
+
+def mlx_lm_version() -> str:
+    return importlib.metadata.version("mlx-lm")
+
+
+@functools.cache
+def _package_dir() -> Path:
+    spec = importlib.util.find_spec("mlx_lm")  # finds without executing the package
+    if spec is None or spec.origin is None:
+        raise RuntimeError("mlx-lm is not installed")
+    return Path(spec.origin).parent
+
+
+def loadable_model_types() -> frozenset[str]:
+    """The model modules of the installed mlx-lm (those defining `class Model`)."""
+    with _building:
+        return _loadable_model_types()
+
+
+@functools.cache
+def _loadable_model_types() -> frozenset[str]:
+    found = set()
+    for module in (_package_dir() / "models").glob("*.py"):
+        if "class Model(" in module.read_text(errors="replace"):
+            found.add(module.stem)
+    return frozenset(found)
+
+
+def _remappings() -> tuple[dict, dict]:
+    with _building:
+        return _read_remappings()
+
+
+@functools.cache
+def _read_remappings() -> tuple[dict, dict]:
+    tree = ast.parse((_package_dir() / "utils.py").read_text())
+    tables = {"MODEL_REMAPPING": {}, "MODEL_ARCHITECTURE_REMAPPING": {}}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name) and target.id in tables:
+                tables[target.id] = ast.literal_eval(node.value)
+    return tables["MODEL_REMAPPING"], tables["MODEL_ARCHITECTURE_REMAPPING"]
+
+
+def mlx_lm_module(config: dict) -> str | None:
+    """The mlx-lm module that would load this config, or None if it names no model type."""
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        return None
+    by_type, by_architecture = _remappings()
+    architectures = config.get("architectures") or ()
+    if isinstance(architectures, str):
+        architectures = (architectures,)
+    for architecture in architectures:
+        if (model_type, architecture) in by_architecture:
+            return by_architecture[(model_type, architecture)]
+    return by_type.get(model_type, model_type)
+
+
+def architecture_problem(config: dict) -> str | None:
+    """Why the installed mlx-lm cannot load a model with this config, or None if it can."""
+    module = mlx_lm_module(config)
+    if module is None:
+        return "its config.json names no model_type"
+    if module not in loadable_model_types():
+        model_type = config.get("model_type")
+        return f"model_type '{model_type}' is not supported by mlx-lm {mlx_lm_version()}"
+    return None
