@@ -12,9 +12,9 @@ CHROMIUM ?= /usr/bin/chromium
 .PHONY: setup run test test-postgres test-upgrade bench soak screenshots format clean
 
 setup: $(STAMP)
-	@# The AVX2 quantized matmul (issue 21): quiet when nothing changed; never fails setup.
+	@# The AVX2 quantized matmul for MLX's CPU backend: quiet when nothing changed; never fails setup.
 	@$(PY) native/quantized_matmul/build.py
-	@# The CUDA decode step (issue 18): built only beside MLX's CUDA wheel and nvcc.
+	@# The CUDA decode step: built only beside MLX's CUDA wheel and nvcc.
 	@$(PY) native/cuda_decode/build.py
 	@$(PY) manage.py migrate --noinput -v 0
 	@$(PY) manage.py ensure_default_model

@@ -15,6 +15,7 @@ ERROR_MEANINGS = {
     409: "The object is not in a state that allows this",
     413: "Request body over the limit for this path",
     415: "Body is not application/json",
+    502: "The Hugging Face Hub could not be asked, or it refused (its words in detail)",
     503: "The job queue does not answer; nothing was recorded",
 }
 

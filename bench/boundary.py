@@ -1,4 +1,4 @@
-"""The cost of the process boundary (issue 13): one model in this process vs. in a worker.
+"""The cost of the process boundary: one model in this process vs. in a worker.
 
     .venv/bin/python bench/boundary.py            # 5 repeats
     .venv/bin/python bench/boundary.py --quick    # 1 repeat, shorter answers
@@ -37,10 +37,12 @@ from cpu import OtherLoad, cpu_busy
 from run import OUT_DIR, machine
 from workload import CONCURRENT_PROMPTS, DECODE_PROMPTS, WARMUP_PROMPT
 
-from inference.engine import Engine, EngineConfig, Event, load_model, stream_events, wire
+from inference.engine import Engine, EngineConfig, load_model, stream_events
 from inference.engine.dense_weights import FastPathOptions
 from inference.engine.prompt import PromptBuilder, PromptLimits
-from inference.engine.request import Failed, Finished, ReasoningDelta, SamplingParams, TextDelta
+from inference.protocol import wire
+from inference.protocol.events import Event, Failed, Finished, ReasoningDelta, TextDelta
+from inference.protocol.sampling import SamplingParams
 from inference.workers.supervisor import Supervisor
 from inference.workers.worker import SupervisorConfig
 

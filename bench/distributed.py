@@ -1,4 +1,4 @@
-"""One model across ranks (issue 19): a two-rank mx.distributed worker against one rank.
+"""One model across ranks: a two-rank mx.distributed worker against one rank.
 
     .venv/bin/python bench/distributed.py            # 5 repeats
     .venv/bin/python bench/distributed.py --quick    # 1 repeat, shorter answers

@@ -440,7 +440,8 @@ def as_served(engine):
     """The engine as its model worker runs it: what is loaded frozen out of the collector's
     sight (inference/engine/worker.py). Without it, in this process beside mlx-lm's rows,
     the H200 read 6,150-7,236 tok/s at 32 rows and 9,177-10,866 at 64 over three runs;
-    with it 7,510 and 12,286 (docs/BENCHMARKS.md, "Tensor cores and overlapping kernels")."""
+    with it 7,510 and 12,286 ("Tensor cores and overlapping kernels" in docs/BENCHMARKS.md's
+    history: git show 02df74b:docs/BENCHMARKS.md)."""
     import gc
 
     gc.collect()
@@ -471,7 +472,8 @@ def engine_speed(folder: Path, tokens: int, batches: list[int], cache, label: st
             engine_stream(engine, prompt, 1)[1] for prompt in prompts(3, 512, vocab, 21)
         )
         # One stream again, long after the warm-up: the 4-bit shape's first read 578 tok/s
-        # with the prompt cache on and 888 with it off (docs/BENCHMARKS.md, 4-bit CUDA step).
+        # with the prompt cache on and 888 with it off (docs/BENCHMARKS.md, "GPU: quantized
+        # models").
         again = [engine_stream(engine, prompt, tokens) for prompt in prompts(3, PROMPT, vocab, 8)]
         rows[f"{label}_stream_again_tps"] = max(rate for rate, _ in again)
         return rows
@@ -527,7 +529,7 @@ def collect(engine, requests, texts: list | None = None) -> list[list[float]]:
     into `texts`, when given)."""
     import threading
 
-    from inference.engine import Failed, Finished, TextDelta
+    from inference.protocol.events import Failed, Finished, TextDelta
 
     stamps: list[list[float]] = [[] for _ in requests]
     pieces: list[list[str]] = [[] for _ in requests]

@@ -1,4 +1,4 @@
-"""Check and time the CUDA decode step on a GPU (issue 18): `inference/engine/cuda_decode.py`.
+"""Check and time the CUDA decode step on a GPU: `inference/engine/cuda_decode.py`.
 
     python3 bench/gpu_decode_step.py [--shape llama-1b-bf16] [--tokens 128] [--runs 3]
         [--variants 3:16,99:0]

@@ -1,4 +1,4 @@
-"""Where the engine's decode step spends host time on the GPU, code trees side by side (issue 18).
+"""Where the engine's decode step spends host time on the GPU, code trees side by side.
 
     python3 bench/gpu_host.py --out DIR --roots .,.gpu/wt      # two trees, alternated
     python3 bench/gpu_host.py --out DIR --shape tiny-bf16 --tokens 16   # a CPU smoke run
@@ -129,7 +129,9 @@ def print_table(runs: list[dict]) -> None:
 
 def child(root: Path, folder: Path, args) -> None:
     sys.path.insert(0, str(root.resolve()))
-    import inference.engine  # noqa: F401  (before mlx.core: the CPU's BLAS)
+    from inference.engine.startup import prepare_mlx_process
+
+    prepare_mlx_process()  # before mlx.core: the CPU's BLAS
     from inference.engine import Engine, EngineConfig, load_model
 
     sys.path.insert(1, str(HERE))

@@ -1,6 +1,6 @@
 """Where a CUDA decode step's host time goes, part by part, in each of the native step's
 replay modes: a graph kept a batch and replayed as it is, a graph captured every step, and
-kernels launched one by one (issue 18).
+kernels launched one by one.
 
     MLXLAB_CUDA_DECODE_LIBRARY=... python3 bench/gpu_host_parts.py smollm2-135m-4bit,llama-1b-4bit
 

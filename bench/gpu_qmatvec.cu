@@ -1,5 +1,5 @@
 // The 4-bit matvec kernels (native/cuda_decode/src/quantized_matvec.cuh) on their own: exact
-// against a host reference, and their speed on the Llama-1B shape (issue 18).
+// against a host reference, and their speed on the Llama-1B shape.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o qmatvec bench/gpu_qmatvec.cu
 //   ./qmatvec [batches, default 1,2,4,8]

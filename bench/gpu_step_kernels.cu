@@ -1,4 +1,4 @@
-// The CUDA decode step's kernels alone: no MLX, no Python (issue 18).
+// The CUDA decode step's kernels alone: no MLX, no Python.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o step_kernels bench/gpu_step_kernels.cu \
 //        native/cuda_decode/src/kernels.cu native/cuda_decode/src/gemm.cpp -lcublasLt

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CUDA decode step's kernels, variants side by side, and where one step's time goes (issue 18).
+# The CUDA decode step's kernels, variants side by side, and where one step's time goes.
 #
 #   bash bench/gpu_step_kernels.sh OUT [batches]    # on a machine with nvcc and an sm_90 GPU
 #

@@ -1,6 +1,6 @@
 """PyTorch + transformers on the same shape: `generate` with a static KV cache.
 
-The reference the issue names: on a GPU, transformers compiles the decode step
+The reference for one-stream decode: on a GPU, transformers compiles the decode step
 of a static cache, which is the usual way to run it fast there.
 """
 

@@ -1,4 +1,4 @@
-"""What the engine's decode step costs the host per row, on any machine (issue 18).
+"""What the engine's decode step costs the host per row, on any machine.
 
     .venv/bin/python bench/host_step.py                       # batch 1 and 32, tiny model
     .venv/bin/python bench/host_step.py --profile 32 --top 30 # cProfile of the engine thread
@@ -26,7 +26,9 @@ sys.path.insert(0, str(ROOT))
 
 if "--root" in sys.argv:  # another tree's engine (its `inference/`), for before and after
     sys.path.insert(0, str(Path(sys.argv[sys.argv.index("--root") + 1]).resolve()))
-import inference.engine  # noqa: E402, F401  (before mlx.core: the CPU's BLAS)
+from inference.engine.startup import prepare_mlx_process  # noqa: E402
+
+prepare_mlx_process()  # before mlx.core: the CPU's BLAS
 from bench.gpu import collect, prompts, steps_profiled  # noqa: E402
 from bench.gpu_models import TINY, Shape, build_folder  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""A model worker on another host against a local one (issue 19): what the TCP link costs.
+"""A model worker on another host against a local one: what the TCP link costs.
 
     .venv/bin/python bench/remote_worker.py            # 5 repeats
     .venv/bin/python bench/remote_worker.py --quick    # 1 repeat, shorter answers

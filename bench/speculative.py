@@ -8,7 +8,7 @@ Two tasks, each sent greedy and streaming, with and without drafts, turn about:
 - draft model: the rewrite's request without `prediction`, drafted by a lab-made quantized
   copy of the default model (bench/draft_model.py: nothing smaller shares its vocabulary
   here), `num_draft_tokens` 3 (mlx_lm.server's default).
-Targets (issue 16): rewrite >= 2.5x, copy >= 1.8x the decode tokens/s without drafts; the
+Targets: rewrite >= 2.5x, copy >= 1.8x the decode tokens/s without drafts; the
 draft-model row has none (its copy costs a target's step a token). The
 usage's accepted/rejected prediction tokens say how much of the reply came drafted; the
 replies are compared, as they must be equal.

@@ -8,7 +8,7 @@ Each path runs in a child process of its own, so that its resident memory is its
 they alternate `--rounds` times, as the CPU may be shared (the best round counts).
 
 The model's forward pass plus an argmax, `mx.eval` per step, as in the decode loop; the
-figures behind the findings in docs/BENCHMARKS.md ("The CPU fast path ... findings").
+figures behind docs/BENCHMARKS.md's "CPU: the engine's step and batching".
 """
 
 from __future__ import annotations

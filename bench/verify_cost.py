@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/verify_cost.py [--rounds 3]
 
-Speculative decoding (issue 16) pays off by as much as a pass over 1 + k positions costs
+Speculative decoding pays off by as much as a pass over 1 + k positions costs
 less than k + 1 steps. On this CPU's kernel path that cost is the matmuls' arithmetic,
 which grows with the rows of a pass (the 4-bit weights are read once either way), so
 this is where a rewrite's or a copy's speedup goes. Measured in-process on the default

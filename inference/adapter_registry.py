@@ -6,9 +6,9 @@ import logging
 
 from labsettings import lab_settings
 
-from .engine.adapters import AdapterRef
 from .errors import ApiError
 from .models import Adapter
+from .protocol.adapters import AdapterRef
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from .engine.draft_model import vocabulary_difference
+from .protocol.vocabulary import vocabulary_difference
 
 
 def folder_vocabulary(folder: str) -> dict[str, int] | None:

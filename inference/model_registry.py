@@ -49,7 +49,7 @@ def model_register(
     """
     # Imported here, not at the top: the engine brings in MLX, and job validation
     # uses the lookups above without loading it.
-    from .engine.model_folder import describe_model_folder
+    from .protocol.model_folder import describe_model_folder
 
     held = model_named(name)
     same_repo = origin is not None and held is not None and held.repo_id == origin["repo_id"]
@@ -77,8 +77,9 @@ def model_import_gguf(
     *, gguf_path: Path, name: str | None = None, progress: Progress | None = None
 ) -> LanguageModel:
     """Convert a GGUF file into the models directory and register it."""
-    # inference.engine before gguf's mlx.core: it puts the optimized BLAS under MLX.
-    from . import engine  # noqa: F401
+    from .engine.startup import prepare_mlx_process
+
+    prepare_mlx_process()  # before gguf's mlx.core: the optimized BLAS goes under MLX
     from .gguf.convert import import_gguf
 
     name = name or model_name_from(gguf_path)

@@ -20,9 +20,9 @@ from django.http import HttpResponse, JsonResponse
 from .api.sse import event_stream_response
 from .api.surfaces import Surface
 from .chat.plan import PlannedGeneration
-from .engine import wire
 from .engines import open_generation
 from .errors import ApiError
+from .protocol import wire
 from .workers.streams import Choices, EngineUnavailable, Rejected, RequestStream, WorkerStopped
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-# ruff: noqa: I001  (inference.engine must be imported before mlx.core: it loads the BLAS)
+# ruff: noqa: E402, I001  (the process is prepared before anything imports mlx.core)
 """The evaluate job's worker side: tokens made once, then each variant scored on them.
 
 Examples of mlx-lm's formats become tokens through its own dataset classes with
@@ -11,8 +11,11 @@ its padding slip fixed (see `sequence_nll`).
 
 from __future__ import annotations
 
-# inference.engine puts the optimized BLAS under MLX; it must be imported before mlx.core.
-import inference.engine  # noqa: F401
+from inference.engine.startup import prepare_mlx_process
+
+# A job worker's child prepared itself (mlxlab/celery.py); a process importing this
+# module for its own use must be, too, before mlx.core comes in below.
+prepare_mlx_process()
 
 import functools
 import gc
@@ -28,7 +31,8 @@ from mlx_lm.generate import generate
 from mlx_lm.tuner.datasets import create_dataset
 
 from inference.engine import load_model
-from inference.engine.adapters import AdapterRef, activate, load_adapter
+from inference.engine.adapters import activate, load_adapter
+from inference.protocol.adapters import AdapterRef
 from inference.engine.dense_weights import FastPathOptions
 from labsettings import lab_settings
 

@@ -168,9 +168,10 @@ def _schedule(schedule) -> dict | None:
 
 
 def _build_schedule(config: dict) -> None:
-    # The web process has MLX loaded already; inference.engine puts the BLAS under it first
-    # in any process that has not.
-    import inference.engine  # noqa: F401, I001
+    # Validating a schedule runs mlx-lm's, in whichever process validates.
+    from inference.engine.startup import prepare_mlx_process
+
+    prepare_mlx_process()
     from mlx_lm.tuner.utils import build_schedule
 
     try:

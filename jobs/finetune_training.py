@@ -1,4 +1,4 @@
-# ruff: noqa: I001  (inference.engine must be imported before mlx.core: it loads the BLAS)
+# ruff: noqa: E402, I001  (the process is prepared before anything imports mlx.core)
 """The finetune job's worker side: mlx-lm's trainer, reporting through the JobContext.
 
 mlx-lm's `lora.run` is not used: it replaces the callback it is given. This drives
@@ -11,8 +11,11 @@ training a quantized base on dense float32 twins of its weights on the CPU.
 
 from __future__ import annotations
 
-# inference.engine puts the optimized BLAS under MLX; it must be imported before mlx.core.
-import inference.engine  # noqa: F401
+from inference.engine.startup import prepare_mlx_process
+
+# A job worker's child prepared itself (mlxlab/celery.py); a process importing this
+# module for its own use must be, too, before mlx.core comes in below.
+prepare_mlx_process()
 
 import math
 import re

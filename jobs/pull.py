@@ -161,8 +161,9 @@ def _convert(ctx: JobContext, source: Path, made: Path, params: dict, share: flo
 
 
 def _import_gguf(ctx: JobContext, gguf: Path, made: Path, share: float) -> None:
-    # inference.engine before gguf's mlx.core: it puts the optimized BLAS under MLX.
-    from inference import engine  # noqa: F401
+    from inference.engine.startup import prepare_mlx_process
+
+    prepare_mlx_process()  # before gguf's mlx.core: the optimized BLAS goes under MLX
     from inference.gguf.convert import GGUFImportError, import_gguf
 
     def progress(fraction: float, message: str) -> None:

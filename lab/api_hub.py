@@ -45,7 +45,7 @@ class HubModelSearchApi(APIView):
             OpenApiParameter("sort", str, enum=list(SORTS), required=False),
             OpenApiParameter("limit", int, required=False),
         ],
-        responses={200: OpenApiTypes.OBJECT, **errors(400, 403)},
+        responses={200: OpenApiTypes.OBJECT, **errors(400, 403, 502)},
         summary="Search the Hugging Face Hub for models, MLX-ready ones first",
     )
     def get(self, request: Request) -> Response:
@@ -62,7 +62,7 @@ class HubModelSearchApi(APIView):
 
 class ModelUpdateApi(APIView):
     @extend_schema(
-        responses={200: OpenApiTypes.OBJECT, **errors(403, 404, 409)},
+        responses={200: OpenApiTypes.OBJECT, **errors(403, 404, 409, 502)},
         summary="Whether the Hub has a newer commit for a pulled model's revision",
     )
     def get(self, request: Request, name: str) -> Response:

@@ -22,8 +22,8 @@ SAMPLING_FIELDS = {
     "repetition_penalty": (int, float),
     "seed": int,
 }
-# Speculative decoding (README, "Faster decoding"): "ngram", "none" or a model's name, and
-# the most drafts a step; empty on the page: the model's own default draft.
+# Speculative decoding (docs/API.md, "Speculative decoding"): "ngram", "none" or a model's
+# name, and the most drafts a step; empty on the page: the model's own default draft.
 DRAFT_FIELDS = {"draft_model": str, "num_draft_tokens": int}
 
 

@@ -12,8 +12,8 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from inference import json_body
 from inference.chat.plan import plan_generation
-from inference.engine.request import Failed, Finished, ReasoningDelta, TextDelta
 from inference.errors import ApiError
+from inference.protocol.events import Failed, Finished, ReasoningDelta, TextDelta
 from inference.serve import start
 from inference.workers.streams import EngineUnavailable, RequestStream, WorkerStopped
 
@@ -180,7 +180,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             **reply.stats.snapshot(finish.completion_tokens if finish else None),
             "prompt_tokens": finish.prompt_tokens if finish else prompt_tokens,
             "cached_tokens": finish.cached_tokens if finish else 0,
-            # Speculative decoding (README, "Faster decoding"): drafts kept and refused,
+            # Speculative decoding (docs/API.md, "Speculative decoding"): drafts kept and refused,
             # and a grammar's forced tokens verified in one pass.
             "accepted_prediction_tokens": finish.accepted_prediction_tokens if finish else 0,
             "rejected_prediction_tokens": finish.rejected_prediction_tokens if finish else 0,

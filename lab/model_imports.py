@@ -14,7 +14,7 @@ from pathlib import Path
 
 from django.db import close_old_connections
 
-from inference.gguf.convert import GGUFImportError
+from inference.gguf.header import GGUFImportError
 from inference.model_registry import model_exists, model_import_gguf, model_name_from
 
 log = logging.getLogger(__name__)

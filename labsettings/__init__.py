@@ -2,28 +2,27 @@
 
 `LabSettings` is the table. Each field is one setting: its name and type, the
 environment variable that sets it, the parser of that variable, its default and what
-it means. Its first rows come from the classes it extends, places.py's (where things
-live) then workers.py's (model workers); the rest are its own. `mlxlab/settings.py`
-builds it once, `MLXLAB = LabSettings.from_environ(os.environ)`, and app code reads it
-typed, `from labsettings import lab_settings; lab_settings.max_n`.
+it means. Its first rows come from the classes it extends: places.py's (where things
+live), workers.py's (model workers), then engine.py's (the engine and the native
+libraries); the rest are its own. `mlxlab/settings.py` builds it once,
+`MLXLAB = LabSettings.from_environ(os.environ)`, and app code reads it typed,
+`from labsettings import lab_settings; lab_settings.max_n`.
 
-`lab_settings` (proxy.py) reads it afresh on every access.
+Code without Django (inference/engine, native/) reads engine.py's rows as
+`engine_settings.cpu_fast_path`, parsed from the process environment (proxy.py). The C++
+libraries read no variable: the Python that loads one passes it their values.
+docs/SETTINGS.md is generated from the table (doc.py).
 
-This package sits below every app and imports none of them. The OpenBLAS variables
-(MLXLAB_BLAS_PATH, MLXLAB_BLAS_THREADS) are not here: the BLAS loads before Django
-reads settings (inference/engine/cpu_fast_path.py).
+This package sits below every app and imports none of them, nor any of Django that needs
+configured settings.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
-
+from .engine import EngineSettings
 from .parsers import (
     one_of,
     optional,
@@ -38,17 +37,19 @@ from .parsers import (
     parse_path_limits,
 )
 from .places import BASE_DIR as BASE_DIR  # re-exported: callers import it from here
-from .proxy import LabSettingsProxy
-from .rows import Derived, Setting, setting, under_var
+from .proxy import EnvironmentReader, LabSettingsProxy
+from .rows import Derived, Setting, rows_of, setting, under_var
+from .rows import SettingError as SettingError  # re-exported: what a bad value raises
 from .workers import WorkerSettings
 
 MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
-class LabSettings(WorkerSettings):
+class LabSettings(EngineSettings, WorkerSettings):
     """Every lab setting, typed. Order matters: a Derived default reads rows above it,
-    and the rows of the classes it extends come first."""
+    and the rows of the classes it extends come first (WorkerSettings', then
+    EngineSettings')."""
 
     # Sampling defaults for fields a request leaves out (inference/sampling_defaults.py):
     # unset, each comes from the model's generation_config.json, then the fallback.
@@ -87,23 +88,6 @@ class LabSettings(WorkerSettings):
         'An adapter (or "a+b") for requests that name none, on the model it was trained on.',
     )  # fmt: skip
 
-    # The CPU fast path: OpenBLAS under MLX and dense float32 weights (docs/BENCHMARKS.md).
-    # The BLAS itself loads before Django reads settings, so MLXLAB_CPU_FAST_PATH=0,
-    # MLXLAB_BLAS_PATH and MLXLAB_BLAS_THREADS (default 1) act through the environment.
-    cpu_fast_path: bool = setting(
-        "MLXLAB_CPU_FAST_PATH", parse_bool, True, "OpenBLAS and dense float32 weights on CPU."
-    )
-    dense_weight_budget_mb: int = setting(
-        "MLXLAB_DENSE_WEIGHT_BUDGET_MB", parse_int, 4096,
-        "Dense float32 weights above this stay quantized.",
-    )  # fmt: skip
-    # The quantized kernel (native/quantized_matmul, built by make setup) keeps 4/8-bit
-    # weights quantized; MLXLAB_QMM_LIBRARY=off (environment) stops it loading at all.
-    cpu_weights: str = setting(
-        "MLXLAB_CPU_WEIGHTS", one_of("auto", "kernel", "dense"), "auto",
-        "auto: quantized on the AVX2 kernel where it built, else dense float32; "
-        "kernel or dense: that one only.",
-    )  # fmt: skip
     prompt_cache_entries: int = setting(
         "MLXLAB_PROMPT_CACHE_ENTRIES", parse_int, 16,
         "Reused KV caches of prompt prefixes, per model; 0 turns the cache off.",
@@ -185,7 +169,7 @@ class LabSettings(WorkerSettings):
         "Browser origins allowed to call the API (comma-separated).",
     )  # fmt: skip
 
-    # Bounds on what a request may ask (README: "Limits").
+    # Bounds on what a request may ask (docs/API.md, "Limits").
     max_request_bytes: int = setting(
         "MLXLAB_MAX_REQUEST_BYTES", parse_int, 8 * MIB,
         "A request body's bytes, where no path prefix has its own limit.",
@@ -269,34 +253,10 @@ class LabSettings(WorkerSettings):
         "How long a push request waits for its upload before answering with the job.",
     )  # fmt: skip
 
-    @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> LabSettings:
-        """Every setting from `environ`, else its default. ImproperlyConfigured names the
-        variable whose value does not parse."""
-        values: dict[str, Any] = {}
-        for row in TABLE:
-            default = row.default_for(values)
-            text = environ.get(row.env)
-            if text is None:
-                values[row.name] = default
-                continue
-            try:
-                value = row.parse(text)
-            except ValueError as error:
-                shown = "" if row.secret else f" (got {text!r})"
-                raise ImproperlyConfigured(f"{row.env}: {error}{shown}") from None
-            values[row.name] = {**default, **value} if row.merge else value
-        return cls(**values)
 
-    def replace(self, **changes: Any) -> LabSettings:
-        """A copy with `changes` (attribute names), for tests' overrides."""
-        return dataclasses.replace(self, **changes)
+TABLE: tuple[Setting, ...] = rows_of(LabSettings)
 
 
-TABLE: tuple[Setting, ...] = tuple(
-    Setting(name=item.name, **item.metadata) for item in dataclasses.fields(LabSettings)
-)
-
-
-# Typed as what it stands for, so that `lab_settings.max_n` is an int to a type checker.
+# Typed as what they stand for, so that `lab_settings.max_n` is an int to a type checker.
 lab_settings: LabSettings = LabSettingsProxy()  # type: ignore[assignment]
+engine_settings: EngineSettings = EnvironmentReader(EngineSettings)  # type: ignore[assignment]

@@ -53,7 +53,25 @@ def one_of(*choices: str) -> Callable[[str], str]:
             raise ValueError(f"must be one of {', '.join(choices)}")
         return text
 
+    parse_choice.choices = choices  # type: ignore[attr-defined]  # docs/SETTINGS.md shows them
     return parse_choice
+
+
+def switch(*modes: str) -> Callable[[str], str]:
+    """A boolean ("on" or "off", however it is spelled) or one of `modes`: the engine's
+    switches that also take a kind (`reference`, `force`, `all`)."""
+
+    def parse_switch(text: str) -> str:
+        word = text.strip().lower()
+        if word in modes:
+            return word
+        try:
+            return "on" if parse_bool(word) else "off"
+        except ValueError:
+            raise ValueError(f"must be on, off or one of {', '.join(modes)}") from None
+
+    parse_switch.choices = ("on", "off", *modes)  # type: ignore[attr-defined]
+    return parse_switch
 
 
 def parse_list(text: str) -> tuple[str, ...]:
@@ -112,7 +130,7 @@ def parse_kv_by_model(text: str) -> dict[str, dict[str, int | None]]:
     return schemes
 
 
-# The shortest MLXLAB_WORKER_SECRET taken (inference/engine/link.py derives keys from it).
+# The shortest MLXLAB_WORKER_SECRET taken (inference/protocol/link.py derives keys from it).
 MIN_SECRET_CHARS = 16
 
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .rows import setting, under_var
+from .rows import Table, setting, under_var
 
 # The checkout: var/ lives in it unless MLXLAB_VAR_DIR says otherwise.
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
-class PlaceSettings:
+class PlaceSettings(Table):
     """Where things live; a Derived default reads rows above it."""
 
     var_dir: Path = setting(

@@ -1,10 +1,20 @@
-"""The table's rows: a setting's data, carried in a LabSettings field's metadata."""
+"""The table's rows: a setting's data, carried in a settings class's field's metadata;
+reading one row from an environment; and what every class of rows can do (`Table`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+class SettingError(ImproperlyConfigured, ValueError):
+    """A variable whose value does not parse. ImproperlyConfigured to Django; a ValueError
+    to the engine, which has no Django and already handles ValueError where a model cannot
+    take a step."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,42 @@ class Setting:
 
     def default_for(self, values: Mapping[str, Any]) -> Any:
         return self.default.compute(values) if isinstance(self.default, Derived) else self.default
+
+    def read(self, environ: Mapping[str, str], values: Mapping[str, Any]) -> Any:
+        """The variable's value in `environ`, else the default (a Derived one computed from
+        `values`, the rows above). SettingError names the variable whose value does not parse."""
+        default = self.default_for(values)
+        text = environ.get(self.env)
+        if text is None:
+            return default
+        try:
+            value = self.parse(text)
+        except ValueError as error:
+            shown = "" if self.secret else f" (got {text!r})"
+            raise SettingError(f"{self.env}: {error}{shown}") from None
+        return {**default, **value} if self.merge else value
+
+
+def rows_of(table: type) -> tuple[Setting, ...]:
+    """A class's rows in the order of its fields: the classes it extends first."""
+    return tuple(Setting(name=item.name, **item.metadata) for item in dataclasses.fields(table))
+
+
+class Table:
+    """What a class of rows can do: be read from an environment, and be copied changed."""
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> Self:
+        """Every setting from `environ`, else its default. SettingError (ImproperlyConfigured)
+        names the variable whose value does not parse."""
+        values: dict[str, Any] = {}
+        for row in rows_of(cls):
+            values[row.name] = row.read(environ, values)
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> Self:
+        """A copy with `changes` (attribute names), for tests' overrides."""
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
 
 
 def setting(

@@ -142,8 +142,15 @@ def locate(
     return found[0]
 
 
-def import_extension(name: str, library: Path, unavailable: type[Exception]) -> ModuleType:
+def import_extension(
+    name: str,
+    library: Path,
+    unavailable: type[Exception],
+    configure: Callable[[ModuleType], None] | None = None,
+) -> ModuleType:
     """Import the compiled module `name` from `library`; raises `unavailable` saying why not.
+    `configure` gets the module once, when it is first imported: the libraries read no
+    environment variable, so their settings' values come from there.
 
     `mlx.core` is imported first: the module takes its arrays (nanobind's "mlx" domain)
     and links its library.
@@ -164,4 +171,6 @@ def import_extension(name: str, library: Path, unavailable: type[Exception]) -> 
     except ImportError as error:
         raise unavailable(f"{library} does not load: {error}") from error
     sys.modules[name] = module
+    if configure is not None:
+        configure(module)
     return module

@@ -67,9 +67,11 @@ def hub_token() -> str | None:
     if not token_exists():
         return None
     try:
-        return token_read()
+        token = token_read()
     except TokenUnavailable:
         return None
+    # One saved before tokens were checked to fit a header would fail every request.
+    return token if token.isascii() and token.isprintable() else None
 
 
 def reading_api() -> HfApi:

@@ -89,7 +89,11 @@ async def hf_token(request: HttpRequest) -> JsonResponse:
         return failure(str(error))
     if not isinstance(token, str) or not token.strip():
         return failure("token required")
-    return await _save_token(token.strip(), user)
+    token = token.strip()
+    # It travels in an HTTP header: a character outside printable ASCII could never be sent.
+    if not (token.isascii() and token.isprintable()):
+        return failure("token must be printable ASCII, as Hugging Face tokens are")
+    return await _save_token(token, user)
 
 
 async def _save_token(token: str, user) -> JsonResponse:

@@ -18,7 +18,12 @@ import pytest
 import redis
 from django.test.utils import override_settings
 
+from inference.engine.startup import prepare_mlx_process
 from tests.databases import database_env, drop_created
+
+# The tests run the engine in this process: its BLAS goes under MLX before any test module
+# imports mlx.core, as in a model worker.
+prepare_mlx_process()
 
 ROOT = Path(__file__).resolve().parent.parent
 # The suite asserts exact greedy text and bounded lengths: every server it starts (they

@@ -1,14 +1,18 @@
 """The settings table (labsettings/): every variable parses into its typed attribute, a
-bad value names its variable, the defaults are the documented ones, and `lab_settings`
-follows an override."""
+bad value names its variable, the defaults are the documented ones, `lab_settings`
+follows an override, `engine_settings` follows the environment, docs/SETTINGS.md is the
+table's, and the engine and native/ read no variable of ours but through the table."""
 
 from __future__ import annotations
 
 import ast
 import dataclasses
 import hashlib
+import subprocess
+import sys
 import types
 import typing
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +20,17 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 import labsettings
-from labsettings import BASE_DIR, TABLE, LabSettings, lab_settings
+from labsettings import (
+    BASE_DIR,
+    TABLE,
+    EngineSettings,
+    LabSettings,
+    SettingError,
+    engine_settings,
+    lab_settings,
+)
+from labsettings.doc import COMMAND, markdown
+from labsettings.rows import rows_of
 
 ROWS = {row.name: row for row in TABLE}
 TYPES = {field.name: field.type for field in dataclasses.fields(LabSettings)}
@@ -52,6 +66,11 @@ def sample(name: str) -> tuple[str, object]:
         "big=4/32/0, small=16",
         {"big": {"bits": 4, "group_size": 32, "start": 0}, "small": {"bits": None}},
     )
+    special["fused_projections"] = (" Force", "force")
+    special["compiled_mlp"] = ("force", "force")
+    special["decode_kernels"] = ("all", "all")
+    special["cuda_decode"] = ("reference", "reference")
+    special["cuda_decode_replay"] = ("launched", "launched")
     if name in special:
         return special[name]
     if kind in ("int", "int | None"):
@@ -66,6 +85,8 @@ def sample(name: str) -> tuple[str, object]:
         return "/srv/lab/elsewhere", Path("/srv/lab/elsewhere")
     if kind == "str":
         return "some-value", "some-value"
+    if kind == "str | None":
+        return "/srv/lab/lib.so", "/srv/lab/lib.so"
     if kind == "tuple[str, ...]":
         return "https://a.example, ,https://b.example", ("https://a.example", "https://b.example")
     pytest.fail(f"no sample for {name}: {kind}")
@@ -111,6 +132,9 @@ def test_a_bad_number_names_its_variable(name):
         ("MLXLAB_WORKERS", "big=http://gpu1:80", "'http://gpu1:80' is not tcp://HOST:PORT"),
         ("MLXLAB_WORKERS", "big=tcp://gpu1", "'tcp://gpu1' is not tcp://HOST:PORT"),
         ("MLXLAB_WORKER_SECRET", "short", "at least 16 characters"),
+        ("MLXLAB_QMM_AVX512", "maybe", "not a boolean"),
+        ("MLXLAB_CUDA_DECODE", "sometimes", "must be on, off or one of reference (got"),
+        ("MLXLAB_CUDA_DECODE_REPLAY", "sometimes", "must be one of launched, captured, kept"),
     ],
 )
 def test_other_bad_values_name_their_variable(env, text, why):
@@ -138,6 +162,16 @@ def test_blank_values():
     )
     assert blank.default_temperature is None and blank.thinking is None
     assert blank.preload_default_model is False
+    engine = EngineSettings.from_environ(
+        {"MLXLAB_CUDA_DECODE": "", "MLXLAB_BLAS_PATH": "", "MLXLAB_QMM_LIBRARY": ""}
+    )
+    assert engine.cuda_decode == "off" and engine.blas_path is None
+    assert engine.qmm_library == ""  # a blank library is none at all, not make setup's
+
+
+def test_switches_take_any_boolean_and_their_kinds():
+    for text, mode in [("1", "on"), ("Yes", "on"), ("off", "off"), ("0", "off"), ("qkv", "qkv")]:
+        assert EngineSettings.from_environ({"MLXLAB_DECODE_KERNELS": text}).decode_kernels == mode
 
 
 def test_the_documented_defaults():
@@ -175,8 +209,28 @@ def test_the_documented_defaults():
         "default_max_tokens": None,
         "default_adapter": "",
         "cpu_fast_path": True,
+        "blas_path": None,
+        "blas_threads": 1,
         "dense_weight_budget_mb": 4096,
         "cpu_weights": "auto",
+        "qmm_library": None,
+        "qmm_threads": 0,
+        "qmm_spin_us": 200,
+        "qmm_parallel_min": 65536,
+        "qmm_avx512": True,
+        "qmm_int8": False,
+        "qmm_int16": False,
+        "fused_decode": True,
+        "fused_kv_float16": True,
+        "fused_projections": "on",
+        "decode_kernels": "off",
+        "compiled_mlp": "off",
+        "compiled_mlp_min_batch": 8,
+        "cuda_decode": "on",
+        "cuda_decode_max_batch": 64,
+        "cuda_decode_replay": "kept",
+        "cuda_decode_library": None,
+        "cuda_archs": "native",
         "prompt_cache_entries": 16,
         "prompt_cache_mb": 1024,
         "prompt_cache_sessions": 16,
@@ -261,13 +315,52 @@ def test_the_table():
     assert all(env.startswith("MLXLAB_") for env in envs if env != "HF_ENDPOINT")
     for row in TABLE:
         assert row.meaning.strip() and "\n" not in row.meaning, row.name
-    # The BLAS loads before Django: those stay environment reads (cpu_fast_path.py).
-    assert not {"MLXLAB_BLAS_PATH", "MLXLAB_BLAS_THREADS"} & set(envs)
+    # The engine's rows are the table's, the BLAS's (read before Django starts) among them.
+    engine = [row.env for row in rows_of(EngineSettings)]
+    assert {"MLXLAB_BLAS_PATH", "MLXLAB_BLAS_THREADS", "MLXLAB_QMM_SPIN_US"} <= set(engine)
+    assert engine == envs[envs.index(engine[0]) :][: len(engine)]
 
 
-def test_the_readme_names_every_variable():
-    readme = (BASE_DIR / "README.md").read_text()
-    assert [row.env for row in TABLE if f"`{row.env}" not in readme] == []
+def test_docs_settings_is_the_tables():
+    """docs/SETTINGS.md is written from the table, every variable in it, no secret shown."""
+    written = (BASE_DIR / "docs" / "SETTINGS.md").read_text()
+    if written != markdown():
+        pytest.fail(f"docs/SETTINGS.md is not the table's: run `{COMMAND}`", pytrace=False)
+    lines = {
+        row.env: line for row in TABLE for line in written.splitlines() if f"`{row.env}`" in line
+    }
+    assert sorted(lines) == sorted(row.env for row in TABLE)
+    for row in TABLE:
+        shown = lines[row.env].split(" | ")[2]
+        assert (shown == "*secret*") == row.secret, row.env
+
+
+def test_engine_settings_follow_the_environment(monkeypatch):
+    """Each access parses its row afresh: a test's setenv counts at once."""
+    monkeypatch.delenv("MLXLAB_QMM_SPIN_US", raising=False)
+    assert engine_settings.qmm_spin_us == 200
+    monkeypatch.setenv("MLXLAB_QMM_SPIN_US", "50")
+    assert engine_settings.qmm_spin_us == 50
+    monkeypatch.setenv("MLXLAB_CUDA_DECODE_REPLAY", "sometimes")
+    with pytest.raises(SettingError, match="^MLXLAB_CUDA_DECODE_REPLAY: must be one of"):
+        engine_settings.cuda_decode_replay  # noqa: B018
+    assert issubclass(SettingError, ImproperlyConfigured) and issubclass(SettingError, ValueError)
+    assert engine_settings.qmm_spin_us == 50  # a bad row fails only what reads it
+    with pytest.raises(AttributeError):
+        engine_settings.max_n  # noqa: B018  (a Django-side row)
+    with pytest.raises(AttributeError, match="read-only"):
+        engine_settings.qmm_spin_us = 1  # type: ignore[misc]
+
+
+def test_engine_settings_need_no_django_settings():
+    """The engine reads its rows before, or without, Django's settings."""
+    code = (
+        "import sys; from labsettings import engine_settings; engine_settings.cpu_fast_path; "
+        "assert 'django.conf' not in sys.modules, 'django.conf'"
+    )
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(BASE_DIR)}  # no DJANGO_SETTINGS_MODULE
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 def test_secrets_stay_out_of_the_repr():
@@ -316,10 +409,10 @@ def test_the_proxy_follows_overrides(settings):
 
 def test_labsettings_imports_no_app():
     """It sits below every app, so that any of them may import it."""
-    tree = ast.parse(Path(labsettings.__file__).read_text())
     imported = {
         name.split(".")[0]
-        for node in ast.walk(tree)
+        for path in Path(labsettings.__file__).parent.glob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.Import | ast.ImportFrom)
         for name in (
             [alias.name for alias in node.names]
@@ -327,5 +420,84 @@ def test_labsettings_imports_no_app():
             else [node.module or ""]
         )
     }
-    apps = {"inference", "jobs", "lab", "publishing", "mlxlab"}
+    apps = {"inference", "jobs", "lab", "publishing", "mlxlab", "native"}
     assert imported and not imported & apps
+
+
+# Where code reads the environment itself: what the engine and native/ must not do with a
+# variable of ours. Setting one, or passing the environment to a child, is no read.
+READERS = ("get", "pop", "setdefault")
+
+
+def test_the_engine_and_native_read_no_variable_of_ours_themselves():
+    offences = []
+    for path in sorted(
+        path for top in ("inference", "native") for path in (BASE_DIR / top).rglob("*.py")
+    ):
+        tree = ast.parse(path.read_text())
+        constants = _string_constants(tree)
+        for line, key in _environment_reads(tree):
+            name = constants.get(key.id) if isinstance(key, ast.Name) else None
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                name = key.value
+            if name is None or name.startswith("MLXLAB_"):
+                shown = name or (ast.unparse(key) if key else "?")
+                offences.append(f"{path.relative_to(BASE_DIR)}:{line}: {shown}")
+    assert offences == [], "read it as labsettings' engine_settings (a row of the table)"
+
+
+def _string_constants(tree: ast.Module) -> dict[str, str]:
+    """The module's NAME = "text" lines, so that a variable named by a constant counts."""
+    return {
+        node.targets[0].id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    }
+
+
+def _environment_reads(tree: ast.Module) -> Iterator[tuple[int, ast.expr | None]]:
+    """(line, the variable's expression) of each read of one environment variable:
+    os.environ.get/pop/setdefault, os.environ[...], ... in os.environ, os.getenv."""
+    from_os = {
+        alias.asname or alias.name: alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "os"
+        for alias in node.names
+    }
+
+    def is_os(node: ast.expr, name: str) -> bool:
+        if isinstance(node, ast.Attribute):
+            return node.attr == name and isinstance(node.value, ast.Name) and node.value.id == "os"
+        return isinstance(node, ast.Name) and from_os.get(node.id) == name
+
+    def is_environ(node: ast.expr) -> bool:
+        return is_os(node, "environ") or is_os(node, "environb")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func, key = node.func, node.args[0] if node.args else None
+            method = isinstance(func, ast.Attribute) and func.attr in READERS
+            if (method and is_environ(func.value)) or is_os(func, "getenv"):
+                yield node.lineno, key
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            if is_environ(node.value):
+                yield node.lineno, node.slice
+        elif isinstance(node, ast.Compare) and any(map(is_environ, node.comparators)):
+            yield node.lineno, node.left
+
+
+def test_the_environment_reads_are_found():
+    """The walk above finds each form of a read (else it would pass on anything)."""
+    tree = ast.parse(
+        "import os\nfrom os import environ as env, getenv\nNAME = 'MLXLAB_X'\n"
+        "os.environ.get('MLXLAB_A')\nos.environ[NAME]\n'MLXLAB_B' in os.environ\n"
+        "getenv('MLXLAB_C')\nenv.pop('HOME')\nos.environ['MLX_RANK'] = '0'\n"
+        "child = {**os.environ, 'MLXLAB_D': '1'}\n"
+    )
+    reads = [ast.unparse(key) for _, key in _environment_reads(tree)]
+    assert sorted(reads) == sorted(["'MLXLAB_A'", "NAME", "'MLXLAB_B'", "'MLXLAB_C'", "'HOME'"])
+    assert _string_constants(tree) == {"NAME": "MLXLAB_X"}

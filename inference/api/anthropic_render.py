@@ -7,9 +7,8 @@ import uuid
 
 from django.http import JsonResponse
 
-from ..engine import Failed, Finished, TextDelta
-from ..engine.request import Event, ReasoningDelta, ToolCall
 from ..errors import ApiError
+from ..protocol.events import Event, Failed, Finished, ReasoningDelta, TextDelta, ToolCall
 from .openai_render import resumed, speculation_details
 
 # Anthropic's error type for each status (https://docs.anthropic.com/en/api/errors).

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import time
 import uuid
 from dataclasses import dataclass, field
 
-import mlx.core as mx
-
-from ..engine import Event, Failed, Finished, TextDelta, TokenLogprob
-from ..engine.request import ReasoningDelta, ToolCall
+from ..protocol.events import (
+    Event,
+    Failed,
+    Finished,
+    ReasoningDelta,
+    TextDelta,
+    TokenLogprob,
+    ToolCall,
+)
 from ..workers.streams import Indexed
 
-SYSTEM_FINGERPRINT = f"fp_mlxlab_mlx{mx.__version__}"
+# The installed MLX's version, read from its metadata: the web tier never imports MLX.
+SYSTEM_FINGERPRINT = f"fp_mlxlab_mlx{importlib.metadata.version('mlx')}"
 
 
 @dataclass
@@ -50,7 +57,8 @@ def usage(finished: list[Finished]) -> dict:
 
 def speculation_details(finished: list[Finished]) -> dict:
     """Drafted tokens kept and refused (OpenAI's Predicted Outputs' names) when the request
-    drafted, and a grammar's fast-forwarded tokens (README); {} when neither happened.
+    drafted, and a grammar's fast-forwarded tokens (docs/API.md, "Speculative decoding");
+    {} when neither happened.
     Chat completions, Responses and Anthropic usage all report them."""
     details = {}
     if any(each.speculative for each in finished):

@@ -5,8 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from ..engine import Failed, Finished, TextDelta
-from ..engine.request import ReasoningDelta, ToolCall
+from ..protocol.events import Failed, Finished, ReasoningDelta, TextDelta, ToolCall
 from .openai_render import resumed, speculation_details
 from .responses_request import item_id
 

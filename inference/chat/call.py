@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..engine.grammar import GrammarSpec
+from ..protocol.grammar import GrammarSpec
 from .tools import NO_TOOLS, ToolPlan
 
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 from labsettings import lab_settings
 
 from .. import adapter_registry
-from ..engine.drafting import MAX_DRAFT_TOKENS
-from ..engine.request import KV_BITS, KV_GROUP_SIZES, MAX_TOP_LOGPROBS
 from ..errors import ApiError
+from ..protocol.sampling import KV_BITS, KV_GROUP_SIZES, MAX_DRAFT_TOKENS, MAX_TOP_LOGPROBS
 
 NUMBER = (float, int)
 

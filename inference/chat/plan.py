@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from labsettings import lab_settings
 
 from ..adapter_registry import resolve_adapters
-from ..engine import KVScheme, SamplingParams
-from ..engine.wire import ChatInput, GenerateCall
 from ..engines import model_record
 from ..errors import ApiError
 from ..model_registry import amodel_named
 from ..models import LanguageModel
+from ..protocol.sampling import KVScheme, SamplingParams
+from ..protocol.wire import ChatInput, GenerateCall
 from ..sampling_defaults import resolve, sampling_defaults
 from .call import ChatCall
 from .fields import DRAFT_METHODS

@@ -3,9 +3,9 @@
 OpenAI's `response_format` and vLLM's `guided_*` fields are read here; other surfaces
 translate their own (Anthropic's output_config, the Responses API's text.format, the
 lab's panel) with the same spec builders. When several are sent, one wins, in this
-order (documented in the README): guided_grammar > response_format json_schema >
-response_format json_object > structured_outputs / guided_json > guided_regex >
-guided_choice.
+order (docs/API.md, "Structured output, tools and reasoning"): guided_grammar >
+response_format json_schema > response_format json_object > structured_outputs /
+guided_json > guided_regex > guided_choice.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import json
 
 from labsettings import lab_settings
 
-from ..engine.grammar import GrammarSpec, choice_regex, schema_text
 from ..errors import ApiError
+from ..protocol.grammar import GrammarSpec, choice_regex, schema_text
 
 
 def _schema_object(value, param: str) -> dict:

@@ -1,39 +1,27 @@
-"""The inference engine: plain Python over MLX, no Django."""
-# ruff: noqa: E402  (the BLAS must be loaded before the imports below bring in mlx.core)
+"""The inference engine: plain Python over MLX, no Django. A process that runs it calls
+`startup.prepare_mlx_process()` before anything imports mlx.core.
 
-from .cpu_fast_path import load_blas_from_environment
-from .torch_free import keep_torch_out_of_transformers
+Importing this package loads nothing: the names below are looked up on first use, so
+`inference.engine.startup` can run before MLX is imported.
+"""
 
-load_blas_from_environment()
-keep_torch_out_of_transformers()
+from __future__ import annotations
 
-from .bridge import stream_events
-from .config import EngineConfig
-from .engine import Engine
-from .loader import LoadedModel, load_model
-from .request import (
-    Event,
-    Failed,
-    Finished,
-    GenerationRequest,
-    KVScheme,
-    SamplingParams,
-    TextDelta,
-    TokenLogprob,
-)
+import importlib
 
-__all__ = [
-    "Engine",
-    "EngineConfig",
-    "Event",
-    "Failed",
-    "Finished",
-    "GenerationRequest",
-    "KVScheme",
-    "LoadedModel",
-    "SamplingParams",
-    "TextDelta",
-    "TokenLogprob",
-    "load_model",
-    "stream_events",
-]
+_EXPORTS = {
+    "Engine": ".engine",
+    "EngineConfig": ".config",
+    "GenerationRequest": ".request",
+    "LoadedModel": ".loader",
+    "load_model": ".loader",
+    "stream_events": ".bridge",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name], __name__), name)

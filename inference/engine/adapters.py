@@ -10,23 +10,16 @@ updates to the base layer's output. The engine activates one set per batch
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
 
+from ..protocol.adapters import AdapterRef
+
 
 class AdapterError(ValueError):
     """An adapter folder that cannot be applied to this model."""
-
-
-@dataclass(frozen=True)
-class AdapterRef:
-    """An adapter a request asks for: its registry name and its folder."""
-
-    name: str
-    path: str
 
 
 def adapter_key(adapters: tuple[AdapterRef, ...]) -> tuple[str, ...]:

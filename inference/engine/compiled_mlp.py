@@ -1,13 +1,13 @@
-"""On a GPU, each decode step's MLP half of a Llama block as one compiled graph (issue 18).
+"""On a GPU, each decode step's MLP half of a Llama block as one compiled graph.
 
 MLX's CUDA backend pays a launch and host work per operation. A probe on mlx-lm's own
 batch path decoded 34-42% faster at batch 32 when each layer's second half (post-attention
 norm, gate and up, swiglu, down, residual) ran as one `mx.compile`d function. In the
 engine, measured with and without it side by side on an H200, it gained in some runs and
-lost in others, inside that machine's run-to-run noise (docs/BENCHMARKS.md, "Compiled MLP
-half"), so it ships off: MLXLAB_COMPILED_MLP=1 turns it on. Then decode steps (one token
-a row) of at least `min_batch` rows run the compiled half; prefill, verifying passes and
-smaller batches run mlx-lm's block unchanged.
+lost in others, inside that machine's run-to-run noise (docs/BENCHMARKS.md, "GPU: the
+CUDA decode step and its options"), so it ships off: MLXLAB_COMPILED_MLP=1 turns it on.
+Then decode steps (one token a row) of at least `min_batch` rows run the compiled half;
+prefill, verifying passes and smaller batches run mlx-lm's block unchanged.
 
 Layers with fused projections (fused_projections.py, on by default on a GPU) are not
 eligible: MLXLAB_FUSED_PROJECTIONS=0 gives this switch the dense Llama layers back.
@@ -21,22 +21,23 @@ closures that no input tree carries); a new set of modules gets a new compiled f
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models import llama
 
+from labsettings import EngineSettings, engine_settings
+
 from .adapters import AdapterSlot
 from .dense_weights import DenseLinear
 
 log = logging.getLogger(__name__)
 
-VARIABLE = "MLXLAB_COMPILED_MLP"  # 0 (default): never; 1: on a GPU; force: any device
+VARIABLE = "MLXLAB_COMPILED_MLP"  # off (default): never; on: on a GPU; force: any device
 MIN_BATCH_VARIABLE = "MLXLAB_COMPILED_MLP_MIN_BATCH"
 # Below it one stream and batch 4 swung from 0.6x to 1.6x between runs (docs/BENCHMARKS.md).
-DEFAULT_MIN_BATCH = 8
+DEFAULT_MIN_BATCH = EngineSettings.from_environ({}).compiled_mlp_min_batch
 MLP = ("gate_proj", "up_proj", "down_proj")
 # Layers whose output is a function of their parameter tree alone (exact types: a subclass
 # may call an extension or keep state outside the tree).
@@ -45,16 +46,13 @@ PLAIN_LINEARS = (nn.Linear, nn.QuantizedLinear, DenseLinear)
 
 def wanted(on_gpu: bool) -> bool:
     """Whether loaded models get the compiled MLP half (MLXLAB_COMPILED_MLP)."""
-    value = os.environ.get(VARIABLE, "0").strip().lower()
-    if value == "force":
-        return True
-    return on_gpu and value in ("1", "true", "yes", "on")
+    mode = engine_settings.compiled_mlp
+    return mode == "force" or (on_gpu and mode == "on")
 
 
 def min_batch() -> int:
     """The fewest rows a decode step needs to run the compiled half."""
-    value = os.environ.get(MIN_BATCH_VARIABLE, "").strip()
-    return max(1, int(value)) if value else DEFAULT_MIN_BATCH
+    return max(1, engine_settings.compiled_mlp_min_batch)
 
 
 def _projections(block: llama.TransformerBlock) -> tuple[nn.Module, ...]:

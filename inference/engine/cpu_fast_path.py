@@ -22,6 +22,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from labsettings import engine_settings
+
 log = logging.getLogger(__name__)
 
 # Debian's libopenblas0-pthread, then generic system names.
@@ -44,9 +46,6 @@ c = (ctypes.c_float * (n * n))()
 lib.cblas_sgemm(101, 111, 111, n, n, n, ctypes.c_float(1.0), a, n, b, n, ctypes.c_float(0.0), c, n)
 assert all(v == 2.0 * n for v in c), "wrong sgemm result"
 """
-
-
-TRUTHY = {"1", "true", "yes", "on"}  # as mlxlab/settings.py reads booleans
 
 
 @dataclass(frozen=True)
@@ -182,12 +181,13 @@ def _load_first_good(candidates: list[str], threads: int) -> BlasState:
 
 
 def load_blas_from_environment() -> BlasState:
-    """`load_blas` with the MLXLAB_CPU_FAST_PATH / _BLAS_PATH / _BLAS_THREADS variables.
+    """`load_blas` as the settings say (cpu_fast_path, blas_path, blas_threads).
 
-    The environment, not Django settings: this runs before anything imports MLX.
+    Read by `engine_settings`, from the environment: this runs before anything imports
+    MLX, and in processes (the engine's) that have no Django settings.
     """
-    enabled = os.environ.get("MLXLAB_CPU_FAST_PATH", "1").strip().lower() in TRUTHY
-    path = os.environ.get("MLXLAB_BLAS_PATH") or None
     return load_blas(
-        enabled=enabled, path=path, threads=int(os.environ.get("MLXLAB_BLAS_THREADS", "1"))
+        enabled=engine_settings.cpu_fast_path,
+        path=engine_settings.blas_path,
+        threads=engine_settings.blas_threads,
     )

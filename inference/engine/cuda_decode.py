@@ -1,11 +1,12 @@
-"""On an NVIDIA GPU, a dense Llama model's one-token decode step as one MLX primitive (issue 18).
+"""On an NVIDIA GPU, a dense Llama model's one-token decode step as one MLX primitive.
 
 MLX's CUDA backend spends host time on every kernel of a step (it records each into a new
 CUDA graph), and on an H200 that host work, not the device, bounded a 1B model's decode
-step: 229-276 kernels, 3.4 ms a step, 1.1-1.5 ms of it on the device (docs/BENCHMARKS.md,
-"Where a decode step's time goes"). The step in native/cuda_decode is one node of MLX's
-graph whose evaluation launches its own kernels (five a layer) straight on MLX's stream,
-so the host's work per step no longer grows with the model's kernels.
+step: 229-276 kernels, 3.4 ms a step, 1.1-1.5 ms of it on the device ("Where a decode
+step's time goes" in docs/BENCHMARKS.md's history: git show 02df74b:docs/BENCHMARKS.md).
+The step in native/cuda_decode is one node of MLX's graph whose evaluation launches its own
+kernels (five a layer) straight on MLX's stream, so the host's work per step no longer grows
+with the model's kernels.
 
 It takes the steps that feed one token a row to a model whose every layer has fused
 projections (fused_projections.py: bias-free, no active adapter), each matrix plain or
@@ -22,17 +23,17 @@ which a view taken earlier may cover the column). The weights, and whether an ad
 active, are checked on that first step: the steps that continue a batch run on what it
 began with (the engine switches adapter sets only between batches).
 
-MLXLAB_CUDA_DECODE: 1 (the default: on a GPU, where the step is built), 0, or reference:
+MLXLAB_CUDA_DECODE: on (the default: on a GPU, where the step is built), off, or reference:
 the step's contract computed with MLX's own operations (`Reference`, in
 cuda_decode_reference.py), on any device, which
 the CPU tests run the model's glue against. MLXLAB_CUDA_DECODE_REPLAY: how the step's
-kernels reach the GPU (REPLAY_MODES; DEFAULT_REPLAY where unset).
+kernels reach the GPU (DEFAULT_REPLAY where unset). Both, and MLXLAB_CUDA_DECODE_MAX_BATCH,
+are rows of the settings table (labsettings/engine.py), read as `engine_settings`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterator
 from itertools import chain
 
@@ -42,29 +43,33 @@ from mlx.utils import tree_unflatten
 from mlx_lm.models import llama
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
+from labsettings import EngineSettings, engine_settings
+
 from . import fused_projections
 from .adapters import AdapterSlot
-from .cuda_decode_reference import REPLAY_MODES, Reference
+from .cuda_decode_reference import Reference
 from .cuda_decode_weights import flat, norms_in_the_weights_dtype, rope, weights_in_order
 
 log = logging.getLogger(__name__)
 
 VARIABLE = "MLXLAB_CUDA_DECODE"
 # Every batch the step takes: its own kernels to 32 rows, its cuBLAS path (from 16 rows) to
-# 64, each ahead of MLX's own step on an H200 (docs/BENCHMARKS.md, "cuBLAS for the matmuls").
+# 64, each ahead of MLX's own step on an H200 ("cuBLAS for the matmuls" in
+# docs/BENCHMARKS.md's history: git show 02df74b:docs/BENCHMARKS.md).
 MAX_BATCH_VARIABLE = "MLXLAB_CUDA_DECODE_MAX_BATCH"
-DEFAULT_MAX_BATCH = 64
 REPLAY_VARIABLE = "MLXLAB_CUDA_DECODE_REPLAY"
+_DEFAULTS = EngineSettings.from_environ({})  # the table's, where a variable is unset
+DEFAULT_MAX_BATCH = _DEFAULTS.cuda_decode_max_batch
 # One graph a batch, replayed: 300/300 greedy tokens as launched, and the fastest of the three
-# on the H200 (docs/BENCHMARKS.md, "A graph kept a batch").
-DEFAULT_REPLAY = "kept"
+# on the H200 (docs/BENCHMARKS.md, "GPU: the CUDA decode step and its options").
+DEFAULT_REPLAY = _DEFAULTS.cuda_decode_replay
 STEP = 256  # mlx-lm's cache growth, in columns
 
 
 def wanted(on_gpu: bool) -> bool:
     """Whether loaded models take the CUDA decode step (MLXLAB_CUDA_DECODE)."""
-    value = os.environ.get(VARIABLE, "1").strip().lower()
-    return value == "reference" or (on_gpu and value in ("1", "true", "yes", "on"))
+    mode = engine_settings.cuda_decode
+    return mode == "reference" or (on_gpu and mode == "on")
 
 
 class Plan:
@@ -86,12 +91,9 @@ class Plan:
             attention.head_dim, args.intermediate_size, args.vocab_size,
             first["input_layernorm"].eps, attention.scale, scale, base, traditional, freqs,
         )  # fmt: skip
-        wanted = int(os.environ.get(MAX_BATCH_VARIABLE, DEFAULT_MAX_BATCH))
-        self.max_batch = min(self.native.max_batch(), wanted)
-        mode = os.environ.get(REPLAY_VARIABLE, "").strip().lower() or DEFAULT_REPLAY
-        if mode not in REPLAY_MODES:
-            raise ValueError(f"{REPLAY_VARIABLE} is one of {', '.join(REPLAY_MODES)}")
-        self.native.replay(mode)
+        # A bad value of either is a SettingError, a ValueError: the model keeps mlx-lm's step.
+        self.max_batch = min(self.native.max_batch(), engine_settings.cuda_decode_max_batch)
+        self.native.replay(engine_settings.cuda_decode_replay)
 
 
 class Tree:
@@ -303,7 +305,7 @@ def install(model: nn.Module, native=None) -> bool:
 def _install(model: nn.Module, native) -> bool:
     if not eligible(model):
         return False
-    if native is None and os.environ.get(VARIABLE, "").strip().lower() == "reference":
+    if native is None and engine_settings.cuda_decode == "reference":
         native = Reference
     if native is None:
         from native.cuda_decode import StepUnavailable, load

@@ -1,4 +1,4 @@
-"""The CUDA decode step's contract in MLX's own operations (cuda_decode.py, issue 18).
+"""The CUDA decode step's contract in MLX's own operations (cuda_decode.py).
 
 `Reference` has the native extension's interface (a `Model` made of the weights in the
 step's order, whose `step` returns the logits and the caches with this step's column
@@ -11,9 +11,8 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-# The native step's ways to the GPU (step.cpp's Replay): kernels launched one by one, one
-# CUDA graph captured every step, or a graph kept a batch and replayed as it is.
-REPLAY_MODES = ("launched", "captured", "kept")
+# The native step's ways to the GPU (step.cpp's Replay), as the settings table names them.
+from labsettings.engine import CUDA_DECODE_REPLAY_MODES as REPLAY_MODES
 
 
 class Reference:

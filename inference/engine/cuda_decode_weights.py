@@ -84,7 +84,8 @@ def norms_in_the_weights_dtype(model: nn.Module) -> list[tuple[str, mx.array]]:
     model does), and mlx-lm then computes every layer in float32 from the first norm on; the
     step takes one 16-bit dtype. With float16 norms the default model chose 44 of the 48
     greedy tokens it chose in float32, the first difference 12 tokens into an answer
-    (docs/BENCHMARKS.md, "The default model's own weights, and what the GPU rows measured")."""
+    ("The default model's own weights, and what the GPU rows measured" in docs/BENCHMARKS.md's
+    history: git show 02df74b:docs/BENCHMARKS.md)."""
     leaves = tree_flatten(model.parameters())
     halves = {a.dtype for _, a in leaves if a.dtype in (mx.float16, mx.bfloat16)}
     norms = [(path, a) for path, a in leaves if a.dtype == mx.float32]

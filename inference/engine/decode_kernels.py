@@ -1,10 +1,11 @@
-"""On an NVIDIA GPU, fewer kernels in a one-token decode step of a fused Llama layer (issue 18).
+"""On an NVIDIA GPU, fewer kernels in a one-token decode step of a fused Llama layer.
 
 MLX's CUDA backend spends about 7 us of host time on every kernel of a step (it records
 each into a new CUDA graph), and on an H200 that host work, not the device, bounds a
-decode step of a 1B model (docs/BENCHMARKS.md, "Where a decode step's time goes"). With
-MLXLAB_DECODE_KERNELS set, the layers of fused_projections.py run one or both of these
-custom kernels (`mx.fast.cuda_kernel`) on their one-token steps:
+decode step of a 1B model ("Where a decode step's time goes" in docs/BENCHMARKS.md's
+history: git show 02df74b:docs/BENCHMARKS.md). With MLXLAB_DECODE_KERNELS set, the layers
+of fused_projections.py run one or both of these custom kernels (`mx.fast.cuda_kernel`) on
+their one-token steps:
 
 - `qkv_rope`: from the fused q/k/v matmul's output and the cache's offset (an int, or one
   per row as mlx-lm's BatchKVCache keeps them), the RoPE'd queries and keys and the values
@@ -23,26 +24,27 @@ The attention output also skips its transpose: with one query, (B, heads, 1, dim
 The `reference` kind computes the same with MLX's own operations, on any device: the
 tests run the decode path on the CPU with it.
 
-Off by default (docs/BENCHMARKS.md, "Custom CUDA kernels for the decode step"): on the
-H200, the RoPE kernel took 16-32 kernels off a step (6.5-12%) and lowered its host and
-device time, but the engine's tok/s alternated in one process moved between 0.86x and
-1.10x; a custom kernel's call costs the host 4.5-11 us against about 1 for one of MLX's
-own operations, so `add_norm`, which replaces two cheap ones, saves nothing.
+Off by default ("Custom CUDA kernels for the decode step" in docs/BENCHMARKS.md's history:
+git show 02df74b:docs/BENCHMARKS.md): on the H200, the RoPE kernel took 16-32 kernels off a
+step (6.5-12%) and lowered its host and device time, but the engine's tok/s alternated in
+one process moved between 0.86x and 1.10x; a custom kernel's call costs the host 4.5-11 us
+against about 1 for one of MLX's own operations, so `add_norm`, which replaces two cheap
+ones, saves nothing.
 """
 
 from __future__ import annotations
 
-import os
 import struct
 
 import mlx.core as mx
 import mlx.nn as nn
 
-# On a CUDA GPU: 1 or qkv (the RoPE kernel), all (both kernels), 0 (none: the default, as
+from labsettings import engine_settings
+
+# On a CUDA GPU: on or qkv (the RoPE kernel), all (both kernels), off (none: the default, as
 # measured in docs/BENCHMARKS.md); reference: MLX's operations in their place, on any
 # device (the tests).
 VARIABLE = "MLXLAB_DECODE_KERNELS"
-DEFAULT = "0"
 DTYPES = (mx.bfloat16, mx.float16, mx.float32)
 THREADS = 256
 
@@ -313,10 +315,10 @@ def _prepare_add_norm(eps: float, dim: int, dtype) -> tuple:
 
 def chosen() -> type | None:
     """The kernels loaded models use (MLXLAB_DECODE_KERNELS), or None."""
-    value = os.environ.get(VARIABLE, DEFAULT).strip().lower()
+    value = engine_settings.decode_kernels
     if value == "reference":
         return Reference
-    kinds = {"qkv": CudaQkv, "all": Cuda, "1": DEFAULT_KIND, "on": DEFAULT_KIND}
+    kinds = {"qkv": CudaQkv, "all": Cuda, "on": DEFAULT_KIND}
     if value not in kinds:
         return None
     cuda = getattr(mx, "cuda", None)

@@ -32,10 +32,10 @@ from mlx_lm.generate import generate_step, generation_stream
 from mlx_lm.sample_utils import make_sampler
 from mlx_lm.utils import sharded_load
 
-from . import link, wire
+from ..protocol import link, wire
+from ..protocol.events import Finished, TextDelta
 from .head_padding import shardable_path
 from .lifeline import Lifelines, leave_the_group, lifeline_address
-from .request import Finished, TextDelta
 
 log = logging.getLogger(__name__)
 

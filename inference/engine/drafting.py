@@ -13,13 +13,14 @@ import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..protocol.sampling import MAX_DRAFT_TOKENS
+
 # One extra verified position costs about this share of a decode step on the CPU this lab
 # was measured on (SmolLM2-135M, 4-bit kernel path: 21 ms a step, about 4.5 ms a position
 # more). Drafter.budget weighs it against the tokens a longer draft is expected to add.
 POSITION_COST = 0.2
 # Drafts per step when the request names no num_draft_tokens.
 DEFAULT_DRAFT_TOKENS = 12
-MAX_DRAFT_TOKENS = 64  # the most a request may ask for (num_draft_tokens)
 
 
 @dataclass(frozen=True)

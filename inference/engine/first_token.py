@@ -70,7 +70,8 @@ class FirstTokenSooner:
         prompt, or a batch prefilled together), the batch itself, a new empty one left in its
         place: `split` deep-copies every layer's cache and filters both sides, and each
         layer's filter reads the left padding back from the device. On an H200 that was 1.7
-        ms of an 11.6 ms first token (docs/BENCHMARKS.md, "Where a first token's time went")."""
+        ms of an 11.6 ms first token ("Where a first token's time went" in docs/BENCHMARKS.md's
+        history: git show 02df74b:docs/BENCHMARKS.md)."""
         whole = self._prompt_batch
         if len(rows) < len(whole.uids):
             return whole.split(rows)

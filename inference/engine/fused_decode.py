@@ -1,4 +1,4 @@
-"""Llama blocks as two native calls per layer, decode and prefill (issue 21).
+"""Llama blocks as two native calls per layer, decode and prefill.
 
 On the CPU a decode step of the default model was two thirds framework: some 20 MLX
 operations per layer, each a graph node to build, schedule, allocate for and free, around

@@ -1,13 +1,14 @@
 """On a GPU, each Llama layer's q, k and v projections as one matmul, and gate and up as
-another (issue 18).
+another.
 
 MLX's CUDA backend spends host time on every kernel of a step (it records each into a
 CUDA graph, and at two rows and more captures each cuBLAS matmul into a child graph),
 and on an H200 that host work, not the device, bounds a decode step of a 1B model: 276
-kernels, 1.46 ms of them on the device, 3.4 ms a step (docs/BENCHMARKS.md, "Where a
-decode step's time goes"). Fusing the projections takes 7 matmuls a layer to 4: 48 fewer
-kernels a step, and the fused matrix-vector products also ran faster on the device (the
-small k and v ones were the least efficient).
+kernels, 1.46 ms of them on the device, 3.4 ms a step ("Where a decode step's time goes"
+in docs/BENCHMARKS.md's history: git show 02df74b:docs/BENCHMARKS.md). Fusing the
+projections takes 7 matmuls a layer to 4: 48 fewer kernels a step, and the fused
+matrix-vector products also ran faster on the device (the small k and v ones were the
+least efficient).
 
 The fused weights are the concatenation of mlx-lm's, and each projection's own weight
 becomes a view into it, so the model holds the weights once and its parameter tree stays
@@ -22,7 +23,6 @@ their one-token decode steps also run decode_kernels.py's custom CUDA kernels.
 from __future__ import annotations
 
 import logging
-import os
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -30,22 +30,22 @@ from mlx_lm.models import llama
 from mlx_lm.models.activations import swiglu
 from mlx_lm.models.base import scaled_dot_product_attention
 
+from labsettings import engine_settings
+
 from . import decode_kernels
 from .adapters import AdapterSlot
 
 log = logging.getLogger(__name__)
 
-VARIABLE = "MLXLAB_FUSED_PROJECTIONS"  # 1 (default): on a GPU; 0: never; force: any device
+VARIABLE = "MLXLAB_FUSED_PROJECTIONS"  # on (default): on a GPU; off: never; force: any device
 ATTENTION = ("q_proj", "k_proj", "v_proj")
 MLP = ("gate_proj", "up_proj")
 
 
 def wanted(on_gpu: bool) -> bool:
     """Whether loaded models get fused projections (MLXLAB_FUSED_PROJECTIONS)."""
-    value = os.environ.get(VARIABLE, "1").strip().lower()
-    if value == "force":
-        return True
-    return on_gpu and value in ("1", "true", "yes", "on")
+    mode = engine_settings.fused_projections
+    return mode == "force" or (on_gpu and mode == "on")
 
 
 def _base(layer: nn.Module) -> nn.Module | None:

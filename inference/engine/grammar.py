@@ -11,40 +11,23 @@ matters).
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
+from ..protocol.grammar import GrammarSpec
+
 if TYPE_CHECKING:
     import xgrammar
-
-KINDS = ("json_schema", "json_object", "regex", "choice", "ebnf")
 
 
 class GrammarError(ValueError):
     """The grammar could not be compiled; the message says why."""
-
-
-@dataclass(frozen=True)
-class GrammarSpec:
-    """What the output must match: `source` is a schema (JSON text), regex or EBNF."""
-
-    kind: str
-    source: str = ""
-    # The words that ask the model for this format when no grammar can enforce it
-    # (written from the request as sent: a schema's name, the choices as listed).
-    instruction: str = ""
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"unknown grammar kind {self.kind!r}")
 
 
 class GrammarCompiler:
@@ -137,12 +120,6 @@ def _reason(exc: Exception) -> str:
     return re.sub(r"^\[[\d:]+\] \S+:\d+: ", "", lines[0])
 
 
-def choice_regex(choices: list[str]) -> str:
-    """A regex matching exactly one of the strings."""
-    escaped = ("".join("\\" + c if c in r"\.^$|?*+()[]{}/" else c for c in s) for s in choices)
-    return "(" + "|".join(escaped) + ")"
-
-
 class GrammarProcessor:
     """An mlx-lm logits processor that masks every token the grammar forbids.
 
@@ -196,11 +173,6 @@ class GrammarProcessor:
         if count > 0:
             self._matcher.rollback(count)
             self.accepted -= count
-
-
-def schema_text(schema: dict | str) -> str:
-    # Property order is kept: the grammar makes the model write them in this order.
-    return schema if isinstance(schema, str) else json.dumps(schema)
 
 
 # Asked for when no grammar enforces the constraint and the request named none of its own.

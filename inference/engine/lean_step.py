@@ -5,7 +5,8 @@ into one array per row and evaluates each of them, for the Response of each toke
 engine reads a row only for requests that ask for logprobs (sequence.py). Elsewhere the
 split costs the host, every step, a Python array per row and an output per row for MLX to
 evaluate twice (queued, then waited on): on a GPU the host bounds a batch's step, so that
-is time off every step (docs/BENCHMARKS.md, "host work per step").
+is time off every step ("The engine's host work per step" in docs/BENCHMARKS.md's history:
+git show 02df74b:docs/BENCHMARKS.md).
 
 The step below is mlx-lm's `_step` less the split; the sampled tokens come from the same
 operations, so greedy output is unchanged. Logits processors, or any row that reads its

@@ -9,14 +9,12 @@ from pathlib import Path
 
 from mlx_lm import load
 
+from ..protocol.model_folder import read_context_length
 from . import compiled_mlp, cuda_decode, fused_projections
 from .accelerator import on_gpu
 from .dense_weights import FastPathOptions, FastPathReport, apply_fast_path
 
 log = logging.getLogger(__name__)
-
-# When a config names no context length, assume what most small models train on.
-FALLBACK_CONTEXT_LENGTH = 2048
 
 
 @dataclass
@@ -29,15 +27,6 @@ class LoadedModel:
     fast_path: FastPathReport = field(
         default_factory=lambda: FastPathReport("quantized", "loaded without the fast path")
     )
-
-
-def read_context_length(config: dict) -> int:
-    """The model's context window, from the usual config.json keys."""
-    for key in ("max_position_embeddings", "max_sequence_length", "n_positions", "seq_length"):
-        value = config.get(key) or config.get("text_config", {}).get(key)
-        if isinstance(value, int) and value > 0:
-            return value
-    return FALLBACK_CONTEXT_LENGTH
 
 
 def load_model(path: str | Path, *, fast_path: FastPathOptions | None = None) -> LoadedModel:

@@ -13,9 +13,11 @@ import signal
 import threading
 from dataclasses import dataclass
 
-from .draft_model import DraftModels, vocabulary, vocabulary_difference
+from ..protocol.grammar import GrammarSpec, schema_text
+from ..protocol.vocabulary import vocabulary_difference
+from .draft_model import DraftModels, vocabulary
 from .drafting import DraftPlan
-from .grammar import GrammarCompiler, GrammarError, GrammarSpec, degrade_instruction, schema_text
+from .grammar import GrammarCompiler, GrammarError, degrade_instruction
 from .kv_cache import kv_scheme_problem
 from .loader import LoadedModel
 from .output_parser import DEFAULT_THINK, DEFAULT_TOOL_MARKERS, OutputFormat

@@ -1,4 +1,4 @@
-"""Quantized weights that stay quantized on the CPU: MLX Lab's AVX2 matmul (issue 21).
+"""Quantized weights that stay quantized on the CPU: MLX Lab's AVX2 matmul.
 
 MLX's CPU quantized matmul is scalar, so the dense path dequantizes every weight to
 float32 and reads 538 MB per decode step. The extension in native/quantized_matmul reads
@@ -9,7 +9,6 @@ are replaced by the twins below, which keep the same weights, scales and biases.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -17,19 +16,11 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_unflatten
 
+from labsettings import engine_settings
 from native.quantized_matmul import KernelUnavailable, load
 
 SUPPORTED_BITS = (4, 8)
 SUPPORTED_GROUP_SIZES = (32, 64, 128)
-# Every CPU by default (0). The extension's own threads claim work as they come, and when
-# one is descheduled mid-claim the kernel runs on the caller alone for a while
-# (native/quantized_matmul/src/thread_pool.h); 1 keeps a shared machine's other core free.
-THREADS_VARIABLE = "MLXLAB_QMM_THREADS"
-FUSED_VARIABLE = "MLXLAB_FUSED_DECODE"  # 0: decode steps as mlx-lm's per-operation graph
-# 0: the fused layers' KV cache in float32, as the rest of the CPU path computes. 1 (the
-# default): float16, as llama.cpp keeps it: attention reads half the bytes each step.
-KV_FLOAT16_VARIABLE = "MLXLAB_FUSED_KV_FLOAT16"
-OFF = ("0", "false", "no", "off")
 
 
 @dataclass(frozen=True)
@@ -46,7 +37,8 @@ _state: KernelState | None = None
 
 
 def kernel_state() -> KernelState:
-    """Load the extension once per process; the state says why when it cannot be."""
+    """Load the extension once per process (with the settings' threads and tunables: see
+    native/quantized_matmul); the state says why when it cannot be."""
     global _module, _state
     if _state is None:
         try:
@@ -54,7 +46,6 @@ def kernel_state() -> KernelState:
         except KernelUnavailable as error:
             _state = KernelState(False, str(error))
         else:
-            _module.set_thread_count(int(os.environ.get(THREADS_VARIABLE, "0")))
             _state = KernelState(True, "the quantized matmul kernel is loaded", _describe(_module))
     return _state
 
@@ -66,15 +57,15 @@ def kernel_module() -> ModuleType:
 
 
 def fused_decode_enabled() -> bool:
-    """Whether decode steps may run as fused layers: an x86 build (AVX2 or AVX-512), unless turned off."""
-    off = os.environ.get(FUSED_VARIABLE, "1").strip().lower() in OFF
+    """Whether decode steps may run as fused layers: an x86 build (AVX2 or AVX-512), unless
+    turned off (off: mlx-lm's per-operation graph)."""
     built = _module is not None and hasattr(_module, "decode_qkv")  # an older build has not
-    return not off and built and _module.kernel_name() in ("avx2", "avx512")
+    return engine_settings.fused_decode and built and _module.kernel_name() in ("avx2", "avx512")
 
 
 def fused_kv_float16() -> bool:
     """Whether the fused layers keep their keys and values as float16 (else float32)."""
-    return os.environ.get(KV_FLOAT16_VARIABLE, "1").strip().lower() not in OFF
+    return engine_settings.fused_kv_float16
 
 
 def reset_kernel_state() -> None:

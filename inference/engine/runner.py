@@ -9,6 +9,7 @@ import time
 
 from mlx_lm.generate import StopSequences
 
+from ..protocol.events import Failed
 from . import decode_mask
 from .adapters import activate, load_adapter
 from .checkpoints import CheckpointStore
@@ -20,7 +21,6 @@ from .kv_cache import QuantizedRowCache
 from .kv_lanes import LaneKey, Lanes
 from .loader import LoadedModel
 from .prompt_cache import PromptCache
-from .request import Failed
 from .resuming import Resuming
 from .sampling import RowSamplers, build_logits_processors, guarded, unchanged
 from .scheduler import Pending, Plan

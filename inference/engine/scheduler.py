@@ -15,8 +15,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..protocol.events import Event
 from .adapters import adapter_key
-from .request import Event, GenerationRequest
+from .request import GenerationRequest
 
 
 @dataclass(frozen=True)

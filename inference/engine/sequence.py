@@ -9,14 +9,9 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer, SPMStreamingDetokenizer
 
+from ..protocol.events import Event, Finished, TokenLogprob, TopLogprob
 from .output_parser import OutputFormat, OutputParser
-from .request import (
-    Event,
-    Finished,
-    GenerationRequest,
-    TokenLogprob,
-    TopLogprob,
-)
+from .request import GenerationRequest
 from .stop import StopMatcher
 
 log = logging.getLogger(__name__)

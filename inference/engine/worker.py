@@ -25,14 +25,14 @@ from dataclasses import asdict
 import mlx.core as mx
 import zmq
 
-from . import link, wire
+from ..protocol import link, wire
+from ..protocol.events import Failed, Finished
 from .accelerator import device_name
 from .config import EngineConfig, EngineStats
 from .cpu_fast_path import blas_state
 from .engine import Engine
 from .loader import LoadedModel
 from .prompt import PromptBuilder, PromptLimits, PromptRejected
-from .request import Failed, Finished
 
 log = logging.getLogger(__name__)
 

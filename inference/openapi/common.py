@@ -190,7 +190,7 @@ def sampling_fields() -> dict[str, Schema]:
 
 
 def kv_fields() -> dict[str, Schema]:
-    """mlx-lm's quantized KV cache, per request (README, "Quantized KV cache")."""
+    """mlx-lm's quantized KV cache, per request (docs/API.md, "Quantized KV cache")."""
     return {
         "kv_bits": {
             "type": ["integer", "null"],
@@ -206,7 +206,7 @@ def kv_fields() -> dict[str, Schema]:
 
 
 def draft_fields() -> dict[str, Schema]:
-    """Speculative decoding (README, "Faster decoding")."""
+    """Speculative decoding (docs/API.md, "Speculative decoding")."""
     return {
         "draft_model": {
             "type": ["string", "null"],

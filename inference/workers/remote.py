@@ -16,7 +16,7 @@ import logging
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
-from ..engine import link, wire
+from ..protocol import link, wire
 from .streams import ExitStatus
 from .worker import Worker
 

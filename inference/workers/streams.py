@@ -7,8 +7,8 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from ..engine import wire
-from ..engine.request import Event, Failed, Finished
+from ..protocol import wire
+from ..protocol.events import Event, Failed, Finished
 
 RETRY_SHORTLY = " — retry shortly"
 

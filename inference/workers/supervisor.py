@@ -23,7 +23,7 @@ from pathlib import Path
 import zmq
 import zmq.asyncio
 
-from ..engine import wire
+from ..protocol import wire
 from .remote import RemoteWorkers, send_now
 from .residency import Residency
 from .streams import STOPPED, EngineUnavailable, ExitStatus, RequestStream

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import zmq.asyncio
 
-from ..engine import wire
+from ..protocol import wire
 from .streams import ExitStatus, RequestStream
 
 FINAL_KINDS = ("finished", "failed", "rejected")

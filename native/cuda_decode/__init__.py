@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from types import ModuleType
 
+from labsettings import engine_settings
 from native import extension
 
 HERE = Path(__file__).resolve().parent
@@ -25,7 +26,7 @@ class StepUnavailable(RuntimeError):
 
 def load(path: str | os.PathLike | None = None) -> ModuleType:
     """Import the compiled module; raises StepUnavailable saying why it cannot be."""
-    explicit = os.environ.get(LIBRARY_VARIABLE) if path is None else os.fspath(path)
+    explicit = engine_settings.cuda_decode_library if path is None else os.fspath(path)
     library = extension.locate(explicit, LIBRARY_VARIABLE, BUILD, "_cuda_decode*.so",
                                "the CUDA decode step", StepUnavailable)  # fmt: skip
     return extension.import_extension("_cuda_decode", library, StepUnavailable)

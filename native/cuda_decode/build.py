@@ -10,7 +10,6 @@ self-test never fails setup: the engine then keeps MLX's own decode step, and
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -21,11 +20,10 @@ BUILD = HERE / "build"
 LOG = BUILD / "build.log"
 sys.path.insert(0, str(ROOT))  # run as a script: native.extension lives at the root
 
+from labsettings import engine_settings  # noqa: E402
 from native import extension  # noqa: E402
 
 CUDA_WHEELS = ("mlx-cuda-13", "mlx-cuda-12")
-# Which GPUs to compile for (CMAKE_CUDA_ARCHITECTURES): the one in this machine by default.
-ARCHS_VARIABLE = "MLXLAB_CUDA_ARCHS"
 
 # A two-layer model with 64-wide heads, in bf16, then in 4 bits with an 8-bit embedding (as
 # mlx-community's models): logits of one row and of left-padded batches against mlx-lm's own
@@ -79,7 +77,7 @@ print("checked")
 def fingerprint() -> str:
     """What a build depends on, with the CUDA compiler and the GPUs it compiles for."""
     packages = ("mlx", *CUDA_WHEELS, "nanobind")
-    target = f"{_nvcc()} {os.environ.get(ARCHS_VARIABLE, 'native')}"
+    target = f"{_nvcc()} {engine_settings.cuda_archs}"
     return extension.fingerprint(HERE, Path(__file__), packages, target)
 
 
@@ -106,14 +104,13 @@ def build() -> str | None:
     skipped = why_not()
     if skipped is not None:
         return f"skipped: {skipped}"
-    archs = os.environ.get(ARCHS_VARIABLE, "native")
     return extension.cmake(
         HERE,
         BUILD,
         LOG,
         ROOT,
         f"-DCMAKE_CUDA_COMPILER={_nvcc()}",
-        f"-DCMAKE_CUDA_ARCHITECTURES={archs}",
+        f"-DCMAKE_CUDA_ARCHITECTURES={engine_settings.cuda_archs}",
     )
 
 

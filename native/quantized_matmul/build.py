@@ -26,7 +26,8 @@ from native import extension  # noqa: E402
 SELF_TEST = """
 import sys
 sys.path.insert(0, sys.argv[1])
-import inference.engine  # loads OpenBLAS as the engine does, so the sgemm path is checked too
+from inference.engine.startup import prepare_mlx_process
+prepare_mlx_process()  # OpenBLAS as the engine loads it, so the sgemm path is checked too
 import mlx.core as mx
 from native.quantized_matmul import load
 kernel = load(sys.argv[2])

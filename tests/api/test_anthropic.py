@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 
 from inference.api.anthropic_render import MessageBuilder
-from inference.engine.request import Failed, Finished, ReasoningDelta, TextDelta, ToolCall
+from inference.protocol.events import Failed, Finished, ReasoningDelta, TextDelta, ToolCall
 from tests.conftest import THINKING_MODEL
 
 PARIS = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]

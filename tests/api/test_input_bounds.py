@@ -1,6 +1,6 @@
 """Every input is bounded and every bad one is a 4xx in the surface's own error shape.
 
-Each case was a 500, a hang or a silent acceptance before the bounds (issue 14).
+Each case was a 500, a hang or a silent acceptance before the bounds were added.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ from inference.api.anthropic_request import parse_messages_request
 from inference.api.openai_request import parse_chat_completion, parse_completion
 from inference.api.responses_request import parse_responses_call, responses_chat_call
 from inference.chat.plan import kv_scheme
-from inference.engine import KVScheme
 from inference.errors import ApiError
+from inference.protocol.sampling import KVScheme
 
 HI = [{"role": "user", "content": "Hi"}]
 KV = {"kv_bits": 4, "kv_group_size": 32, "quantized_kv_start": 0}

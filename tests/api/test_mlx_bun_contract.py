@@ -1,4 +1,4 @@
-"""mlx-bun's contract where MLX Lab differed (issue 15): each row quotes what mlx-bun
+"""mlx-bun's contract where MLX Lab once differed: each row quotes what mlx-bun
 answers, and the live server must answer the same."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import pytest
 from mlx_lm.utils import load_tokenizer
 
 from inference.chat.messages import parse_messages
-from inference.engine.grammar import GrammarSpec
 from inference.engine.loader import LoadedModel
 from inference.engine.prompt import PromptBuilder, PromptLimits
-from inference.engine.wire import ChatInput, GenerateCall
+from inference.protocol.grammar import GrammarSpec
+from inference.protocol.wire import ChatInput, GenerateCall
 from tests.conftest import DEFAULT_MODEL
 
 HI = [{"role": "user", "content": "Hi"}]

@@ -1,4 +1,4 @@
-"""The model's own sampling defaults (issue 15): the request, then the operator's
+"""The model's own sampling defaults: the request, then the operator's
 MLXLAB_DEFAULT_*, then generation_config.json, then mlx-bun's fallback."""
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ def test_chat_completion_answers_with_openai_fields(client, model):
     usage = reply.usage
     assert usage.prompt_tokens > 10 and usage.completion_tokens > 0
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
-    # Earlier requests may have cached the template's default system prompt (issue 3).
+    # Earlier requests may have left the template's default system prompt in the prompt cache.
     assert 0 <= usage.prompt_tokens_details.cached_tokens < usage.prompt_tokens
 
 

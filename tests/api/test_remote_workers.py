@@ -22,7 +22,7 @@ import openai
 import pytest
 import zmq
 
-from inference.engine import link, wire
+from inference.protocol import link, wire
 from tests.api.test_model_workers import LONG, Lab, _stream_and_kill
 from tests.conftest import DEFAULT_MODEL, ROOT, server_home, start_daphne
 from tests.hosts import hosts_or_skip, new_host, unfence

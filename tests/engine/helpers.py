@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from inference.engine import Engine, Failed, Finished, GenerationRequest, TextDelta
+from inference.engine import Engine, GenerationRequest
+from inference.protocol.events import Failed, Finished, TextDelta
 
 
 @dataclass

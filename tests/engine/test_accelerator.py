@@ -10,7 +10,7 @@ from pathlib import Path
 import mlx.core as mx
 import pytest
 
-from inference.engine import Engine, EngineConfig, SamplingParams, load_model
+from inference.engine import Engine, EngineConfig, load_model
 from inference.engine.accelerator import (
     PTX_CACHE_VARIABLE,
     WarmUpShapes,
@@ -18,6 +18,7 @@ from inference.engine.accelerator import (
     use_kernel_cache,
 )
 from inference.engine.sampling import MAX_SHARED_SAMPLERS, RowSamplers
+from inference.protocol.sampling import SamplingParams
 
 from .helpers import generate
 from .test_engine import greedy

@@ -9,8 +9,9 @@ import pytest
 from mlx_lm import load
 from mlx_lm.generate import generate as mlx_generate
 
-from inference.engine import Engine, EngineConfig, Finished, GenerationRequest, load_model
-from inference.engine.adapters import AdapterRef
+from inference.engine import Engine, EngineConfig, GenerationRequest, load_model
+from inference.protocol.adapters import AdapterRef
+from inference.protocol.events import Finished
 
 from .helpers import chat_tokens, generate, submit
 

@@ -9,12 +9,13 @@ import time
 
 import pytest
 
-from inference.engine import Engine, EngineConfig, GenerationRequest, SamplingParams, load_model
+from inference.engine import Engine, EngineConfig, GenerationRequest, load_model
 from inference.engine.checkpoints import SUFFIX, CheckpointConfig, CheckpointStore
 from inference.engine.disk_writer import DiskWriter
-from inference.engine.grammar import GrammarSpec
-from inference.engine.request import KVScheme, Resume
-from inference.engine.wire import ChatInput, GenerateCall
+from inference.engine.request import Resume
+from inference.protocol.grammar import GrammarSpec
+from inference.protocol.sampling import KVScheme, SamplingParams
+from inference.protocol.wire import ChatInput, GenerateCall
 
 from .helpers import generate, submit
 

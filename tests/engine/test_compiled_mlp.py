@@ -1,4 +1,4 @@
-"""The compiled MLP half of decode steps (issue 18), forced on here: the CPU has no GPU."""
+"""The compiled MLP half of decode steps, forced on here: the CPU has no GPU."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The CUDA decode step's glue (issue 18): which models take it, and the caches it keeps as
+"""The CUDA decode step's glue: which models take it, and the caches it keeps as
 mlx-lm keeps them. The CPU has no GPU: the step runs as `cuda_decode.Reference`, its
 contract in MLX's operations; the CUDA kernels are checked against mlx-lm on a GPU
 (native/cuda_decode/build.py's self-test, bench/gpu_decode_step.py)."""

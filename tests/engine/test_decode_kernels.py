@@ -1,4 +1,4 @@
-"""decode_kernels.py (issue 18): the one-token decode path of fused layers, with the
+"""decode_kernels.py: the one-token decode path of fused layers, with the
 kernels' MLX-operation reference on the CPU, and the CUDA kernels where a GPU is."""
 
 from __future__ import annotations

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from inference.engine import Finished, SamplingParams
-from inference.engine.draft_model import DraftModels, vocabulary, vocabulary_difference
+from inference.engine.draft_model import DraftModels, vocabulary
 from inference.engine.drafting import DraftPlan
 from inference.engine.prompt import PromptBuilder, PromptRejected
-from inference.engine.wire import ChatInput, GenerateCall
+from inference.protocol.events import Finished
+from inference.protocol.sampling import SamplingParams
+from inference.protocol.vocabulary import vocabulary_difference
+from inference.protocol.wire import ChatInput, GenerateCall
 from tests.conftest import DEFAULT_MODEL, DRAFT_MODEL, OTHER_VOCAB
 
 from .helpers import generate, submit

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from inference.engine import Failed, Finished, GenerationRequest, SamplingParams
+from inference.engine import GenerationRequest
 from inference.engine import runner as runner_module
+from inference.protocol.events import Failed, Finished
+from inference.protocol.sampling import SamplingParams
 
 from .helpers import chat_tokens, generate, submit
 

@@ -1,4 +1,4 @@
-"""Fused decode layers (issue 21): each decode step of a Llama block as two native calls."""
+"""Fused decode layers: each decode step of a Llama block as two native calls."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fused q/k/v and gate/up projections (issue 18), forced on here: the CPU has no GPU."""
+"""Fused q/k/v and gate/up projections, forced on here: the CPU has no GPU."""
 
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
-"""bench/gpu_targets.py: issue 18's targets judged from a GPU bench report (no GPU needed)."""
+"""bench/gpu_targets.py: the GPU speed targets judged from a GPU bench report (no GPU needed)."""
 
 from __future__ import annotations
 
 from bench.gpu_targets import judge
 
-# Lease C's rows (docs/BENCHMARKS.md, "Tensor cores and overlapping kernels"), abridged.
+# Lease C's rows ("Tensor cores and overlapping kernels" in docs/BENCHMARKS.md's history:
+# git show 02df74b:docs/BENCHMARKS.md), abridged.
 ROWS = {
     "mlx_lm_generate_step_tps": 348.6,
     "mlx_lm_batch1_tps": 245.3,

@@ -129,7 +129,7 @@ def test_batched_logits_match_the_single_sequence_cache(model):
 
 def test_the_prompt_cache_holds_a_quantized_entry_back_below_its_start():
     from inference.engine.prompt_cache import PromptCache, PromptCacheConfig
-    from inference.engine.request import KVScheme
+    from inference.protocol.sampling import KVScheme
 
     cache = PromptCache(PromptCacheConfig(), key="model")
     tokens = list(range(10))

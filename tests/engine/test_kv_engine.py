@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from inference.engine import Finished, GenerationRequest, KVScheme, SamplingParams
+from inference.engine import GenerationRequest
+from inference.protocol.events import Finished
+from inference.protocol.sampling import KVScheme, SamplingParams
 
 from .helpers import chat_tokens, generate, submit
 

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from mlx_lm.utils import load_tokenizer
 
-from inference.engine.grammar import GrammarCompiler, GrammarError, GrammarSpec
+from inference.engine.grammar import GrammarCompiler, GrammarError
 from inference.engine.loader import LoadedModel
 from inference.engine.prompt import PromptBuilder, PromptLimits, PromptRejected
-from inference.engine.wire import ChatInput, GenerateCall
+from inference.protocol.grammar import GrammarSpec
+from inference.protocol.wire import ChatInput, GenerateCall
 from tests.conftest import with_chat_template
 
 # A template whose render takes minutes: 36 million loop steps.

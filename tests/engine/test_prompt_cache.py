@@ -10,8 +10,9 @@ import mlx.core as mx
 from mlx_lm.generate import GenerationBatch
 from mlx_lm.models.cache import KVCache
 
-from inference.engine import Engine, EngineConfig, Failed, Finished, GenerationRequest, load_model
+from inference.engine import Engine, EngineConfig, GenerationRequest, load_model
 from inference.engine.prompt_cache import PromptCache, PromptCacheConfig, generation_primer
+from inference.protocol.events import Failed, Finished
 
 from .helpers import Run, generate, submit
 

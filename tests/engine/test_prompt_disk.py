@@ -11,11 +11,12 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import KVCache
 
-from inference.engine import Engine, EngineConfig, GenerationRequest, KVScheme, load_model
+from inference.engine import Engine, EngineConfig, GenerationRequest, load_model
 from inference.engine.disk_writer import DiskWriter
 from inference.engine.identity import canonical_json, files_fingerprint
 from inference.engine.prompt_cache import PromptCacheConfig
 from inference.engine.prompt_disk import DiskTier, read_header
+from inference.protocol.sampling import KVScheme
 
 from .helpers import generate
 

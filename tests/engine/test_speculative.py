@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from inference.engine import Finished, GenerationRequest, KVScheme, SamplingParams
+from inference.engine import GenerationRequest
 from inference.engine.drafting import Drafter, DraftPlan, NgramIndex
-from inference.engine.grammar import GrammarCompiler, GrammarSpec
+from inference.engine.grammar import GrammarCompiler
+from inference.protocol.events import Finished
+from inference.protocol.grammar import GrammarSpec
+from inference.protocol.sampling import KVScheme, SamplingParams
 
 from .helpers import chat_tokens, generate, submit
 

@@ -18,8 +18,11 @@ import json, sys
 import django
 django.setup()
 import mlxlab.asgi  # the web process's whole import graph
+from inference.engine.startup import prepare_mlx_process
+prepare_mlx_process()  # as a model worker starts
 from inference.engine import load_model
-from inference.engine.grammar import GrammarCompiler, GrammarProcessor, GrammarSpec
+from inference.engine.grammar import GrammarCompiler, GrammarProcessor
+from inference.protocol.grammar import GrammarSpec
 import mlx.core as mx
 
 loaded = load_model(sys.argv[1])

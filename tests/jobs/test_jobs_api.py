@@ -51,7 +51,7 @@ def test_a_dataset_job_runs_on_the_worker(jobs_lab):
 @pytest.mark.parametrize(
     "body, reason",
     [
-        ({"kind": "bake", "params": {}}, "kind must be one of quantize, finetune, dataset"),
+        ({"kind": "bake", "params": {}}, "kind must be one of pull, quantize, finetune, dataset"),
         ({"kind": "quantize", "params": []}, "params must be an object"),
         ({"kind": "quantize", "params": {"model": "nope", "name": "x"}}, "nope"),
         (

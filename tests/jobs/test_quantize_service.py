@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-import inference.engine  # noqa: F401  (loads the BLAS before anything imports mlx.core)
 from inference.model_registry import model_register
 from jobs.context import JobCancelled, JobParamsError
 from jobs.quantize import FLOAT_SUBDIR, run, validate

@@ -55,7 +55,15 @@ def quantize_job(jobs_lab, api) -> dict:
 
 def test_token_settings(api, hub):
     assert call(api, "GET", "/api/settings/hf-token").json() == {"ok": True, "hasToken": False}
-    for body, error in [([1], "expected a JSON object"), ({"token": "  "}, "token required")]:
+    for body, error in [
+        ([1], "expected a JSON object"),
+        ({"token": "  "}, "token required"),
+        # It goes into an Authorization header: the fuzzer once saved one that broke searches.
+        (
+            {"token": "hf_\u00e9t\u00e9"},
+            "token must be printable ASCII, as Hugging Face tokens are",
+        ),
+    ]:
         answer = call(api, "POST", "/api/settings/hf-token", json=body)
         assert answer.status_code == 400 and answer.json() == {"ok": False, "error": error}
     rejected = call(api, "POST", "/api/settings/hf-token", json={"token": "hf_wrong"})

@@ -2,8 +2,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from inference.engine.model_folder import ModelFolderError
 from inference.model_registry import model_name_from, model_register
+from inference.protocol.model_folder import ModelFolderError
 
 
 class Command(BaseCommand):

@@ -1,6 +1,11 @@
 """Run one model worker in the foreground (the supervisor starts them the same way)."""
+# ruff: noqa: E402  (the engine's imports below bring in mlx.core: the process is prepared first)
 
 from __future__ import annotations
+
+from inference.engine.startup import prepare_mlx_process
+
+prepare_mlx_process()
 
 from django.core.management.base import BaseCommand, CommandError
 

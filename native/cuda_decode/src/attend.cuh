@@ -151,7 +151,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
 // As attend(), for batches of many rows: the columns in chunks of 128, each thread scoring
 // one column of a chunk, then each warp summing every fourth column's values (online softmax
 // across chunks). At 32 rows on an H200 it took 17.6 us a layer where attend() took 28; at 1
-// and 8 rows attend() led by about 3 us (docs/BENCHMARKS.md, "cuBLAS for the matmuls").
+// and 8 rows attend() led by about 3 us ("cuBLAS for the matmuls" in docs/BENCHMARKS.md's
+// history: git show 02df74b:docs/BENCHMARKS.md).
 template <typename T, int D>
 __global__ void __launch_bounds__(kAttentionThreads)
     attend_chunked(const T* __restrict__ qkv, T* keys, T* values, T* __restrict__ out,
@@ -170,7 +171,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
   // memory, then each warp takes every fourth column's values, a lane over D / 32 of its
   // values, so that a warp reads a column's values as one coalesced line. (Each thread
   // holding a whole head's sums, with 64 warp reductions at the end, took 28 us a layer at
-  // 32 rows: docs/BENCHMARKS.md, "cuBLAS for the matmuls".)
+  // 32 rows: "cuBLAS for the matmuls" in docs/BENCHMARKS.md's history,
+  // git show 02df74b:docs/BENCHMARKS.md.)
   constexpr int kWarpCount = kAttentionThreads / 32, kPerLane = D / 32;
   __shared__ float p[kAttentionThreads];
   __shared__ float reduced[kWarpCount];

@@ -1,4 +1,4 @@
-// The step's matmuls through cuBLAS, for batches of many rows (issue 18).
+// The step's matmuls through cuBLAS, for batches of many rows.
 //
 // From 16 rows a batch the step's own tensor-core matvecs read their weights at 0.2-1.0 TB/s
 // on an H200, where cuBLAS read the same shapes at 1.1-3.8 TB/s (bench/gpu_gemm_shapes.cu,

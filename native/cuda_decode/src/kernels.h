@@ -1,4 +1,4 @@
-// A whole one-token decode step of a Llama model on an NVIDIA GPU (issue 18).
+// A whole one-token decode step of a Llama model on an NVIDIA GPU.
 // Plain CUDA over raw device pointers: nothing here knows MLX.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The step's matrix-vector kernels for MLX's affine quantization (issue 18): each weight
+// The step's matrix-vector kernels for MLX's affine quantization: each weight
 // w = scale * q + bias, q of BITS (4 or 8) bits, one scale and bias (the model's dtype) for
 // each GROUP weights of a row, 32 / BITS q a 32-bit word with the first in its lowest bits
 // (as mx.quantize packs them). bench/gpu_qmatvec.cu checks them against a host reference

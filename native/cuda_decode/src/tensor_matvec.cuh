@@ -1,7 +1,8 @@
 // The step's matvecs on tensor cores, for batches: a warp multiplies 16 weight rows by up to
 // 8 batch rows at a time with mma.sync m16n8k16 (float accumulators), where the CUDA-core
 // kernels (matvec.cuh) spent one FMA a weight a batch row and fell behind MLX's own GEMMs
-// from 16 rows (docs/BENCHMARKS.md, "One primitive a decode step").
+// from 16 rows ("One primitive a decode step" in docs/BENCHMARKS.md's history:
+// git show 02df74b:docs/BENCHMARKS.md).
 #pragma once
 
 #include <type_traits>

@@ -1,5 +1,5 @@
 // A Llama decoder layer as two MLX primitives, so that a decode step builds 2 graph nodes
-// per layer instead of about 20 (issue 21: the framework's per-operation cost was two
+// per layer instead of about 20 (on the CPU the framework's per-operation cost was two
 // thirds of a decode step); prefill chunks take them too (their softmax and SiLU are
 // vectorized here, scalar in MLX's CPU backend on x86). Between them the caller runs the KV
 // cache's own update (mlx-lm's update_and_fetch), so every cache kind keeps its logic.

@@ -5,7 +5,6 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -21,19 +20,14 @@ using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int,
                        const float*, int, float, float*, int);
 
 // A first, noisy measurement on the shared 2-core EPYC: at 8 rows the fused kernel and
-// sgemm on a dequantized tile are alike; from 16 rows sgemm wins (to refine: issue 21).
+// sgemm on a dequantized tile are alike; from 16 rows sgemm wins (worth measuring again).
 int g_blas_min_rows = 16;
 int g_threads = 0;  // 0: the CPUs this process may run on
 // Weights (x rows, up to 8) below which a call runs on one thread: a thread's wake-up costs
-// more than it saves there. MLXLAB_QMM_PARALLEL_MIN overrides it, to measure.
-int64_t g_parallel_min = [] {
-  const char* value = std::getenv("MLXLAB_QMM_PARALLEL_MIN");
-  return value == nullptr ? int64_t{1} << 16 : std::max<int64_t>(std::atoll(value), 0);
-}();
-bool g_avx512 = [] {
-  const char* value = std::getenv("MLXLAB_QMM_AVX512");
-  return value == nullptr || std::strcmp(value, "0") != 0;
-}();
+// more than it saves there. This and g_avx512 start at the settings' defaults; the Python
+// that loads the library sets both from the settings (MLXLAB_QMM_PARALLEL_MIN, _AVX512).
+int64_t g_parallel_min = int64_t{1} << 16;
+bool g_avx512 = true;
 
 // OpenBLAS, when cpu_fast_path loaded it RTLD_GLOBAL; MLX's bundled reference
 // BLAS also exports cblas_sgemm but is slower than our kernel at every size.

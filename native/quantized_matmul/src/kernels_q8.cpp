@@ -5,8 +5,6 @@
 // the dot is two madds and a convert, and the error about 2e-5 of the largest output
 // (float32 tiles: 3e-7; MLX's own path on a bfloat16 model: about 1e-2).
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "kernels.h"
@@ -14,12 +12,9 @@
 namespace mlxlab {
 
 namespace {
-bool setting(const char* name, bool otherwise) {
-  const char* value = std::getenv(name);
-  return value == nullptr ? otherwise : std::strcmp(value, "1") == 0;
-}
-bool g_int8 = setting("MLXLAB_QMM_INT8", false);
-bool g_int16 = setting("MLXLAB_QMM_INT16", false);
+// Off until the Python that loads the library sets them from the settings.
+bool g_int8 = false;
+bool g_int16 = false;
 
 void corrections(const Problem& p, Q16Rows& q);
 

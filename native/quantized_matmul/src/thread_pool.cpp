@@ -6,7 +6,6 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <cstdlib>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -23,11 +22,9 @@ namespace mlxlab {
 namespace {
 
 // Long enough to span the gaps between the matmuls of a step (norms, RoPE, attention, MLX's
-// scheduling: tens of microseconds), short enough that a worker sleeps between steps.
-std::atomic<int64_t> g_spin_us{[] {
-  const char* value = std::getenv("MLXLAB_QMM_SPIN_US");
-  return value == nullptr ? int64_t{200} : std::max<int64_t>(std::atoll(value), 0);
-}()};
+// scheduling: tens of microseconds), short enough that a worker sleeps between steps. The
+// settings' default; the Python that loads the library sets it (MLXLAB_QMM_SPIN_US).
+std::atomic<int64_t> g_spin_us{200};
 
 // A loop's state in one word, so that a chunk is claimed by one compare-and-swap that also
 // checks the loop is still the one the claimer saw: generation (24 bits) | count | next.

@@ -1,4 +1,4 @@
-// The extension's own worker threads (issue 21), in place of an OpenMP region per matmul.
+// The extension's own worker threads, in place of an OpenMP region per matmul.
 //
 // A decode step makes ~200 matmuls a few microseconds apart. Under OpenMP the spare thread
 // spun at the barrier between them, holding the core that the engine thread needs to build

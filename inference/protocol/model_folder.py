@@ -1,4 +1,5 @@
-"""Facts about an MLX / Hugging Face model folder, read without loading weights."""
+"""Facts about an MLX / Hugging Face model folder, read without loading weights: the web
+side registers folders with them, the worker reads its context window from the same rule."""
 
 from __future__ import annotations
 
@@ -6,7 +7,17 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .loader import read_context_length
+# When a config names no context length, assume what most small models train on.
+FALLBACK_CONTEXT_LENGTH = 2048
+
+
+def read_context_length(config: dict) -> int:
+    """The model's context window, from the usual config.json keys."""
+    for key in ("max_position_embeddings", "max_sequence_length", "n_positions", "seq_length"):
+        value = config.get(key) or config.get("text_config", {}).get(key)
+        if isinstance(value, int) and value > 0:
+            return value
+    return FALLBACK_CONTEXT_LENGTH
 
 
 class ModelFolderError(ValueError):

@@ -14,16 +14,9 @@ from typing import Any
 import msgspec
 
 from .adapters import AdapterRef
+from .events import Failed, Finished, ReasoningDelta, TextDelta, ToolCall
 from .grammar import GrammarSpec
-from .request import (
-    Failed,
-    Finished,
-    KVScheme,
-    ReasoningDelta,
-    SamplingParams,
-    TextDelta,
-    ToolCall,
-)
+from .sampling import KVScheme, SamplingParams
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,85 @@
+"""How a request samples and caches: the parameters the web side validates and the
+worker obeys. Plain data, no MLX."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# mlx_lm.server caps top_logprobs at 11 (it mirrors the OpenAI API's old limit).
+MAX_TOP_LOGPROBS = 11
+MAX_DRAFT_TOKENS = 64  # the most a request may ask for (num_draft_tokens)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How the next token is picked; names and defaults follow mlx_lm.server."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    xtc_probability: float = 0.0
+    xtc_threshold: float = 0.1
+    seed: int | None = None
+    logit_bias: dict[int, float] | None = None
+    repetition_penalty: float = 0.0
+    repetition_context_size: int = 20
+    presence_penalty: float = 0.0
+    presence_context_size: int = 20
+    frequency_penalty: float = 0.0
+    frequency_context_size: int = 20
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.temperature >= 0, "temperature must be at least 0"),
+            (0 <= self.top_p <= 1, "top_p must be between 0 and 1"),
+            (self.top_k >= 0, "top_k must be at least 0"),
+            (0 <= self.min_p <= 1, "min_p must be between 0 and 1"),
+            (0 <= self.xtc_probability <= 1, "xtc_probability must be between 0 and 1"),
+            (0 <= self.xtc_threshold <= 1, "xtc_threshold must be between 0 and 1"),
+            (self.repetition_penalty >= 0, "repetition_penalty must be at least 0"),
+            (self.repetition_context_size >= 0, "repetition_context_size must be at least 0"),
+            (self.presence_context_size >= 0, "presence_context_size must be at least 0"),
+            (self.frequency_context_size >= 0, "frequency_context_size must be at least 0"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0
+
+
+# mlx-lm's QuantizedKVCache packs 4 or 8 bits; its quantize takes these group sizes.
+KV_BITS = (4, 8)
+KV_GROUP_SIZES = (32, 64, 128)
+DEFAULT_QUANTIZED_KV_START = 5000  # mlx-lm's generate default
+
+
+@dataclass(frozen=True)
+class KVScheme:
+    """A quantized KV cache: `bits` per element in groups of `group_size`, once the
+    sequence holds `start` tokens (unquantized until then), as mlx-lm's kv_bits,
+    kv_group_size and quantized_kv_start mean."""
+
+    bits: int
+    group_size: int = 64
+    start: int = DEFAULT_QUANTIZED_KV_START
+
+    def __post_init__(self) -> None:
+        if self.bits not in KV_BITS:
+            raise ValueError("kv_bits must be 4 or 8")
+        if self.group_size not in KV_GROUP_SIZES:
+            raise ValueError("kv_group_size must be 32, 64 or 128")
+        if self.start < 0:
+            raise ValueError("quantized_kv_start must be at least 0")
+
+    @property
+    def lane(self) -> tuple[int, int]:
+        """The batch its quantized rows share: schemes differing only in start share one."""
+        return self.bits, self.group_size
+
+    @property
+    def label(self) -> str:
+        return f"{self.bits}-bit/{self.group_size}"
