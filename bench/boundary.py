@@ -30,6 +30,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from inference.engine.process.startup import prepare_mlx_process  # noqa: E402
+
+prepare_mlx_process()  # before anything imports mlx.core: the BLAS goes under MLX
 # The worker runs `manage.py`, which reads these settings; so does this process.
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mlxlab.settings")
 
@@ -38,8 +41,8 @@ from run import OUT_DIR, machine
 from workload import CONCURRENT_PROMPTS, DECODE_PROMPTS, WARMUP_PROMPT
 
 from inference.engine import Engine, EngineConfig, load_model, stream_events
-from inference.engine.dense_weights import FastPathOptions
-from inference.engine.prompt import PromptBuilder, PromptLimits
+from inference.engine.acceleration.dense_weights import FastPathOptions
+from inference.engine.prompting.prompt import PromptBuilder, PromptLimits
 from inference.protocol import wire
 from inference.protocol.events import Event, Failed, Finished, ReasoningDelta, TextDelta
 from inference.protocol.sampling import SamplingParams

@@ -3,7 +3,7 @@
     .venv/bin/python bench/distributed.py            # 5 repeats
     .venv/bin/python bench/distributed.py --quick    # 1 repeat, shorter answers
 
-Both sides are `manage.py modelworker --distributed` (inference/engine/distributed.py),
+Both sides are `manage.py modelworker --distributed` (inference/engine/process/distributed.py),
 reached by a Supervisor that names them in its remote workers, as MLXLAB_WORKERS does:
 (a) one rank (a hostfile of one host: the same worker with no ring), (b) two ranks joined
 by MLX's ring backend, each on a host of its own (network namespaces on one bridge,
@@ -12,7 +12,7 @@ is what the ring costs: two collectives a layer, plus the worker's own two a tok
 
 The default model's 9 query heads and 3 key-value heads do not split over two ranks, so
 both sides serve the copy with a fourth key-value head and its 3 query heads, all zero,
-that a two-rank worker pads itself (inference/engine/head_padding.py): the same function,
+that a two-rank worker pads itself (inference/engine/acceleration/head_padding.py): the same function,
 in a shape two ranks can share. Greedy decode must give
 the same text on both sides. On a 2-core CPU the two ranks share the cores the one rank
 had to itself, so (b) may well be slower: the figure says what the link costs, not a gain.
@@ -36,6 +36,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from inference.engine.process.startup import prepare_mlx_process  # noqa: E402
+
+prepare_mlx_process()  # before anything imports mlx.core: the BLAS goes under MLX
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mlxlab.settings")
 
 from boundary import DEFAULT, MODEL_DIR, QUICK, Calls, Config, chat_call, timed
@@ -44,7 +47,7 @@ from remote_worker import SECRET, Remote
 from run import OUT_DIR, machine
 from workload import DECODE_PROMPTS, WARMUP_PROMPT
 
-from inference.engine.head_padding import shardable_path
+from inference.engine.acceleration.head_padding import shardable_path
 from tests.hosts import Network, namespaces_unavailable, unfence
 
 RING_PORT, WORKER_PORT = 5621, 7411

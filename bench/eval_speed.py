@@ -19,6 +19,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from inference.engine.process.startup import prepare_mlx_process  # noqa: E402
+
+prepare_mlx_process()  # before anything imports mlx.core: the BLAS goes under MLX
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mlxlab.settings")
 
 import django  # noqa: E402

@@ -1,5 +1,5 @@
 """Time to first token through the engine, with its rows' first token out of the call that
-prefills them (inference/engine/first_token.py) and with mlx-lm's own hand-over, two calls
+prefills them (inference/engine/loop/first_token.py) and with mlx-lm's own hand-over, two calls
 later; mlx-lm's `generate_step` beside them. In-process, on CPU or GPU.
 
     python3 bench/first_token.py                     # the default model, 8/128/512 tokens
@@ -25,6 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+from inference.engine.process.startup import prepare_mlx_process  # noqa: E402
+
+prepare_mlx_process()  # before anything imports mlx.core: the BLAS goes under MLX
 
 from gpu import TOKENIZER, as_served, engine_stream, prompts  # noqa: E402
 from gpu_models import SHAPES, build_folder  # noqa: E402
@@ -41,7 +44,7 @@ VARIANTS = [
 def prompt_mask(causal: bool | None) -> None:
     """Prompt steps of an unpadded batch in MLX's causal mode where decode_mask.py's default
     says (None), or with mlx-lm's array mask (False)."""
-    from inference.engine import decode_mask
+    from inference.engine.loop import decode_mask
 
     decode_mask.CAUSAL_PROMPT_STEPS = causal
 
@@ -50,7 +53,7 @@ def handover(sooner: bool) -> None:
     """Serve with the engine's hand-over (first_token.py), or with mlx-lm's own."""
     from mlx_lm.generate import BatchGenerator
 
-    from inference.engine.speculative import ServingBatch, SpeculativeGenerator, VerifyingBatch
+    from inference.engine.loop.speculative import ServingBatch, SpeculativeGenerator, VerifyingBatch
 
     overrides = {
         SpeculativeGenerator: {"_next": BatchGenerator._next},
@@ -84,7 +87,7 @@ def started(args: argparse.Namespace, *, prompt_cache: bool = False):
     """The engine (warmed up, as served) on the model `args` name; the prompt cache off
     unless asked, so every run prefills its whole prompt."""
     from inference.engine import Engine, EngineConfig, load_model
-    from inference.engine.prompt_cache import PromptCacheConfig
+    from inference.engine.caching.prompt_cache import PromptCacheConfig
 
     if args.shape:
         folder = Path(tempfile.mkdtemp(prefix="mlxlab-first-token-")) / args.shape

@@ -21,6 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+from inference.engine.process.startup import prepare_mlx_process  # noqa: E402
+
+prepare_mlx_process()  # before anything imports mlx.core: the BLAS goes under MLX
 
 from first_token import generate_step_ttft, model_options, started  # noqa: E402
 from gpu import engine_stream, prompts  # noqa: E402
@@ -47,10 +50,10 @@ def instrument(model) -> None:
     import mlx.core as mx
     from mlx_lm.generate import BatchGenerator, GenerationBatch, PromptProcessingBatch
 
-    from inference.engine.first_token import FirstTokenSooner, HandsOutFirstTokens
-    from inference.engine.prompt_cache import PromptCache
-    from inference.engine.runner import Runner
-    from inference.engine.scheduler import Scheduler
+    from inference.engine.caching.prompt_cache import PromptCache
+    from inference.engine.loop.first_token import FirstTokenSooner, HandsOutFirstTokens
+    from inference.engine.loop.runner import Runner
+    from inference.engine.loop.scheduler import Scheduler
 
     for owner, names in [
         (Scheduler, ["schedule"]),

@@ -33,6 +33,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from inference.engine.process.startup import prepare_mlx_process  # noqa: E402
+
+prepare_mlx_process()  # before anything imports mlx.core: the BLAS goes under MLX
 
 from bench.gpu_models import SHAPES, build_folder, weight_bytes  # noqa: E402
 from bench.gpu_targets import judge, print_verdicts  # noqa: E402
@@ -87,7 +90,7 @@ def main() -> None:
     args = parser.parse_args()
     if not args.no_torch:
         # Before inference.engine, which otherwise keeps PyTorch out of transformers for
-        # the process's life (inference/engine/torch_free.py); the torch rows need it.
+        # the process's life (inference/engine/acceleration/torch_free.py); the torch rows need it.
         with contextlib.suppress(ImportError):
             import torch  # noqa: F401
     args.out.mkdir(parents=True, exist_ok=True)
@@ -317,7 +320,7 @@ def mlx_lm_ttft(model, vocab: int) -> float:
 
 
 def engine_rows(folder: Path, tokens: int, batches: list[int]) -> dict:
-    from inference.engine.prompt_cache import PromptCacheConfig
+    from inference.engine.caching.prompt_cache import PromptCacheConfig
 
     rows = engine_speed(folder, tokens, batches, PromptCacheConfig(), "engine")
     # What the prompt cache's bookkeeping costs: the largest batch and TTFT without it.
@@ -328,9 +331,9 @@ def engine_rows(folder: Path, tokens: int, batches: list[int]) -> dict:
 
 def compiled_mlp_rows(folder: Path, tokens: int, batches: list[int]) -> dict:
     """The engine with each layer's MLP half compiled at every batch size, and without it
-    (inference/engine/compiled_mlp.py): the figures its batch-size threshold comes from."""
-    from inference.engine.compiled_mlp import MIN_BATCH_VARIABLE, VARIABLE
-    from inference.engine.fused_projections import VARIABLE as FUSED
+    (inference/engine/acceleration/compiled_mlp.py): the figures its batch-size threshold comes from."""
+    from inference.engine.acceleration.compiled_mlp import MIN_BATCH_VARIABLE, VARIABLE
+    from inference.engine.acceleration.fused_projections import VARIABLE as FUSED
 
     on = "force" if os.environ.get(VARIABLE) == "force" else "1"  # force: a CPU smoke run
     variants = {
@@ -342,8 +345,8 @@ def compiled_mlp_rows(folder: Path, tokens: int, batches: list[int]) -> dict:
 
 def fused_rows(folder: Path, tokens: int, batches: list[int]) -> dict:
     """The engine with fused q/k/v and gate/up projections and without them
-    (inference/engine/fused_projections.py), and whether their greedy texts are equal."""
-    from inference.engine.fused_projections import VARIABLE
+    (inference/engine/acceleration/fused_projections.py), and whether their greedy texts are equal."""
+    from inference.engine.acceleration.fused_projections import VARIABLE
 
     on = "force" if os.environ.get(VARIABLE) == "force" else "1"  # force: a CPU smoke run
     variants = {"engine_fused": {VARIABLE: on}, "engine_unfused": {VARIABLE: "0"}}
@@ -353,8 +356,8 @@ def fused_rows(folder: Path, tokens: int, batches: list[int]) -> dict:
 def kernels_rows(folder: Path, tokens: int, batches: list[int]) -> dict:
     """The engine's fused layers with decode_kernels.py's two custom CUDA kernels on their
     one-token steps and without them, and whether their greedy texts are equal."""
-    from inference.engine.decode_kernels import VARIABLE
-    from inference.engine.fused_projections import VARIABLE as FUSED
+    from inference.engine.acceleration.decode_kernels import VARIABLE
+    from inference.engine.acceleration.fused_projections import VARIABLE as FUSED
 
     variants = {
         "engine_kernels": {FUSED: "1", VARIABLE: os.environ.get(VARIABLE, "1")},
@@ -364,9 +367,9 @@ def kernels_rows(folder: Path, tokens: int, batches: list[int]) -> dict:
 
 
 def step_rows(folder: Path, tokens: int, batches: list[int]) -> dict:
-    """The engine with the CUDA decode step (inference/engine/cuda_decode.py) and with the
+    """The engine with the CUDA decode step (inference/engine/acceleration/cuda_decode.py) and with the
     fused layers' MLX step alone, and whether their greedy texts are equal."""
-    from inference.engine.cuda_decode import VARIABLE
+    from inference.engine.acceleration.cuda_decode import VARIABLE
 
     variants = {"engine_cuda_step": {VARIABLE: "1"}, "engine_fused": {VARIABLE: "0"}}
     return alternated_rows(folder, tokens, batches, variants)
@@ -438,7 +441,7 @@ def started_engine(folder: Path, max_batch: int, env: dict[str, str]):
 
 def as_served(engine):
     """The engine as its model worker runs it: what is loaded frozen out of the collector's
-    sight (inference/engine/worker.py). Without it, in this process beside mlx-lm's rows,
+    sight (inference/engine/process/worker.py). Without it, in this process beside mlx-lm's rows,
     the H200 read 6,150-7,236 tok/s at 32 rows and 9,177-10,866 at 64 over three runs;
     with it 7,510 and 12,286 ("Tensor cores and overlapping kernels" in docs/BENCHMARKS.md's
     history: git show 02df74b:docs/BENCHMARKS.md)."""

@@ -1,4 +1,4 @@
-"""Check and time the CUDA decode step on a GPU: `inference/engine/cuda_decode.py`.
+"""Check and time the CUDA decode step on a GPU: `inference/engine/acceleration/cuda_decode.py`.
 
     python3 bench/gpu_decode_step.py [--shape llama-1b-bf16] [--tokens 128] [--runs 3]
         [--variants 3:16,99:0]
@@ -26,6 +26,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from inference.engine.process.startup import prepare_mlx_process  # noqa: E402
+
+prepare_mlx_process()  # before anything imports mlx.core: the BLAS goes under MLX
 
 import mlx.core as mx  # noqa: E402
 from mlx.utils import tree_flatten  # noqa: E402
@@ -33,7 +36,7 @@ from mlx_lm.models import llama  # noqa: E402
 from mlx_lm.models.cache import BatchKVCache, KVCache  # noqa: E402
 
 from bench.gpu_models import SHAPES, fused_model  # noqa: E402
-from inference.engine import cuda_decode  # noqa: E402
+from inference.engine.acceleration import cuda_decode  # noqa: E402
 
 
 def reference(model, inputs, cache):

@@ -129,7 +129,7 @@ def print_table(runs: list[dict]) -> None:
 
 def child(root: Path, folder: Path, args) -> None:
     sys.path.insert(0, str(root.resolve()))
-    from inference.engine.startup import prepare_mlx_process
+    from inference.engine.process.startup import prepare_mlx_process
 
     prepare_mlx_process()  # before mlx.core: the CPU's BLAS
     from inference.engine import Engine, EngineConfig, load_model
@@ -256,7 +256,7 @@ class HostTimes:
     def __enter__(self):
         import mlx.core as mx
 
-        from inference.engine.runner import Runner
+        from inference.engine.loop.runner import Runner
 
         self._wrap(mx, "eval", "mx.eval", by_caller=True)
         self._wrap(mx, "async_eval", "mx.async_eval")

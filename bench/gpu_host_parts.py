@@ -21,13 +21,16 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from inference.engine.process.startup import prepare_mlx_process  # noqa: E402
+
+prepare_mlx_process()  # before anything imports mlx.core: the BLAS goes under MLX
 
 import mlx.core as mx  # noqa: E402
 from mlx_lm.models import llama  # noqa: E402
 from mlx_lm.models.cache import make_prompt_cache  # noqa: E402
 
 from bench.gpu_models import SHAPES, fused_model  # noqa: E402
-from inference.engine import cuda_decode  # noqa: E402
+from inference.engine.acceleration import cuda_decode  # noqa: E402
 
 PROMPT = list(range(3, 35))
 

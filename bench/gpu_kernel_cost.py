@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import mlx.core as mx  # noqa: E402
 
-from inference.engine.decode_kernels import Cuda, Plan, Reference  # noqa: E402
+from inference.engine.acceleration.decode_kernels import Cuda, Plan, Reference  # noqa: E402
 
 CALLS = 64
 

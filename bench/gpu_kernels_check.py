@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import mlx.core as mx  # noqa: E402
 
-from inference.engine.decode_kernels import Cuda, Plan, Reference  # noqa: E402
+from inference.engine.acceleration.decode_kernels import Cuda, Plan, Reference  # noqa: E402
 
 
 def plan(heads=32, kv_heads=8, dim=64, traditional=False, base=500000.0, scale=1.0) -> Plan:

@@ -93,7 +93,7 @@ def fused_model(shape: Shape):
     from mlx.utils import tree_map
     from mlx_lm.models import llama
 
-    from inference.engine import fused_projections
+    from inference.engine.acceleration import fused_projections
 
     mx.random.seed(0)
     model = llama.Model(llama.ModelArgs.from_dict(shape.config()))

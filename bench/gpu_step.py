@@ -15,7 +15,7 @@ decode loops on one row and on a batch, greedy, from the same prompt:
 - `eager_async`: the same, pipelined as mlx-lm's generate_step (the next step is queued
   with `mx.async_eval` before the previous token is read back);
 - `fused_async`: eager_async with each layer's q/k/v and gate/up projections as one
-  matmul each (inference/engine/fused_projections.py; measured first with a copy of
+  matmul each (inference/engine/acceleration/fused_projections.py; measured first with a copy of
   it in bench/, commit c6eeeab): fewer kernels a step;
 - `kernels_async`: fused_async with decode_kernels.py's RoPE kernel on its one-token
   steps (RoPE'd q/k/v from the fused matmul's output); `kernelsall_async`: with its
@@ -47,6 +47,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from inference.engine.process.startup import prepare_mlx_process  # noqa: E402
+
+prepare_mlx_process()  # before anything imports mlx.core: the BLAS goes under MLX
 
 from bench.gpu_models import SHAPES, build_folder, weight_bytes  # noqa: E402
 
@@ -192,8 +195,9 @@ def fused_run(model, prompt, tokens: int, kernels: str = "0", batch_cache: bool 
     `kernels`: decode_kernels.py's kernels on one-token steps (MLXLAB_DECODE_KERNELS: 0,
     qkv: the RoPE kernel, all: both kernels); `batch_cache`: with
     mlx-lm's BatchKVCache (per-row offsets, as the engine runs) and the engine's mask rule."""
-    from inference.engine import decode_kernels, decode_mask
-    from inference.engine.fused_projections import fuse_projections, plain_blocks
+    from inference.engine.acceleration import decode_kernels
+    from inference.engine.acceleration.fused_projections import fuse_projections, plain_blocks
+    from inference.engine.loop import decode_mask
 
     reference = KERNELS_SET == "reference" and kernels != "0"  # a CPU smoke run
     os.environ[decode_kernels.VARIABLE] = "reference" if reference else kernels

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 if "--root" in sys.argv:  # another tree's engine (its `inference/`), for before and after
     sys.path.insert(0, str(Path(sys.argv[sys.argv.index("--root") + 1]).resolve()))
-from inference.engine.startup import prepare_mlx_process  # noqa: E402
+from inference.engine.process.startup import prepare_mlx_process  # noqa: E402
 
 prepare_mlx_process()  # before mlx.core: the CPU's BLAS
 from bench.gpu import collect, prompts, steps_profiled  # noqa: E402

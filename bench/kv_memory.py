@@ -16,8 +16,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from inference.engine.process.startup import prepare_mlx_process  # noqa: E402
 
-# The engine package loads the BLAS; MLX must be imported after it (in the functions).
+prepare_mlx_process()  # before anything imports mlx.core: the BLAS goes under MLX
+
 from inference.engine import load_model  # noqa: E402
 
 MODEL = ROOT / "var" / "models" / "smollm2-135m-instruct"
@@ -35,7 +37,7 @@ def prefilled(model) -> list:
 
 
 def row_bytes(cache: list, bits: int | None) -> int:
-    from inference.engine.kv_cache import BatchQuantizedKVCache
+    from inference.engine.caching.kv_cache import BatchQuantizedKVCache
 
     if bits is not None:
         cache = [BatchQuantizedKVCache.from_batch(c, group_size=64, bits=bits) for c in cache]

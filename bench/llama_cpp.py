@@ -139,14 +139,9 @@ def engine_side(
     `avx512` False: the AVX2 tiles on a CPU that has AVX-512 (MLXLAB_QMM_AVX512=0);
     `threads`: the kernel's threads (MLXLAB_QMM_THREADS), else the engine's default."""
     from bench.gpu import collect
-    from inference.engine import (
-        Engine,
-        EngineConfig,
-        GenerationRequest,
-        load_model,
-        quantized_kernel,
-    )
-    from inference.engine.prompt_cache import PromptCacheConfig
+    from inference.engine import Engine, EngineConfig, GenerationRequest, load_model
+    from inference.engine.acceleration import quantized_kernel
+    from inference.engine.caching.prompt_cache import PromptCacheConfig
 
     config = EngineConfig(max_batch_size=8, prompt_cache=PromptCacheConfig(max_entries=0))
     engine = Engine(lambda: load_model(MODEL), config=config).start()
@@ -187,6 +182,8 @@ DECODE_LOOP = textwrap.dedent(
     """
     import sys, time
     sys.path.insert(0, sys.argv[1])
+    from inference.engine.process.startup import prepare_mlx_process
+    prepare_mlx_process()
     from inference.engine import load_model
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache
@@ -267,6 +264,9 @@ def main() -> int:
     parser.add_argument("--no-build", action="store_true", help="skip llama.cpp if not built")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
+    from inference.engine.process.startup import prepare_mlx_process
+
+    prepare_mlx_process()  # before anything imports mlx.core: the BLAS goes under MLX
     from bench.cpu import cpu_busy
 
     busy = cpu_busy()

@@ -17,9 +17,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from inference.engine.process.startup import prepare_mlx_process  # noqa: E402
+
+prepare_mlx_process()  # before anything imports mlx.core: the BLAS goes under MLX
 
 # The engine package loads OpenBLAS; MLX must be imported after it (in the functions).
-from inference.engine import quantized_kernel  # noqa: E402
+from inference.engine.acceleration import quantized_kernel  # noqa: E402
 
 # The default model's shapes: an MLP projection (4-bit) and the tied output layer (8-bit).
 SHAPES = ((4, 1536, 576), (4, 576, 1536), (8, 49152, 576))

@@ -23,10 +23,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from inference.engine.process.startup import prepare_mlx_process  # noqa: E402
 
-# The engine package loads the BLAS; MLX must be imported after it (in the functions).
+prepare_mlx_process()  # before anything imports mlx.core: the BLAS goes under MLX
+
 from inference.engine import load_model  # noqa: E402
-from inference.engine.dense_weights import FastPathOptions  # noqa: E402
+from inference.engine.acceleration.dense_weights import FastPathOptions  # noqa: E402
 
 MODEL = ROOT / "var" / "models" / "smollm2-135m-instruct"
 

@@ -19,8 +19,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from inference.engine.process.startup import prepare_mlx_process  # noqa: E402
 
-# The engine package loads the BLAS; MLX must be imported after it (in the functions).
+prepare_mlx_process()  # before anything imports mlx.core: the BLAS goes under MLX
+
 from inference.engine import load_model  # noqa: E402
 
 MODEL = ROOT / "var" / "models" / "smollm2-135m-instruct"
@@ -32,7 +34,7 @@ def pass_seconds(model, exact: bool, width: int, tries: int = 6) -> float:
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache
 
-    from inference.engine.exact_attention import exact_attention
+    from inference.engine.loop.exact_attention import exact_attention
 
     cache = make_prompt_cache(model)
     mx.eval(model(mx.array([list(range(1000, 1000 + PROMPT))]), cache=cache))
@@ -49,7 +51,7 @@ def pass_seconds(model, exact: bool, width: int, tries: int = 6) -> float:
 
 
 def main() -> None:
-    from inference.engine.speculative import speculation_for
+    from inference.engine.loop.speculative import speculation_for
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)

@@ -77,7 +77,7 @@ def model_import_gguf(
     *, gguf_path: Path, name: str | None = None, progress: Progress | None = None
 ) -> LanguageModel:
     """Convert a GGUF file into the models directory and register it."""
-    from .engine.startup import prepare_mlx_process
+    from .engine.process.startup import prepare_mlx_process
 
     prepare_mlx_process()  # before gguf's mlx.core: the optimized BLAS goes under MLX
     from .gguf.convert import import_gguf

@@ -11,7 +11,7 @@ its padding slip fixed (see `sequence_nll`).
 
 from __future__ import annotations
 
-from inference.engine.startup import prepare_mlx_process
+from inference.engine.process.startup import prepare_mlx_process
 
 # A job worker's child prepared itself (mlxlab/celery.py); a process importing this
 # module for its own use must be, too, before mlx.core comes in below.
@@ -31,9 +31,9 @@ from mlx_lm.generate import generate
 from mlx_lm.tuner.datasets import create_dataset
 
 from inference.engine import load_model
-from inference.engine.adapters import activate, load_adapter
+from inference.engine.acceleration.adapters import activate, load_adapter
 from inference.protocol.adapters import AdapterRef
-from inference.engine.dense_weights import FastPathOptions
+from inference.engine.acceleration.dense_weights import FastPathOptions
 from labsettings import lab_settings
 
 from .context import JobContext

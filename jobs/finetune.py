@@ -169,7 +169,7 @@ def _schedule(schedule) -> dict | None:
 
 def _build_schedule(config: dict) -> None:
     # Validating a schedule runs mlx-lm's, in whichever process validates.
-    from inference.engine.startup import prepare_mlx_process
+    from inference.engine.process.startup import prepare_mlx_process
 
     prepare_mlx_process()
     from mlx_lm.tuner.utils import build_schedule

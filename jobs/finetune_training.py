@@ -11,7 +11,7 @@ training a quantized base on dense float32 twins of its weights on the CPU.
 
 from __future__ import annotations
 
-from inference.engine.startup import prepare_mlx_process
+from inference.engine.process.startup import prepare_mlx_process
 
 # A job worker's child prepared itself (mlxlab/celery.py); a process importing this
 # module for its own use must be, too, before mlx.core comes in below.
@@ -33,8 +33,8 @@ from mlx_lm.tuner.trainer import TrainingArgs, TrainingCallback, evaluate, itera
 from mlx_lm.tuner.utils import build_schedule, linear_to_lora_layers
 from mlx_lm.utils import dequantize_model, get_total_parameters, save, save_config
 
-from inference.engine.cpu_fast_path import blas_state
-from inference.engine.dense_weights import dense_bytes, quantized_layers
+from inference.engine.acceleration.cpu_fast_path import blas_state
+from inference.engine.acceleration.dense_weights import dense_bytes, quantized_layers
 from labsettings import lab_settings
 
 from .context import JobContext, JobResult

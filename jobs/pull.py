@@ -161,7 +161,7 @@ def _convert(ctx: JobContext, source: Path, made: Path, params: dict, share: flo
 
 
 def _import_gguf(ctx: JobContext, gguf: Path, made: Path, share: float) -> None:
-    from inference.engine.startup import prepare_mlx_process
+    from inference.engine.process.startup import prepare_mlx_process
 
     prepare_mlx_process()  # before gguf's mlx.core: the optimized BLAS goes under MLX
     from inference.gguf.convert import GGUFImportError, import_gguf

@@ -127,7 +127,7 @@ class LabSettings(EngineSettings, WorkerSettings):
         "MLXLAB_KV_BY_MODEL", parse_kv_by_model, {}, "Per model: NAME=BITS[/GROUP[/START]],..."
     )
 
-    # Resumable generation (inference/engine/checkpoints.py): an identical retry resumes.
+    # Resumable generation (inference/engine/caching/checkpoints.py): an identical retry resumes.
     checkpoint_dir: Path = setting(
         "MLXLAB_CHECKPOINT_DIR", Path, under_var("checkpoints"), "Generations' checkpoints."
     )

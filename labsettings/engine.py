@@ -2,7 +2,7 @@
 
 A model worker's engine has no Django: it reads these rows as `engine_settings`, from the
 process environment, and the Python that loads a C++ library hands it their values. The
-BLAS rows are read before anything imports MLX (inference/engine/cpu_fast_path.py), long
+BLAS rows are read before anything imports MLX (inference/engine/acceleration/cpu_fast_path.py), long
 before Django would build `settings.MLXLAB`.
 """
 

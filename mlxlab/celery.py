@@ -16,6 +16,6 @@ app.autodiscover_tasks()
 def prepare_for_mlx(**kwargs) -> None:
     """Each pool process runs MLX jobs: its BLAS goes under MLX before any job imports it
     (the parent never imports MLX, so that forking stays safe)."""
-    from inference.engine.startup import prepare_mlx_process
+    from inference.engine.process.startup import prepare_mlx_process
 
     prepare_mlx_process()

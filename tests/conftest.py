@@ -18,7 +18,7 @@ import pytest
 import redis
 from django.test.utils import override_settings
 
-from inference.engine.startup import prepare_mlx_process
+from inference.engine.process.startup import prepare_mlx_process
 from tests.databases import database_env, drop_created
 
 # The tests run the engine in this process: its BLAS goes under MLX before any test module

@@ -23,14 +23,14 @@ SCANNED = ("inference", "native", "jobs")
 BATCH_CLASSES = {"BatchGenerator", "GenerationBatch", "PromptProcessingBatch"}
 # What the engine still takes from mlx-lm's internals, by module.
 KNOWN = {
-    "inference/engine/cuda_decode.py": 4,  # BatchKVCache's offsets and padding
-    "inference/engine/decode_mask.py": 1,  # BatchKVCache.make_mask replaced
-    "inference/engine/exact_attention.py": 1,  # the models' attention replaced
-    "inference/engine/first_token.py": 7,  # BatchGenerator's step, batches and tokens
-    "inference/engine/kv_cache.py": 8,  # the caches' offsets, _BaseCache
-    "inference/engine/kv_lanes.py": 4,  # BatchGenerator's batch and uid counter
-    "inference/engine/lean_step.py": 1,  # GenerationBatch's step
-    "inference/engine/speculative.py": 9,  # subclasses of the batch and its generator
+    "inference/engine/acceleration/cuda_decode.py": 4,  # BatchKVCache's offsets and padding
+    "inference/engine/loop/decode_mask.py": 1,  # BatchKVCache.make_mask replaced
+    "inference/engine/loop/exact_attention.py": 1,  # the models' attention replaced
+    "inference/engine/loop/first_token.py": 7,  # BatchGenerator's step, batches and tokens
+    "inference/engine/caching/kv_cache.py": 8,  # the caches' offsets, _BaseCache
+    "inference/engine/loop/kv_lanes.py": 4,  # BatchGenerator's batch and uid counter
+    "inference/engine/loop/lean_step.py": 1,  # GenerationBatch's step
+    "inference/engine/loop/speculative.py": 9,  # subclasses of the batch and its generator
 }
 
 

@@ -21,7 +21,7 @@ HEAVY = ("mlx", "mlx_lm", "transformers", "torch")
 # files in whichever process imports them (inference/model_registry.py).
 WEB_TIER = ["access", "lab", "publishing", "mlxlab", "inference"]
 NOT_WEB = {"inference/engine", "inference/gguf", "inference/management", "mlxlab/celery.py"}
-ALLOWED_ENGINE_IMPORTS = {"inference/model_registry.py": {"inference.engine.startup"}}
+ALLOWED_ENGINE_IMPORTS = {"inference/model_registry.py": {"inference.engine.process.startup"}}
 
 LOADED = """
 import json, sys

@@ -1,8 +1,11 @@
 """The inference engine: plain Python over MLX, no Django. A process that runs it calls
-`startup.prepare_mlx_process()` before anything imports mlx.core.
+`process.startup.prepare_mlx_process()` before anything imports mlx.core.
+
+Its floors, each importing only those below it: acceleration, drafts, prompting, caching,
+loop, process (tests/test_engine_floors.py).
 
 Importing this package loads nothing: the names below are looked up on first use, so
-`inference.engine.startup` can run before MLX is imported.
+`inference.engine.process.startup` can run before MLX is imported.
 """
 
 from __future__ import annotations
@@ -10,12 +13,12 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "Engine": ".engine",
-    "EngineConfig": ".config",
-    "GenerationRequest": ".request",
-    "LoadedModel": ".loader",
-    "load_model": ".loader",
-    "stream_events": ".bridge",
+    "Engine": ".loop.engine",
+    "EngineConfig": ".loop.config",
+    "GenerationRequest": ".prompting.request",
+    "LoadedModel": ".acceleration.loader",
+    "load_model": ".acceleration.loader",
+    "stream_events": ".loop.bridge",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -8,7 +8,7 @@ from labsettings import lab_settings
 
 Schema = dict[str, Any]
 
-MAX_TOP_LOGPROBS = 11  # as inference/engine/request.py (mlx_lm.server's cap)
+MAX_TOP_LOGPROBS = 11  # as inference/engine/prompting/request.py (mlx_lm.server's cap)
 
 
 def ref(name: str) -> Schema:

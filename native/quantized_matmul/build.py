@@ -26,7 +26,7 @@ from native import extension  # noqa: E402
 SELF_TEST = """
 import sys
 sys.path.insert(0, sys.argv[1])
-from inference.engine.startup import prepare_mlx_process
+from inference.engine.process.startup import prepare_mlx_process
 prepare_mlx_process()  # OpenBLAS as the engine loads it, so the sgemm path is checked too
 import mlx.core as mx
 from native.quantized_matmul import load

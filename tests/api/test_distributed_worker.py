@@ -27,7 +27,7 @@ import httpx
 import openai
 import pytest
 
-from inference.engine.lifeline import RANK_LOST
+from inference.engine.process.lifeline import RANK_LOST
 from tests.api.test_model_workers import Lab, _stream_and_kill
 from tests.api.test_remote_workers import STREAM_MESSAGE
 from tests.conftest import DEFAULT_MODEL, ROOT, server_home, start_daphne

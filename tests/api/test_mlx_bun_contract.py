@@ -7,8 +7,8 @@ import pytest
 from mlx_lm.utils import load_tokenizer
 
 from inference.chat.messages import parse_messages
-from inference.engine.loader import LoadedModel
-from inference.engine.prompt import PromptBuilder, PromptLimits
+from inference.engine.acceleration.loader import LoadedModel
+from inference.engine.prompting.prompt import PromptBuilder, PromptLimits
 from inference.protocol.grammar import GrammarSpec
 from inference.protocol.wire import ChatInput, GenerateCall
 from tests.conftest import DEFAULT_MODEL

@@ -11,13 +11,13 @@ import mlx.core as mx
 import pytest
 
 from inference.engine import Engine, EngineConfig, load_model
-from inference.engine.accelerator import (
+from inference.engine.acceleration.accelerator import (
     PTX_CACHE_VARIABLE,
     WarmUpShapes,
     kernel_cache_folder,
     use_kernel_cache,
 )
-from inference.engine.sampling import MAX_SHARED_SAMPLERS, RowSamplers
+from inference.engine.loop.sampling import MAX_SHARED_SAMPLERS, RowSamplers
 from inference.protocol.sampling import SamplingParams
 
 from .helpers import generate
@@ -124,9 +124,9 @@ def test_a_gpus_warm_up_builds_the_matmul_kernels_beside_its_first_rounds(
 ):
     # The GPU's order of work, run on the CPU: the children's matmuls there compile
     # nothing, but they run, and the warm-up waits for them and records what they built.
-    from inference.engine import accelerator
-    from inference.engine.dense_weights import FastPathOptions
-    from inference.engine.kernel_prebuild import MANIFEST
+    from inference.engine.acceleration import accelerator
+    from inference.engine.acceleration.dense_weights import FastPathOptions
+    from inference.engine.acceleration.kernel_prebuild import MANIFEST
 
     monkeypatch.setattr(accelerator, "on_gpu", lambda: True)
     monkeypatch.setenv(PTX_CACHE_VARIABLE, str(tmp_path))

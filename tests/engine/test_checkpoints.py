@@ -10,9 +10,9 @@ import time
 import pytest
 
 from inference.engine import Engine, EngineConfig, GenerationRequest, load_model
-from inference.engine.checkpoints import SUFFIX, CheckpointConfig, CheckpointStore
-from inference.engine.disk_writer import DiskWriter
-from inference.engine.request import Resume
+from inference.engine.caching.checkpoints import SUFFIX, CheckpointConfig, CheckpointStore
+from inference.engine.caching.disk_writer import DiskWriter
+from inference.engine.prompting.request import Resume
 from inference.protocol.grammar import GrammarSpec
 from inference.protocol.sampling import KVScheme, SamplingParams
 from inference.protocol.wire import ChatInput, GenerateCall
@@ -94,7 +94,7 @@ def test_a_request_without_a_seed_resumes_on_the_seed_its_first_attempt_drew(eng
 
 
 def test_structured_output_resumes_with_its_grammar_where_it_stopped(engine, model_folder):
-    from inference.engine.prompt import PromptBuilder
+    from inference.engine.prompting.prompt import PromptBuilder
 
     spec = GrammarSpec("regex", "[A-Za-z ,]{60,120}\\.")  # a sentence of at least 60
     call = GenerateCall(

@@ -5,11 +5,13 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from inference.engine import compiled_mlp, decode_mask, load_model
-from inference.engine.accelerator import WarmUpShapes, warm_up
-from inference.engine.adapters import AdapterSlot
-from inference.engine.compiled_mlp import CompiledMLPBlock, compile_mlp_halves
-from inference.engine.dense_weights import FastPathOptions
+from inference.engine import load_model
+from inference.engine.acceleration import compiled_mlp
+from inference.engine.acceleration.accelerator import WarmUpShapes, warm_up
+from inference.engine.acceleration.adapters import AdapterSlot
+from inference.engine.acceleration.compiled_mlp import CompiledMLPBlock, compile_mlp_halves
+from inference.engine.acceleration.dense_weights import FastPathOptions
+from inference.engine.loop import decode_mask
 
 from .llama_blocks import greedy, mlx_lm_blocks, step_logits, tiny_llama
 

@@ -8,8 +8,9 @@ import sys
 import pytest
 from mlx_lm.generate import generate_step
 
-from inference.engine import GenerationRequest, cpu_fast_path, load_model
-from inference.engine.dense_weights import (
+from inference.engine import GenerationRequest, load_model
+from inference.engine.acceleration import cpu_fast_path
+from inference.engine.acceleration.dense_weights import (
     FastPathOptions,
     apply_fast_path,
     dequantize_model,

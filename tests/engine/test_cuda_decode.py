@@ -12,8 +12,8 @@ from mlx.utils import tree_flatten, tree_map, tree_unflatten
 from mlx_lm.models import llama
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
-from inference.engine import cuda_decode, fused_projections
-from inference.engine.adapters import AdapterSlot
+from inference.engine.acceleration import cuda_decode, fused_projections
+from inference.engine.acceleration.adapters import AdapterSlot
 
 from .llama_blocks import greedy, tiny_llama
 

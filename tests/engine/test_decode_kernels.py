@@ -8,9 +8,10 @@ import mlx.nn as nn
 import pytest
 from mlx_lm.models.cache import BatchKVCache, make_prompt_cache
 
-from inference.engine import decode_kernels, decode_mask
-from inference.engine.decode_kernels import Reference
-from inference.engine.fused_projections import FusedProjectionsBlock, fuse_projections
+from inference.engine.acceleration import decode_kernels
+from inference.engine.acceleration.decode_kernels import Reference
+from inference.engine.acceleration.fused_projections import FusedProjectionsBlock, fuse_projections
+from inference.engine.loop import decode_mask
 
 from .llama_blocks import greedy, mlx_lm_blocks, step_logits, tiny_llama
 

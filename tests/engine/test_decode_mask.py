@@ -8,8 +8,9 @@ import pytest
 from mlx_lm.generate import BatchGenerator
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
-from inference.engine import decode_mask, load_model
-from inference.engine.exact_attention import exact_attention
+from inference.engine import load_model
+from inference.engine.loop import decode_mask
+from inference.engine.loop.exact_attention import exact_attention
 
 
 def _batch_cache(lengths: list[int]) -> BatchKVCache:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from inference.engine.draft_model import DraftModels, vocabulary
-from inference.engine.drafting import DraftPlan
-from inference.engine.prompt import PromptBuilder, PromptRejected
+from inference.engine.drafts.draft_model import DraftModels, vocabulary
+from inference.engine.drafts.drafting import DraftPlan
+from inference.engine.prompting.prompt import PromptBuilder, PromptRejected
 from inference.protocol.events import Finished
 from inference.protocol.sampling import SamplingParams
 from inference.protocol.vocabulary import vocabulary_difference

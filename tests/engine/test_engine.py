@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from inference.engine import GenerationRequest
-from inference.engine import runner as runner_module
+from inference.engine.loop import runner as runner_module
 from inference.protocol.events import Failed, Finished
 from inference.protocol.sampling import SamplingParams
 
@@ -141,7 +141,7 @@ EXIT_AFTER_SHUTDOWN = """
 import sys
 sys.path.insert(0, sys.argv[1])
 from inference.engine import Engine, EngineConfig, GenerationRequest, load_model
-from inference.engine.prompt_cache import PromptCacheConfig
+from inference.engine.caching.prompt_cache import PromptCacheConfig
 from tests.engine.helpers import generate
 config = EngineConfig(max_batch_size=2, prompt_cache=PromptCacheConfig(max_entries=0))
 engine = Engine(lambda: load_model(sys.argv[2]), config=config).start()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from mlx_lm.generate import BatchGenerator
 
 from inference.engine import GenerationRequest
-from inference.engine.speculative import Speculation, SpeculativeGenerator
+from inference.engine.loop.speculative import Speculation, SpeculativeGenerator
 from inference.protocol.sampling import KVScheme
 
 from .helpers import Run, chat_tokens, generate

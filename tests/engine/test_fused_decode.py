@@ -8,12 +8,13 @@ import pytest
 from mlx_lm.models import llama
 from mlx_lm.models.cache import BatchKVCache, KVCache, QuantizedKVCache
 
-from inference.engine import decode_mask, load_model
-from inference.engine import quantized_kernel as qk
-from inference.engine.dense_weights import FastPathOptions, apply_fast_path
-from inference.engine.exact_attention import exact_attention
-from inference.engine.fused_decode import FusedBlock, HalfWrites, eligible
-from inference.engine.identity import model_identity
+from inference.engine import load_model
+from inference.engine.acceleration import quantized_kernel as qk
+from inference.engine.acceleration.dense_weights import FastPathOptions, apply_fast_path
+from inference.engine.acceleration.fused_decode import FusedBlock, HalfWrites, eligible
+from inference.engine.caching.identity import model_identity
+from inference.engine.loop import decode_mask
+from inference.engine.loop.exact_attention import exact_attention
 
 from .llama_blocks import mlx_lm_blocks
 

@@ -7,9 +7,10 @@ import mlx.nn as nn
 import pytest
 from mlx_lm.models import llama
 
-from inference.engine import decode_mask, fused_projections
-from inference.engine.adapters import AdapterSlot
-from inference.engine.fused_projections import FusedProjectionsBlock, fuse_projections
+from inference.engine.acceleration import fused_projections
+from inference.engine.acceleration.adapters import AdapterSlot
+from inference.engine.acceleration.fused_projections import FusedProjectionsBlock, fuse_projections
+from inference.engine.loop import decode_mask
 
 from .llama_blocks import greedy, mlx_lm_blocks, step_logits, tiny_llama
 

@@ -8,7 +8,7 @@ import mlx.core as mx
 import pytest
 from mlx_lm import load
 
-from inference.engine.head_padding import extra_kv_heads, shardable_path
+from inference.engine.acceleration.head_padding import extra_kv_heads, shardable_path
 
 
 def test_the_fewest_heads_are_added_that_the_ranks_divide(model_folder):

@@ -10,7 +10,7 @@ import mlx.core as mx
 import pytest
 from mlx_lm import load
 
-from inference.engine.kernel_prebuild import (
+from inference.engine.acceleration.kernel_prebuild import (
     MANIFEST,
     TIMEOUT_S,
     MatmulJob,

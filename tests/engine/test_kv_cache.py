@@ -7,7 +7,7 @@ import pytest
 from mlx_lm.models.cache import BatchKVCache, KVCache, QuantizedKVCache
 
 from inference.engine import load_model
-from inference.engine.kv_cache import BatchQuantizedKVCache, QuantizedRowCache, quantize_row
+from inference.engine.caching.kv_cache import BatchQuantizedKVCache, QuantizedRowCache, quantize_row
 
 HEADS, DIM = 2, 64
 
@@ -128,7 +128,7 @@ def test_batched_logits_match_the_single_sequence_cache(model):
 
 
 def test_the_prompt_cache_holds_a_quantized_entry_back_below_its_start():
-    from inference.engine.prompt_cache import PromptCache, PromptCacheConfig
+    from inference.engine.caching.prompt_cache import PromptCache, PromptCacheConfig
     from inference.protocol.sampling import KVScheme
 
     cache = PromptCache(PromptCacheConfig(), key="model")

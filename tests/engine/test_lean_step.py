@@ -6,7 +6,7 @@ from __future__ import annotations
 from mlx_lm.generate import BatchGenerator
 
 from inference.engine import GenerationRequest
-from inference.engine.speculative import Speculation, SpeculativeGenerator
+from inference.engine.loop.speculative import Speculation, SpeculativeGenerator
 
 from .helpers import chat_tokens, generate, submit
 

@@ -1,4 +1,4 @@
-"""A distributed worker's ranks hold each other's lifelines (inference/engine/lifeline.py):
+"""A distributed worker's ranks hold each other's lifelines (inference/engine/process/lifeline.py):
 real processes holding them over loopback TCP, no model and no ring. One rank lost, by
 death or by silence, and every other rank exits with RANK_LOST; an orderly stop does not."""
 
@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from inference.engine.lifeline import RANK_LOST
+from inference.engine.process.lifeline import RANK_LOST
 
 ROOT = Path(__file__).resolve().parents[2]
 # lifeline.py alone, by its path: the engine package's import would load MLX in every rank.
 RANK = """
 import importlib.util, sys, time
-spec = importlib.util.spec_from_file_location("lifeline", "inference/engine/lifeline.py")
+spec = importlib.util.spec_from_file_location("lifeline", "inference/engine/process/lifeline.py")
 lifeline = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(lifeline)
 Lifelines, lifeline_address = lifeline.Lifelines, lifeline.lifeline_address

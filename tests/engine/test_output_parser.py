@@ -6,7 +6,11 @@ import json
 
 import pytest
 
-from inference.engine.output_parser import DEFAULT_TOOL_MARKERS, OutputFormat, OutputParser
+from inference.engine.prompting.output_parser import (
+    DEFAULT_TOOL_MARKERS,
+    OutputFormat,
+    OutputParser,
+)
 from inference.protocol.events import ReasoningDelta, TextDelta, ToolCall
 
 TOOLS = OutputFormat(tool_markers=DEFAULT_TOOL_MARKERS, tool_names=frozenset({"get_weather"}))

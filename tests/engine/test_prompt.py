@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from mlx_lm.utils import load_tokenizer
 
-from inference.engine.grammar import GrammarCompiler, GrammarError
-from inference.engine.loader import LoadedModel
-from inference.engine.prompt import PromptBuilder, PromptLimits, PromptRejected
+from inference.engine.acceleration.loader import LoadedModel
+from inference.engine.prompting.grammar import GrammarCompiler, GrammarError
+from inference.engine.prompting.prompt import PromptBuilder, PromptLimits, PromptRejected
 from inference.protocol.grammar import GrammarSpec
 from inference.protocol.wire import ChatInput, GenerateCall
 from tests.conftest import with_chat_template

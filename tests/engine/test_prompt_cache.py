@@ -11,7 +11,7 @@ from mlx_lm.generate import GenerationBatch
 from mlx_lm.models.cache import KVCache
 
 from inference.engine import Engine, EngineConfig, GenerationRequest, load_model
-from inference.engine.prompt_cache import PromptCache, PromptCacheConfig, generation_primer
+from inference.engine.caching.prompt_cache import PromptCache, PromptCacheConfig, generation_primer
 from inference.protocol.events import Failed, Finished
 
 from .helpers import Run, generate, submit
@@ -124,7 +124,7 @@ def test_a_stored_entry_is_queued_not_waited_for_unless_the_disk_tier_reads_it(
     monkeypatch, tmp_path
 ):
     """A wait per finished row would stall the decode pipeline (the next step is queued)."""
-    from inference.engine.disk_writer import DiskWriter
+    from inference.engine.caching.disk_writer import DiskWriter
 
     calls = []
     monkeypatch.setattr(mx, "eval", lambda *a: calls.append("eval"))
@@ -212,7 +212,7 @@ def _finished(uid: int, tokens: list[int]) -> GenerationBatch.Response:
 def test_rows_finishing_together_past_the_bound_store_only_what_the_lru_keeps(tmp_path):
     """Copying a row's KV state out of the batch costs a kernel a layer's keys and values;
     rows the same step's later rows would evict at once are not copied at all."""
-    from inference.engine.disk_writer import DiskWriter
+    from inference.engine.caching.disk_writer import DiskWriter
 
     cache = PromptCache(PromptCacheConfig(max_entries=2), key="m")
     finished = [_finished(uid, [uid, 10, 11]) for uid in range(4)]

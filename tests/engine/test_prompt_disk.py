@@ -12,10 +12,10 @@ import pytest
 from mlx_lm.models.cache import KVCache
 
 from inference.engine import Engine, EngineConfig, GenerationRequest, load_model
-from inference.engine.disk_writer import DiskWriter
-from inference.engine.identity import canonical_json, files_fingerprint
-from inference.engine.prompt_cache import PromptCacheConfig
-from inference.engine.prompt_disk import DiskTier, read_header
+from inference.engine.caching.disk_writer import DiskWriter
+from inference.engine.caching.identity import canonical_json, files_fingerprint
+from inference.engine.caching.prompt_cache import PromptCacheConfig
+from inference.engine.caching.prompt_disk import DiskTier, read_header
 from inference.protocol.sampling import KVScheme
 
 from .helpers import generate

@@ -8,8 +8,12 @@ import pytest
 from mlx_lm.generate import generate_step
 
 from inference.engine import load_model
-from inference.engine import quantized_kernel as qk
-from inference.engine.dense_weights import FastPathOptions, apply_fast_path, quantized_layers
+from inference.engine.acceleration import quantized_kernel as qk
+from inference.engine.acceleration.dense_weights import (
+    FastPathOptions,
+    apply_fast_path,
+    quantized_layers,
+)
 from native import quantized_matmul
 
 PROMPTS = [

@@ -6,8 +6,8 @@ from __future__ import annotations
 import mlx.core as mx
 
 from inference.engine import GenerationRequest
-from inference.engine import sequence as sequence_module
-from inference.engine.sequence import read_logprobs
+from inference.engine.loop import sequence as sequence_module
+from inference.engine.loop.sequence import read_logprobs
 
 from .helpers import chat_tokens, generate, submit
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from mlx_lm.utils import load_tokenizer
 
-from inference.engine.loader import LoadedModel
-from inference.engine.prompt import PromptBuilder
-from inference.engine.reasoning_depth import template_depth, template_levels
+from inference.engine.acceleration.loader import LoadedModel
+from inference.engine.prompting.prompt import PromptBuilder
+from inference.engine.prompting.reasoning_depth import template_depth, template_levels
 from inference.protocol.wire import ChatInput
 
 # Qwen3.8's shape: it names low, medium and xhigh, and raises on anything else.

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from inference.engine import GenerationRequest
-from inference.engine.drafting import Drafter, DraftPlan, NgramIndex
-from inference.engine.grammar import GrammarCompiler
+from inference.engine.drafts.drafting import Drafter, DraftPlan, NgramIndex
+from inference.engine.prompting.grammar import GrammarCompiler
 from inference.protocol.events import Finished
 from inference.protocol.grammar import GrammarSpec
 from inference.protocol.sampling import KVScheme, SamplingParams

@@ -1,4 +1,4 @@
-from inference.engine.stop import StopMatcher
+from inference.engine.loop.stop import StopMatcher
 
 
 def feed_all(matcher: StopMatcher, pieces: list[str]) -> str:

@@ -18,10 +18,10 @@ import json, sys
 import django
 django.setup()
 import mlxlab.asgi  # the web process's whole import graph
-from inference.engine.startup import prepare_mlx_process
+from inference.engine.process.startup import prepare_mlx_process
 prepare_mlx_process()  # as a model worker starts
 from inference.engine import load_model
-from inference.engine.grammar import GrammarCompiler, GrammarProcessor
+from inference.engine.prompting.grammar import GrammarCompiler, GrammarProcessor
 from inference.protocol.grammar import GrammarSpec
 import mlx.core as mx
 

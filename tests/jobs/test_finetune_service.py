@@ -466,7 +466,7 @@ def test_lora_on_a_quantized_base(db, tiny_quantized_folder, tiny_dataset_folder
     import mlx.nn as nn
     from mlx_lm import load
 
-    from inference.engine.cpu_fast_path import blas_state
+    from inference.engine.acceleration.cpu_fast_path import blas_state
 
     model_register(name="tiny-q4", path=tiny_quantized_folder)
     params = validate(

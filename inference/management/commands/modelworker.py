@@ -3,19 +3,19 @@
 
 from __future__ import annotations
 
-from inference.engine.startup import prepare_mlx_process
+from inference.engine.process.startup import prepare_mlx_process
 
 prepare_mlx_process()
 
 from django.core.management.base import BaseCommand, CommandError
 
 from inference.engine import EngineConfig, load_model
-from inference.engine.accelerator import use_kernel_cache
-from inference.engine.checkpoints import CheckpointConfig
-from inference.engine.dense_weights import FastPathOptions
-from inference.engine.prompt import PromptLimits
-from inference.engine.prompt_cache import PromptCacheConfig
-from inference.engine.worker import WorkerServer
+from inference.engine.acceleration.accelerator import use_kernel_cache
+from inference.engine.acceleration.dense_weights import FastPathOptions
+from inference.engine.caching.checkpoints import CheckpointConfig
+from inference.engine.caching.prompt_cache import PromptCacheConfig
+from inference.engine.process.worker import WorkerServer
+from inference.engine.prompting.prompt import PromptLimits
 from inference.model_registry import model_named
 from labsettings import lab_settings
 from labsettings.parsers import reaches_beyond_loopback
@@ -93,7 +93,7 @@ class Command(BaseCommand):
                 raise CommandError(f"no model named {model!r} in the registry")
             path = record.path
         if options["distributed"]:
-            from inference.engine.distributed import DistributedWorker
+            from inference.engine.process.distributed import DistributedWorker
 
             DistributedWorker(
                 model=model, path=path, address=listen,

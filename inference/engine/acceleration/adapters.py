@@ -15,7 +15,7 @@ from pathlib import Path
 import mlx.core as mx
 import mlx.nn as nn
 
-from ..protocol.adapters import AdapterRef
+from ...protocol.adapters import AdapterRef
 
 
 class AdapterError(ValueError):

@@ -6,9 +6,9 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from ..protocol.events import Event, Failed, Finished
+from ...protocol.events import Event, Failed, Finished
+from ..prompting.request import GenerationRequest
 from .engine import Engine
-from .request import GenerationRequest
 
 
 async def stream_events(engine: Engine, request: GenerationRequest) -> AsyncIterator[Event]:

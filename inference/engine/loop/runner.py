@@ -9,18 +9,18 @@ import time
 
 from mlx_lm.generate import StopSequences
 
-from ..protocol.events import Failed
+from ...protocol.events import Failed
+from ..acceleration.adapters import activate, load_adapter
+from ..acceleration.loader import LoadedModel
+from ..caching.checkpoints import CheckpointStore
+from ..caching.disk_writer import DiskWriter
+from ..caching.identity import model_identity
+from ..caching.kv_cache import QuantizedRowCache
+from ..caching.prompt_cache import PromptCache
+from ..prompting.grammar import GrammarProcessor
 from . import decode_mask
-from .adapters import activate, load_adapter
-from .checkpoints import CheckpointStore
 from .config import EngineConfig, EngineStats
-from .disk_writer import DiskWriter
-from .grammar import GrammarProcessor
-from .identity import model_identity
-from .kv_cache import QuantizedRowCache
 from .kv_lanes import LaneKey, Lanes
-from .loader import LoadedModel
-from .prompt_cache import PromptCache
 from .resuming import Resuming
 from .sampling import RowSamplers, build_logits_processors, guarded, unchanged
 from .scheduler import Pending, Plan

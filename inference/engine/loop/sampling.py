@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import mlx.core as mx
 from mlx_lm.sample_utils import greedy_sampler, make_logits_processors, make_sampler
 
-from ..protocol.sampling import SamplingParams
+from ...protocol.sampling import SamplingParams
 
 if TYPE_CHECKING:
     from .sequence import Sequence

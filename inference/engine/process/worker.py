@@ -25,14 +25,14 @@ from dataclasses import asdict
 import mlx.core as mx
 import zmq
 
-from ..protocol import link, wire
-from ..protocol.events import Failed, Finished
-from .accelerator import device_name
-from .config import EngineConfig, EngineStats
-from .cpu_fast_path import blas_state
-from .engine import Engine
-from .loader import LoadedModel
-from .prompt import PromptBuilder, PromptLimits, PromptRejected
+from ...protocol import link, wire
+from ...protocol.events import Failed, Finished
+from ..acceleration.accelerator import device_name
+from ..acceleration.cpu_fast_path import blas_state
+from ..acceleration.loader import LoadedModel
+from ..loop.config import EngineConfig, EngineStats
+from ..loop.engine import Engine
+from ..prompting.prompt import PromptBuilder, PromptLimits, PromptRejected
 
 log = logging.getLogger(__name__)
 

@@ -15,13 +15,13 @@ from collections.abc import Callable
 
 import mlx.core as mx
 
-from ..protocol.events import Event
-from .accelerator import WarmUpShapes, on_gpu, warm_up
+from ...protocol.events import Event
+from ..acceleration.accelerator import WarmUpShapes, on_gpu, warm_up
+from ..acceleration.loader import LoadedModel
+from ..caching.disk_writer import DiskWriter
+from ..caching.prompt_cache import PromptCache
+from ..prompting.request import GenerationRequest
 from .config import EngineConfig, EngineStats
-from .disk_writer import DiskWriter
-from .loader import LoadedModel
-from .prompt_cache import PromptCache
-from .request import GenerationRequest
 from .runner import Runner
 from .scheduler import Scheduler
 

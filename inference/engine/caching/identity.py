@@ -14,7 +14,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from .accelerator import device_name
+from ..acceleration.accelerator import device_name
 
 FINGERPRINTED = ("*.safetensors", "*.json", "*.gguf")
 

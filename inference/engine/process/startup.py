@@ -4,8 +4,8 @@ optimized BLAS under it (cpu_fast_path.py) and keep PyTorch out of transformers
 
 from __future__ import annotations
 
-from .cpu_fast_path import load_blas_from_environment
-from .torch_free import keep_torch_out_of_transformers
+from ..acceleration.cpu_fast_path import load_blas_from_environment
+from ..acceleration.torch_free import keep_torch_out_of_transformers
 
 _prepared = False
 

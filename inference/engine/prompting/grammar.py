@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
-from ..protocol.grammar import GrammarSpec
+from ...protocol.grammar import GrammarSpec
 
 if TYPE_CHECKING:
     import xgrammar

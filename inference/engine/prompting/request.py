@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..protocol.sampling import MAX_TOP_LOGPROBS, KVScheme, SamplingParams
-from .drafting import DraftPlan
+from ...protocol.sampling import MAX_TOP_LOGPROBS, KVScheme, SamplingParams
+from ..drafts.drafting import DraftPlan
 
 
 @dataclass(frozen=True)

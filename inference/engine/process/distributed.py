@@ -32,9 +32,9 @@ from mlx_lm.generate import generate_step, generation_stream
 from mlx_lm.sample_utils import make_sampler
 from mlx_lm.utils import sharded_load
 
-from ..protocol import link, wire
-from ..protocol.events import Finished, TextDelta
-from .head_padding import shardable_path
+from ...protocol import link, wire
+from ...protocol.events import Finished, TextDelta
+from ..acceleration.head_padding import shardable_path
 from .lifeline import Lifelines, leave_the_group, lifeline_address
 
 log = logging.getLogger(__name__)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from .checkpoints import CheckpointConfig
-from .prompt_cache import PromptCacheConfig
+from ..caching.checkpoints import CheckpointConfig
+from ..caching.prompt_cache import PromptCacheConfig
 
 # Prompts prefilled together on the CPU: the setting the CPU figures were measured with.
 CPU_PREFILL_BATCH_SIZE = 4

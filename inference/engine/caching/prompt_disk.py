@@ -33,6 +33,7 @@ from pathlib import Path
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
+from ..drafts.drafting import common_prefix
 from .disk_writer import DiskWriter
 from .identity import digest
 from .kv_cache import QuantizedRowCache
@@ -64,21 +65,6 @@ def read_header(path: Path) -> dict | None:
         header = json.loads(file.read(size))
     text = header.get("__metadata__", {}).get(HEADER_KEY)
     return json.loads(text) if text else None
-
-
-def common_prefix(a: tuple, b: tuple) -> int:
-    """How many leading tokens two sequences share (slice compares run in C)."""
-    size = min(len(a), len(b))
-    if a[:size] == b[:size]:
-        return size
-    low, high = 0, size  # a[:low] == b[:low], a[:high] != b[:high]
-    while high - low > 1:
-        middle = (low + high) // 2
-        if a[:middle] == b[:middle]:
-            low = middle
-        else:
-            high = middle
-    return low
 
 
 def pack(cache: list) -> tuple[dict[str, mx.array], list[dict]] | None:

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer, SPMStreamingDetokenizer
 
-from ..protocol.events import Event, Finished, TokenLogprob, TopLogprob
-from .output_parser import OutputFormat, OutputParser
-from .request import GenerationRequest
+from ...protocol.events import Event, Finished, TokenLogprob, TopLogprob
+from ..prompting.output_parser import OutputFormat, OutputParser
+from ..prompting.request import GenerationRequest
 from .stop import StopMatcher
 
 log = logging.getLogger(__name__)

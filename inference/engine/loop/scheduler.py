@@ -15,9 +15,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..protocol.events import Event
-from .adapters import adapter_key
-from .request import GenerationRequest
+from ...protocol.events import Event
+from ..acceleration.adapters import adapter_key
+from ..prompting.request import GenerationRequest
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..protocol.sampling import MAX_DRAFT_TOKENS
+from ...protocol.sampling import MAX_DRAFT_TOKENS
 
 # One extra verified position costs about this share of a decode step on the CPU this lab
 # was measured on (SmolLM2-135M, 4-bit kernel path: 21 ms a step, about 4.5 ms a position
@@ -167,3 +167,18 @@ class ForcedDrafter:
     @property
     def rejected(self) -> int:
         return self.proposed - self.accepted
+
+
+def common_prefix(a: tuple, b: tuple) -> int:
+    """How many leading tokens two sequences share (slice compares run in C)."""
+    size = min(len(a), len(b))
+    if a[:size] == b[:size]:
+        return size
+    low, high = 0, size  # a[:low] == b[:low], a[:high] != b[:high]
+    while high - low > 1:
+        middle = (low + high) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle
+    return low

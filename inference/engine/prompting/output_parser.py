@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from mlx_lm.generate import TextStateMachine
 from mlx_lm.tool_parsers import json_tools
 
-from ..protocol.events import Event, ReasoningDelta, TextDelta, TokenLogprob, ToolCall
+from ...protocol.events import Event, ReasoningDelta, TextDelta, TokenLogprob, ToolCall
 
 DEFAULT_THINK = ("<think>", "</think>")
 DEFAULT_TOOL_MARKERS = (json_tools.tool_call_start, json_tools.tool_call_end)

@@ -24,8 +24,8 @@ from collections.abc import Callable
 
 from mlx_lm.generate import BatchGenerator
 
-from ..protocol.sampling import KVScheme
-from .kv_cache import BatchQuantizedKVCache
+from ...protocol.sampling import KVScheme
+from ..caching.kv_cache import BatchQuantizedKVCache
 
 LaneKey = tuple[int, int] | None  # (bits, group size); None: plain (the model's dtype)
 

@@ -36,9 +36,9 @@ import uuid
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
+from ..prompting.request import GenerationRequest, Resume
 from .disk_writer import DiskWriter
 from .identity import adapters_identity, digest
-from .request import GenerationRequest, Resume
 
 log = logging.getLogger(__name__)
 

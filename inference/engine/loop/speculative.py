@@ -43,8 +43,8 @@ import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, GenerationBatch
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
-from .draft_model import DraftModels, ModelDrafter
-from .drafting import Drafter, ForcedDrafter
+from ..drafts.draft_model import DraftModels, ModelDrafter
+from ..drafts.drafting import Drafter, ForcedDrafter
 from .exact_attention import exact_attention, install_exact_attention
 from .first_token import FirstTokenSooner, HandsOutFirstTokens
 from .lean_step import LeanStep

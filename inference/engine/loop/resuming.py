@@ -8,7 +8,7 @@ over when that one leaves, rewriting the file with its own tokens.
 
 from __future__ import annotations
 
-from .checkpoints import CheckpointStore
+from ..caching.checkpoints import CheckpointStore
 from .sequence import Sequence
 
 

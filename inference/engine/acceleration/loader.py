@@ -9,7 +9,7 @@ from pathlib import Path
 
 from mlx_lm import load
 
-from ..protocol.model_folder import read_context_length
+from ...protocol.model_folder import read_context_length
 from . import compiled_mlp, cuda_decode, fused_projections
 from .accelerator import on_gpu
 from .dense_weights import FastPathOptions, FastPathReport, apply_fast_path

@@ -28,8 +28,8 @@ import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.utils import load_tokenizer
 
-from .loader import load_model
-from .prompt_disk import common_prefix
+from ..acceleration.loader import load_model
+from .drafting import common_prefix
 
 # Drafts a step when the request names no num_draft_tokens: mlx_lm.server's default.
 DEFAULT_MODEL_DRAFT_TOKENS = 3
