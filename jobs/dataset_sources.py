@@ -29,22 +29,32 @@ def conversation_ids(selection, owner) -> list[int]:
     return ids
 
 
-def response_ids(selection) -> list[str]:
-    """The ids `selection` means; "all" is each unexpired chain once, by its last response."""
+EVERYONE = "everyone"  # every user's stored responses: a staff choice, said in the job
+
+
+def response_ids(selection, owner) -> list[str]:
+    """The ids `selection` means among the owner's stored responses, as conversations are
+    the owner's own; "all" is each unexpired chain once, by its last response, and
+    "everyone" the same over every caller's (staff only). No owner: every caller's."""
     live = StoredResponse.objects.filter(expires_at__gt=timezone.now())
-    if selection == "all":
+    if selection == EVERYONE:
+        if owner is not None and not owner.is_staff:
+            raise JobParamsError("only staff may build a dataset from everyone's responses")
+    elif owner is not None:
+        live = live.filter(owner=f"user:{owner.pk}")  # who stored it (api/access.py caller_id)
+    if selection in ("all", EVERYONE):
         # A response continued by another is only part of a longer chain.
         continued = live.filter(previous__isnull=False).values("previous_id")
         leaves = live.exclude(id__in=continued).order_by("created_at", "id")
         return list(leaves.values_list("id", flat=True))
-    ids = _id_list(selection, "responses", str)
+    ids = _id_list(selection, "responses", str, words='"all", "everyone"')
     _check_found(ids, set(live.filter(id__in=ids).values_list("id", flat=True)), "responses")
     return ids
 
 
-def _id_list(selection, name: str, kind: type) -> list:
+def _id_list(selection, name: str, kind: type, words: str = '"all"') -> list:
     if not isinstance(selection, list) or not selection:
-        raise JobParamsError(f'source.{name} must be "all" or a non-empty list of ids')
+        raise JobParamsError(f"source.{name} must be {words} or a non-empty list of ids")
     if not all(isinstance(i, kind) and not isinstance(i, bool) for i in selection):
         raise JobParamsError(f"source.{name} ids must be {kind.__name__}s")
     return list(dict.fromkeys(selection))  # drop repeats, keep order

@@ -92,7 +92,10 @@ def _source(raw, fmt: str, owner) -> dict:
         if fmt == "tools":
             raise JobParamsError("lab conversations have no tool calls; use the chat format")
         return {"conversations": sources.conversation_ids(selection, owner)}
-    return {"responses": sources.response_ids(selection)}
+    ids = sources.response_ids(selection, owner)
+    if selection == sources.EVERYONE:  # recorded: the job took other users' text
+        return {"responses": ids, "of": sources.EVERYONE}
+    return {"responses": ids}
 
 
 def _upload_source(upload_id, owner) -> dict:
@@ -228,7 +231,8 @@ def _describe(source: dict) -> str:
         return f"upload {source.get('filename') or source['upload']}"
     if "conversations" in source:
         return f"{len(source['conversations'])} conversations"
-    return f"{len(source['responses'])} response chains"
+    of = " of every user" if source.get("of") == sources.EVERYONE else ""
+    return f"{len(source['responses'])} response chains{of}"
 
 
 def preview(folder: Path, split: str, page: int, page_size: int = 20) -> dict:

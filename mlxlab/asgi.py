@@ -11,8 +11,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mlxlab.settings")
 
 django_application = get_asgi_application()
 
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
-
 from inference.body_limits import BodyLimitGuard  # noqa: E402
 from inference.engines import preload_default_in_background  # noqa: E402
 from jobs.routing import websocket_urlpatterns as job_sockets  # noqa: E402
@@ -20,6 +18,7 @@ from jobs.watchdog import start_watchdog  # noqa: E402
 from lab.routing import websocket_urlpatterns as chat_sockets  # noqa: E402
 from labsettings import lab_settings  # noqa: E402
 from mlxlab.origin import SameOriginValidator  # noqa: E402
+from mlxlab.static_files import StaticFiles  # noqa: E402
 
 # Daphne serves no files: the lab's static assets (and the API docs page's, from
 # drf-spectacular-sidecar, as no CDN may be reached) come from Django's finders.
@@ -27,7 +26,7 @@ from mlxlab.origin import SameOriginValidator  # noqa: E402
 # stands in for it.
 application = ProtocolTypeRouter(
     {
-        "http": BodyLimitGuard(ASGIStaticFilesHandler(django_application)),
+        "http": BodyLimitGuard(StaticFiles(django_application)),
         "websocket": SameOriginValidator(
             AllowedHostsOriginValidator(
                 AuthMiddlewareStack(URLRouter([*chat_sockets, *job_sockets]))

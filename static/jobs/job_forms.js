@@ -225,6 +225,8 @@ export class NewJobCard {
 
   async datasetSource() {
     const source = this.source.value;
+    // Everyone's responses is a choice of its own: the job then says it took others' text.
+    if (source === 'responses-everyone') return { responses: 'everyone' };
     if (source !== 'upload') return { [source]: 'all' };
     const file = this.file.files[0];
     if (!file) throw new FormProblem('Choose a file to upload, or another source.');

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from inference.model_registry import model_register
+from inference.models import StoredResponse
 from inference.response_store import response_store
 from jobs import datasets
 from jobs.context import JobCancelled, JobParamsError
@@ -434,6 +435,41 @@ def test_responses_chains_become_chats(responses):
     assert error_of({"format": "chat", "source": {"responses": ["resp_9"]}}) == (
         "responses not found: resp_9"
     )
+
+
+def test_stored_responses_are_the_owners_own_unless_staff_asks_for_everyones(
+    responses, django_user_model, lab
+):
+    # The fixture's chains were stored by "user:1"; a second user stored one of their own.
+    owner = django_user_model.objects.create_user("owner", is_staff=True)
+    other = django_user_model.objects.create_user("other", is_staff=True)
+    plain = django_user_model.objects.create_user("plain")
+    StoredResponse.objects.filter(owner="user:1").update(owner=f"user:{owner.pk}")
+    response_store(
+        body={"id": "resp_o", "model": "m", "output": [message("assistant", "Other's.")],
+              "status": "completed"},
+        input_items=[message("user", "Mine?")], instructions="", previous_id=None,
+        owner=f"user:{other.pk}",
+    )  # fmt: skip
+
+    def source(selection, who):
+        return datasets.validate(
+            {"format": "chat", "source": {"responses": selection}, "split": {"train": 1.0}}, who
+        )["source"]
+
+    assert source("all", owner) == {"responses": ["resp_2", "resp_x"]}
+    assert source("all", other) == {"responses": ["resp_o"]}
+    # Another user's id is as unknown as a made-up one: nothing says it exists.
+    assert error_of({"format": "chat", "source": {"responses": ["resp_o"]}}, owner) == (
+        "responses not found: resp_o"
+    )
+    everyone = source("everyone", other)
+    assert everyone == {"responses": ["resp_2", "resp_x", "resp_o"], "of": "everyone"}
+    assert error_of({"format": "chat", "source": {"responses": "everyone"}}, plain) == (
+        "only staff may build a dataset from everyone's responses"
+    )
+    params = {"format": "chat", "source": {"responses": "everyone"}, "split": {"train": 1.0}}
+    assert run_job(params, lab / "w", other)[1]["source"] == "3 response chains of every user"
 
 
 def test_run_from_responses_writes_what_mlx_lm_reads(responses, mlx_tokenizer, lab):
