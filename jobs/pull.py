@@ -140,10 +140,8 @@ def _make_servable(ctx: JobContext, plan, made: Path, share: float) -> None:
     elif plan.format == "transformers":
         ctx.progress(share, "converting to MLX with mlx-lm")
         quantize.convert(hf_path=str(plan.folder), mlx_path=str(made))
-    else:  # MLX already: served as it came
-        plan.folder.rename(made) if _same_device(plan.folder, made) else shutil.copytree(
-            plan.folder, made
-        )
+    else:  # MLX already: served as it came (a rename where the two share a disk)
+        shutil.move(plan.folder, made)
     _keep_serving_files(plan.folder, made)
 
 
@@ -183,8 +181,3 @@ def _keep_serving_files(source: Path, made: Path) -> None:
     for name in ("generation_config.json", "chat_template.jinja"):
         if (source / name).is_file() and not (made / name).exists():
             shutil.copy(source / name, made / name)
-
-
-def _same_device(a: Path, b: Path) -> bool:
-    b.parent.mkdir(parents=True, exist_ok=True)
-    return a.stat().st_dev == b.parent.stat().st_dev

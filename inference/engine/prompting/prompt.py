@@ -13,14 +13,13 @@ import signal
 import threading
 from dataclasses import dataclass
 
-from mlx_lm.models.cache import KVCache, make_prompt_cache
-
 from ...protocol.grammar import GrammarSpec, schema_text
 from ...protocol.vocabulary import vocabulary_difference
 from ..acceleration.loader import LoadedModel
 from ..drafts.draft_model import DraftModels, vocabulary
 from ..drafts.drafting import DraftPlan
 from .grammar import GrammarCompiler, GrammarError, degrade_instruction
+from .kv_scheme import kv_scheme_problem
 from .output_parser import DEFAULT_THINK, DEFAULT_TOOL_MARKERS, OutputFormat
 from .output_parser import json_tools as default_tool_parser
 from .reasoning_depth import VARIABLE, template_depth, template_levels
@@ -387,19 +386,3 @@ class PromptBuilder:
             )
         except ValueError as exc:
             raise PromptRejected(str(exc)) from None
-
-
-def kv_scheme_problem(model, group_size: int) -> tuple[str, str] | None:
-    """Why this model cannot keep a quantized KV cache in groups of `group_size`, and the
-    field to blame; None if it can. Reads the model's shape only: no MLX work."""
-    if not all(type(cache) is KVCache for cache in make_prompt_cache(model)):
-        return "this model's KV cache cannot be quantized", "kv_bits"
-    args = getattr(model, "args", None)
-    heads = getattr(args, "num_attention_heads", None)
-    head_dim = getattr(args, "head_dim", None) or (
-        args.hidden_size // heads if heads and getattr(args, "hidden_size", None) else None
-    )
-    if head_dim and head_dim % group_size:
-        message = f"kv_group_size must divide this model's head dimension ({head_dim})"
-        return message, "kv_group_size"
-    return None
