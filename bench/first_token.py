@@ -1,13 +1,13 @@
-"""Time to first token through the engine, with its rows' first token out of the call that
-prefills them (inference/engine/loop/first_token.py) and with mlx-lm's own hand-over, two calls
-later; mlx-lm's `generate_step` beside them. In-process, on CPU or GPU.
+"""Time to first token through the engine, its rows' first token out of the call that
+prefills them (inference/engine/loop/generator.py); mlx-lm's `generate_step` beside it.
+In-process, on CPU or GPU.
 
     python3 bench/first_token.py                     # the default model, 8/128/512 tokens
     python3 bench/first_token.py --model DIR --lengths 512 --runs 9
     python3 bench/first_token.py --shape llama-1b-bf16 --lengths 512   # bench/gpu.py's model
 
-Runs take turns between the two hand-overs, and a third: the engine's, with mlx-lm's array
-mask on its prompt steps instead of MLX's causal mode (decode_mask.py; on the CPU both
+Runs take turns between the engine as served and the engine with an array mask on its
+prompt steps instead of MLX's causal mode (inference/engine/kv/rows.py; on the CPU both
 variants take the array). Same prompts (random tokens, the prompt cache off). Prints a
 table; writes var/bench/first-token-<timestamp>.json.
 """
@@ -33,38 +33,16 @@ from gpu import TOKENIZER, as_served, engine_stream, prompts  # noqa: E402
 from gpu_models import SHAPES, build_folder  # noqa: E402
 
 DEFAULT_MODEL = ROOT / "var" / "models" / "smollm2-135m-instruct"
-# (label, first_token.py's hand-over, prompt steps' mask: decode_mask.py's default or the array)
-VARIANTS = [
-    ("sooner", True, None),
-    ("sooner_array_mask", True, False),
-    ("mlx_lm_handover", False, None),
-]
+# (label, prompt steps' mask: kv/rows.py's default or the array)
+VARIANTS = [("engine", None), ("engine_array_mask", False)]
 
 
 def prompt_mask(causal: bool | None) -> None:
-    """Prompt steps of an unpadded batch in MLX's causal mode where decode_mask.py's default
-    says (None), or with mlx-lm's array mask (False)."""
-    from inference.engine.loop import decode_mask
+    """Prompt steps of an unpadded batch in MLX's causal mode where kv/rows.py's default
+    says (None), or with the array mask (False)."""
+    from inference.engine.kv import rows
 
-    decode_mask.CAUSAL_PROMPT_STEPS = causal
-
-
-def handover(sooner: bool) -> None:
-    """Serve with the engine's hand-over (first_token.py), or with mlx-lm's own."""
-    from mlx_lm.generate import BatchGenerator
-
-    from inference.engine.loop.speculative import ServingBatch, SpeculativeGenerator, VerifyingBatch
-
-    overrides = {
-        SpeculativeGenerator: {"_next": BatchGenerator._next},
-        ServingBatch: {"extend": VerifyingBatch.extend, "next": VerifyingBatch.next},
-    }
-    for cls, methods in overrides.items():
-        for name, method in methods.items():
-            if not sooner:
-                setattr(cls, name, method)  # ahead of first_token.py's mixins
-            elif name in vars(cls):
-                delattr(cls, name)
+    rows.CAUSAL_PROMPT_STEPS = causal
 
 
 def generate_step_ttft(model, prompt: list[int]) -> float:
@@ -109,15 +87,13 @@ def main() -> None:
     try:
         for length in map(int, args.lengths.split(",")):
             batch = prompts(args.runs + 1, length, engine.vocab_size, seed=length)
-            times = {label: [] for label, _, _ in VARIANTS}
+            times = {label: [] for label, _ in VARIANTS}
             for index, prompt in enumerate(batch):
                 turn = index % len(VARIANTS)  # each variant first by turns
-                for label, sooner, causal in VARIANTS[turn:] + VARIANTS[:turn]:
-                    handover(sooner)
+                for label, causal in VARIANTS[turn:] + VARIANTS[:turn]:
                     prompt_mask(causal)
                     times[label].append(engine_stream(engine, prompt, 1)[1])
             prompt_mask(None)
-            handover(True)
             rows[length] = times
         # Apart from the engine's runs: MLX on this thread too would share its device.
         for length, times in rows.items():
@@ -132,7 +108,7 @@ def main() -> None:
         length: {k: [round(t * 1000, 2) for t in v] for k, v in times.items()}
         for length, times in rows.items()
     }
-    labels = [label for label, _, _ in VARIANTS] + ["generate_step"]
+    labels = [label for label, _ in VARIANTS] + ["generate_step"]
     print("| prompt tokens | " + " | ".join(f"{label} (ms)" for label in labels) + " |")
     print("|---" * (len(labels) + 1) + "|")
     for length, row in table.items():

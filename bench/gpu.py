@@ -214,29 +214,16 @@ def speed_rows(
         return rows
     model, _ = load(str(folder))
     vocab = model.args.vocab_size
-    with stock_mask():  # mlx-lm as it ships, even after an engine patched it (decode_mask.py)
-        rows["forward_sync_tps"] = forward_rate(model, tokens, vocab)
-        rows["mlx_lm_generate_step_tps"] = mlx_lm_stream(model, tokens, vocab)
-        for batch in [1, *batches]:
-            rows[f"mlx_lm_batch{batch}_tps"] = mlx_lm_batch(model, batch, tokens, vocab)
-        mixed = max(batches[:2])
-        rows[f"mlx_lm_batch{mixed}_mixed_tps"] = mlx_lm_batch(model, mixed, tokens, vocab, True)
-        rows["mlx_lm_ttft_512_s"] = mlx_lm_ttft(model, vocab)
+    rows["forward_sync_tps"] = forward_rate(model, tokens, vocab)
+    rows["mlx_lm_generate_step_tps"] = mlx_lm_stream(model, tokens, vocab)
+    for batch in [1, *batches]:
+        rows[f"mlx_lm_batch{batch}_tps"] = mlx_lm_batch(model, batch, tokens, vocab)
+    mixed = max(batches[:2])
+    rows[f"mlx_lm_batch{mixed}_mixed_tps"] = mlx_lm_batch(model, mixed, tokens, vocab, True)
+    rows["mlx_lm_ttft_512_s"] = mlx_lm_ttft(model, vocab)
     del model
     rows.update(engine_rows(folder, tokens, batches))
     return rows
-
-
-@contextlib.contextmanager
-def stock_mask():
-    from mlx_lm.models.cache import BatchKVCache
-
-    patched = BatchKVCache.make_mask
-    BatchKVCache.make_mask = getattr(patched, "original", patched)
-    try:
-        yield
-    finally:
-        BatchKVCache.make_mask = patched
 
 
 def mixed_prompts(count: int, vocab: int, seed: int = 0) -> list[list[int]]:

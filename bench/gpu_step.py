@@ -20,8 +20,8 @@ decode loops on one row and on a batch, greedy, from the same prompt:
 - `kernels_async`: fused_async with decode_kernels.py's RoPE kernel on its one-token
   steps (RoPE'd q/k/v from the fused matmul's output); `kernelsall_async`: with its
   residual-add-and-norm kernel too;
-- `fused_batchcache`, `kernels_batchcache`: the two above over mlx-lm's BatchKVCache (an
-  offset per row, as the engine runs) with the engine's mask rule (decode_mask.py);
+- `fused_batchcache`, `kernels_batchcache`: the two above over the engine's batch rows (an
+  offset per row, and their mask rule: inference/engine/kv/rows.py);
 - `static_async`: a pre-allocated KV cache of fixed capacity, written at an index held
   in an array, attention masked over the capacity: every step has the same shapes;
 - `compiled_async`: that step as one `mx.compile`d function (model, cache update, mask,
@@ -194,15 +194,12 @@ def fused_run(model, prompt, tokens: int, kernels: str = "0", batch_cache: bool 
     """eager_async with the engine's fused projections, mlx-lm's blocks again after it;
     `kernels`: decode_kernels.py's kernels on one-token steps (MLXLAB_DECODE_KERNELS: 0,
     qkv: the RoPE kernel, all: both kernels); `batch_cache`: with
-    mlx-lm's BatchKVCache (per-row offsets, as the engine runs) and the engine's mask rule."""
+    the engine's batch rows (per-row offsets and its mask rule, as the engine runs)."""
     from inference.engine.acceleration import decode_kernels
     from inference.engine.acceleration.fused_projections import fuse_projections, plain_blocks
-    from inference.engine.loop import decode_mask
 
     reference = KERNELS_SET == "reference" and kernels != "0"  # a CPU smoke run
     os.environ[decode_kernels.VARIABLE] = "reference" if reference else kernels
-    if batch_cache:
-        decode_mask.install()
     fuse_projections(model)  # each projection's weight becomes a view: equal values
     try:
         return pipelined(*eager_stepper(model, prompt, batch_cache), tokens)
@@ -212,10 +209,12 @@ def fused_run(model, prompt, tokens: int, kernels: str = "0", batch_cache: bool 
 
 def eager_prefill(model, prompt, batch_cache: bool = False):
     import mlx.core as mx
-    from mlx_lm.models.cache import BatchKVCache, make_prompt_cache
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from inference.engine.kv.rows import RowsKVCache
 
     if batch_cache:
-        cache = [BatchKVCache([0] * prompt.shape[0]) for _ in model.layers]
+        cache = [RowsKVCache([0] * prompt.shape[0]) for _ in model.layers]
     else:
         cache = make_prompt_cache(model)
     token = mx.argmax(model(prompt, cache=cache)[:, -1, :], axis=-1)

@@ -123,7 +123,7 @@ def generator_step(engine, batch: int, tokens: int) -> float:
     )
     uids = set(generator.insert(prompts(batch, 32, HOST_TINY.vocab), [tokens] * batch))
     first = None
-    with mx.stream(generator._stream):
+    with mx.stream(generator.stream):
         while uids:
             responses = generator.next_generated()
             if first is None:

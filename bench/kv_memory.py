@@ -3,7 +3,7 @@
     .venv/bin/python bench/kv_memory.py
 
 A 1,000-token prompt is prefilled into mlx-lm's BatchKVCache, the cache the engine batches
-with; the same keys and values are then held as our BatchQuantizedKVCache, and one row
+with; the same keys and values are then held as our RowsQuantizedKVCache, and one row
 of each is measured. A plain cache holds the model's activation dtype: float32 on the CPU
 fast path the lab serves with; the float16 figures (a GPU's) hold the same keys cast.
 Quantized scales and biases take the dtype of what they quantize.
@@ -28,19 +28,20 @@ TOKENS = 1000
 
 def prefilled(model) -> list:
     import mlx.core as mx
-    from mlx_lm.models.cache import BatchKVCache
 
-    cache = [BatchKVCache([0]) for _ in model.layers]
+    from inference.engine.kv.rows import RowsKVCache
+
+    cache = [RowsKVCache([0]) for _ in model.layers]
     model(mx.array([list(range(100, 100 + TOKENS))]), cache=cache)
     mx.eval([layer.state for layer in cache])
     return cache
 
 
 def row_bytes(cache: list, bits: int | None) -> int:
-    from inference.engine.caching.kv_cache import BatchQuantizedKVCache
+    from inference.engine.kv.rows import RowsQuantizedKVCache
 
     if bits is not None:
-        cache = [BatchQuantizedKVCache.from_batch(c, group_size=64, bits=bits) for c in cache]
+        cache = [RowsQuantizedKVCache.from_rows(c, group_size=64, bits=bits) for c in cache]
     return sum(layer.extract(0).nbytes for layer in cache)
 
 

@@ -32,6 +32,7 @@ class ServerSpec:
     is_ready: Callable[[dict], bool]
     env: Callable[[Path], dict[str, str]] = lambda home: {}  # extra variables, given a temp dir
     setup: list[list[str]] = field(default_factory=list)  # run once before starting
+    cwd: Path = ROOT  # the tree it runs from (bench/ab.py: another commit's checkout)
 
 
 def mlxlab_env(home: Path) -> dict[str, str]:
@@ -46,11 +47,14 @@ def mlxlab_env(home: Path) -> dict[str, str]:
     }
 
 
-def mlxlab_spec() -> ServerSpec:
+def mlxlab_spec(tree: Path = ROOT, label: str = "MLX Lab") -> ServerSpec:
+    """MLX Lab from `tree` (this checkout, or another commit's), on this checkout's venv
+    and models."""
     manage = [sys.executable, "manage.py"]
     return ServerSpec(
         key="mlxlab",
-        label="MLX Lab",
+        label=label,
+        cwd=tree,
         model=MODEL_NAME,
         command=lambda port: [
             *[sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)],
@@ -62,7 +66,7 @@ def mlxlab_spec() -> ServerSpec:
             [*manage, "migrate", "--noinput", "-v", "0"],
             [*manage, "add_model", str(MODEL_DIR), "--name", MODEL_NAME],
             # The speculative bench's draft model (bench/draft_model.py), made once.
-            [sys.executable, "bench/draft_model.py"],
+            [sys.executable, str(ROOT / "bench" / "draft_model.py")],
             [*manage, "add_model", str(DRAFT_DIR), "--name", DRAFT_NAME],
         ],
     )
@@ -99,12 +103,12 @@ def running(spec: ServerSpec, log_path: Path) -> Iterator[tuple[str, int]]:
     try:
         with open(log_path, "wb") as log:
             for argv in spec.setup:
-                subprocess.run(argv, cwd=ROOT, env=env, stdout=log, stderr=log, check=True)
+                subprocess.run(argv, cwd=spec.cwd, env=env, stdout=log, stderr=log, check=True)
             port = free_port()
             # A new session keeps the terminal's Ctrl-C away from the server, so that it is
             # stopped once, by us, in order.
             process = subprocess.Popen(
-                spec.command(port), cwd=ROOT, env=env, stdout=log,
+                spec.command(port), cwd=spec.cwd, env=env, stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         url = f"http://127.0.0.1:{port}"

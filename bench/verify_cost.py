@@ -34,7 +34,7 @@ def pass_seconds(model, exact: bool, width: int, tries: int = 6) -> float:
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache
 
-    from inference.engine.loop.exact_attention import exact_attention
+    from inference.engine.acceleration.exact_attention import exact_attention
 
     cache = make_prompt_cache(model)
     mx.eval(model(mx.array([list(range(1000, 1000 + PROMPT))]), cache=cache))

@@ -1,6 +1,7 @@
 """The engine's floors: each subpackage imports only from the floors below it.
 
-From the bottom: the protocol (what crosses to the web side), then `acceleration` (loading
+From the bottom: the protocol (what crosses to the web side), then `kv` (the batch's KV
+caches, in a layout the engine owns), `acceleration` (loading
 a model, its native fast paths), `drafts` (where drafted tokens come from), `prompting`
 (a call made a request: template, grammar, output parsing), `caching` (KV, prompt and
 checkpoint caches, durable on disk), `loop` (the batch and its steps) and `process` (the
@@ -14,7 +15,7 @@ import ast
 import inference.engine as engine_package
 from tests.conftest import ROOT
 
-FLOORS = ["acceleration", "drafts", "prompting", "caching", "loop", "process"]
+FLOORS = ["kv", "acceleration", "drafts", "prompting", "caching", "loop", "process"]
 ENGINE = ROOT / "inference" / "engine"
 
 

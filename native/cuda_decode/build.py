@@ -36,8 +36,9 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_map
 from mlx_lm.models import llama
-from mlx_lm.models.cache import BatchKVCache, KVCache
-from inference.engine import cuda_decode, fused_projections
+from mlx_lm.models.cache import KVCache
+from inference.engine.acceleration import cuda_decode, fused_projections
+from inference.engine.kv.rows import RowsKVCache
 from native.cuda_decode import load
 config = dict(model_type="llama", hidden_size=256, intermediate_size=512, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, vocab_size=512, rms_norm_eps=1e-5,
@@ -59,7 +60,7 @@ for quantized in (False, True):
         longest = max(map(len, prompts))
         pads = [longest - len(p) for p in prompts]
         inputs = mx.array([[0] * pad + p for pad, p in zip(pads, prompts)])
-        make = (lambda: KVCache()) if len(prompts) == 1 else (lambda: BatchKVCache(pads))
+        make = (lambda: KVCache()) if len(prompts) == 1 else (lambda: RowsKVCache(pads))
         ours, theirs = [make() for _ in range(2)], [make() for _ in range(2)]
         llama.Model.__call__(model, inputs, cache=ours)
         llama.Model.__call__(model, inputs, cache=theirs)

@@ -1,6 +1,6 @@
 """What the tests of swapped Llama blocks share (compiled_mlp.py, fused_projections.py): a
-tiny random Llama, mlx-lm's own blocks for a while, mlx-lm's batch loop run greedily, and
-one decode step's logits."""
+tiny random Llama, mlx-lm's own blocks for a while, the engine's batch loop run greedily,
+and one decode step's logits."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import mlx.core as mx
-from mlx_lm.generate import BatchGenerator
 from mlx_lm.models import llama
 from mlx_lm.models.cache import make_prompt_cache
+
+from inference.engine.loop.generator import Generator
 
 
 def tiny_llama(seed: int) -> llama.Model:
@@ -32,8 +33,8 @@ def tiny_llama(seed: int) -> llama.Model:
 
 
 def greedy(model, prompts: list[list[int]], tokens: int) -> list[list[int]]:
-    """Each prompt's greedy tokens from mlx-lm's BatchGenerator, the prompts in one batch."""
-    generator = BatchGenerator(model, stop_tokens=None, completion_batch_size=8)
+    """Each prompt's greedy tokens from the engine's generator, the prompts in one batch."""
+    generator = Generator(model, completion_batch_size=8)
     try:
         uids = generator.insert(prompts, max_tokens=[tokens] * len(prompts))
         out: dict[int, list[int]] = {uid: [] for uid in uids}

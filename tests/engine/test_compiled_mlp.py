@@ -11,7 +11,7 @@ from inference.engine.acceleration.accelerator import WarmUpShapes, warm_up
 from inference.engine.acceleration.adapters import AdapterSlot
 from inference.engine.acceleration.compiled_mlp import CompiledMLPBlock, compile_mlp_halves
 from inference.engine.acceleration.dense_weights import FastPathOptions
-from inference.engine.loop import decode_mask
+from inference.engine.loop.generator import Generator
 
 from .llama_blocks import greedy, mlx_lm_blocks, step_logits, tiny_llama
 
@@ -20,7 +20,6 @@ MIN_ROWS = 2  # lower than served, so that a short batch of the default model cr
 
 @pytest.fixture(scope="module")
 def loaded(model_folder):
-    decode_mask.install()  # as the engine runs: no mask when no row is padded
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(compiled_mlp.VARIABLE, "force")
         patch.setenv(compiled_mlp.MIN_BATCH_VARIABLE, str(MIN_ROWS))
@@ -131,7 +130,14 @@ def test_an_active_adapter_runs_mlx_lms_block(tiny):
 
 def test_the_warm_up_compiles_every_batch_size_it_serves_from_the_threshold(tiny):
     shapes = WarmUpShapes(max_batch_size=6, prefill_batch_size=2, prefill_step_size=16)
-    warm_up(tiny, shapes, vocab_size=256, stream=mx.new_stream(mx.default_device()))
+    generator = Generator(
+        tiny,
+        completion_batch_size=shapes.max_batch_size,
+        prefill_batch_size=shapes.prefill_batch_size,
+        prefill_step_size=shapes.prefill_step_size,
+        stream=mx.new_stream(mx.default_device()),
+    )
+    warm_up(generator, shapes, vocab_size=256)
     served = [size for size in shapes.batch_sizes() if size >= MIN_ROWS]
     assert served == [2, 4, 6]
     for block in tiny.model.layers:

@@ -10,10 +10,11 @@ import mlx.nn as nn
 import pytest
 from mlx.utils import tree_flatten, tree_map, tree_unflatten
 from mlx_lm.models import llama
-from mlx_lm.models.cache import BatchKVCache, KVCache
+from mlx_lm.models.cache import KVCache
 
 from inference.engine.acceleration import cuda_decode, fused_projections
 from inference.engine.acceleration.adapters import AdapterSlot
+from inference.engine.kv.rows import RowsKVCache
 
 from .llama_blocks import greedy, tiny_llama
 
@@ -144,7 +145,7 @@ def test_which_models_take_it():
 def _prefill(model, prompts, batch: bool):
     longest = max(map(len, prompts))
     pads = [longest - len(p) for p in prompts]
-    caches = [BatchKVCache(pads) if batch else KVCache() for _ in model.model.layers]
+    caches = [RowsKVCache(pads) if batch else KVCache() for _ in model.model.layers]
     mlx_lm(model, mx.array([[0] * pad + p for pad, p in zip(pads, prompts, strict=True)]), caches)
     return caches
 
@@ -167,10 +168,10 @@ def test_each_step_is_mlx_lms_and_so_are_the_caches(model, prompts, batch):
     for a, b in zip(ours, theirs, strict=True):
         assert a.keys.shape == b.keys.shape  # grown as mlx-lm grows it (256 columns at a time)
         if batch:
-            assert a._idx == b._idx and mx.array_equal(a.offset, b.offset).item()
+            assert a.idx == b.idx and mx.array_equal(a.offset, b.offset).item()
         else:
             assert a.offset == b.offset == 259
-        used = (a._idx if batch else a.offset) - 1
+        used = (a.idx if batch else a.offset) - 1
         assert mx.allclose(a.keys[..., :used, :], b.keys[..., :used, :], atol=0.05).item()
         assert mx.allclose(a.values[..., :used, :], b.values[..., :used, :], atol=0.05).item()
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 import pytest
-from mlx_lm.models.cache import BatchKVCache, make_prompt_cache
+from mlx_lm.models.cache import make_prompt_cache
 
 from inference.engine.acceleration import decode_kernels
 from inference.engine.acceleration.decode_kernels import Reference
 from inference.engine.acceleration.fused_projections import FusedProjectionsBlock, fuse_projections
-from inference.engine.loop import decode_mask
+from inference.engine.kv.rows import RowsKVCache
 
 from .llama_blocks import greedy, mlx_lm_blocks, step_logits, tiny_llama
 
@@ -58,14 +58,13 @@ def test_offsets():
 
 @pytest.mark.parametrize("mixed", [True, False], ids=["mixed lengths", "one length"])
 def test_greedy_tokens_are_mlx_lms(tiny, reference, mixed):
-    decode_mask.install()  # as the engine runs: no mask when no row is padded
     prompts = PROMPTS if mixed else [p[:3] for p in PROMPTS]
     with mlx_lm_blocks(tiny, FusedProjectionsBlock):
         expected = greedy(tiny, prompts, 8)
         logits = step_logits(tiny)
     assert fuse_projections(tiny) == 2
     assert all(b._mlxlab_kernels[0] is Reference for b in tiny.model.layers)
-    assert greedy(tiny, prompts, 8) == expected  # BatchKVCache: an offset per row
+    assert greedy(tiny, prompts, 8) == expected  # RowsKVCache: an offset per row
     assert greedy(tiny, prompts[:1], 8) == [expected[0]]
     assert mx.allclose(step_logits(tiny), logits, atol=1e-5)  # KVCache: an int offset
 
@@ -99,7 +98,7 @@ def test_the_decode_path_runs(tiny, reference, monkeypatch):
     # Both layers' norms after attention, and the first's residual add with the second's
     # input norm: the second layer took that norm (nothing left behind).
     assert len(norms) == 3 and second._mlxlab_pre is None
-    batch = [BatchKVCache([0, 0]) for _ in tiny.layers]
+    batch = [RowsKVCache([0, 0]) for _ in tiny.layers]
     tiny(mx.array([[5, 6], [7, 8]]), cache=batch)
     tiny(mx.array([[8], [9]]), cache=batch)
     assert len(calls) == 4

@@ -1,4 +1,4 @@
-"""First tokens in the call that finished the prefill (first_token.py), on the real default
+"""First tokens in the call that finished the prefill (generator.py), on the real default
 model: sooner than mlx-lm's own BatchGenerator, the same tokens, and the prompt cache's
 boundaries still stored."""
 
@@ -7,7 +7,8 @@ from __future__ import annotations
 from mlx_lm.generate import BatchGenerator
 
 from inference.engine import GenerationRequest
-from inference.engine.loop.speculative import Speculation, SpeculativeGenerator
+from inference.engine.loop import batch_caches
+from inference.engine.loop.generator import Generator
 from inference.protocol.sampling import KVScheme
 
 from .helpers import Run, chat_tokens, generate
@@ -31,13 +32,12 @@ def test_the_first_token_comes_out_of_the_call_that_prefills_the_prompt(engine):
     prompt = chat_tokens(engine, "Name three rivers.")
     # mlx-lm: prefill less the last token, then the last token's forward, then a step.
     assert calls_to_first_token(BatchGenerator(model, **OPTIONS), prompt) == 3
-    ours = SpeculativeGenerator(model, speculation=Speculation(enabled=False), **OPTIONS)
-    assert calls_to_first_token(ours, prompt) == 1
+    assert calls_to_first_token(Generator(model, **OPTIONS), prompt) == 1
 
 
 def test_a_joining_row_s_first_token_goes_out_once_and_decoding_rows_keep_their_pace(engine):
     model = engine.loaded.model
-    generator = SpeculativeGenerator(model, speculation=Speculation(enabled=False), **OPTIONS)
+    generator = Generator(model, **OPTIONS)
     (first,) = generator.insert([chat_tokens(engine, "Count to twenty.")], [12])
     tokens = {first: []}
     for _ in range(3):
@@ -46,7 +46,7 @@ def test_a_joining_row_s_first_token_goes_out_once_and_decoding_rows_keep_their_
     (second,) = generator.insert([chat_tokens(engine, "Say hello in French.")], [12])
     tokens[second] = []
     calls = []
-    while len(generator._generation_batch):
+    while len(generator.decoding):
         _, generated = generator.next()
         calls.append([response.uid for response in generated])
         for response in generated:
@@ -61,12 +61,12 @@ def test_a_joining_row_s_first_token_goes_out_once_and_decoding_rows_keep_their_
 
 def test_a_row_that_ends_on_its_first_token_leaves_as_it_joins(engine):
     model = engine.loaded.model
-    generator = SpeculativeGenerator(model, speculation=Speculation(enabled=False), **OPTIONS)
+    generator = Generator(model, **OPTIONS)
     (uid,) = generator.insert([chat_tokens(engine, "Name three rivers.")], [1])
     _, generated = generator.next()
     (response,) = generated
     assert (response.uid, response.finish_reason) == (uid, "length")
-    assert len(generator._generation_batch) == 0
+    assert len(generator.decoding) == 0
     # Its cache holds what its tokens say: the prompt, the first token not fed yet.
     assert response.prompt_cache[0].offset == len(response.all_tokens)
     generator.close()
@@ -88,12 +88,8 @@ def test_rows_join_only_while_the_generation_batch_has_room(engine):
     model = engine.loaded.model
     prompt = chat_tokens(engine, "Explain in detail how a lighthouse keeps ships safe.")
     # Two rows at most generate; 16-token prefill chunks keep the long prompts waiting.
-    generator = SpeculativeGenerator(
-        model,
-        speculation=Speculation(enabled=False),
-        completion_batch_size=2,
-        prefill_batch_size=2,
-        prefill_step_size=16,
+    generator = Generator(
+        model, completion_batch_size=2, prefill_batch_size=2, prefill_step_size=16
     )
     budgets = {}
     for tokens, max_tokens in ((prompt[:5], 12), (prompt, 4)):
@@ -107,12 +103,12 @@ def test_rows_join_only_while_the_generation_batch_has_room(engine):
             budgets[uid], produced[uid] = 4, 0
         for response in generator.next_generated():
             produced[response.uid] += 1
-        widest = max(widest, len(generator._generation_batch))
+        widest = max(widest, len(generator.decoding))
         if produced == budgets:
             break
     generator.close()
     assert produced == budgets
-    assert widest == 2  # full, never over (mlx-lm's own move does not check)
+    assert widest == 2  # full, never over (mlx-lm's own admission does not check)
 
 
 def test_a_row_moved_to_a_quantized_lane_as_it_joins_hands_its_first_token_out_once(engine):
@@ -137,8 +133,6 @@ def tokens_by_uid(generator, prompts: list[list[int]], max_tokens: int) -> list[
 
 
 def test_a_prompt_batch_whose_every_row_is_prefilled_moves_on_without_a_copy(engine, monkeypatch):
-    from mlx_lm.generate import PromptProcessingBatch
-
     model = engine.loaded.model
     question = chat_tokens(engine, "Explain in detail how a lighthouse keeps ships safe.")
     # 16-token chunks: the short prompt is prefilled a call sooner and splits off alone;
@@ -148,15 +142,17 @@ def test_a_prompt_batch_whose_every_row_is_prefilled_moves_on_without_a_copy(eng
     want = tokens_by_uid(BatchGenerator(model, **options), prompts, 5)
     want_lone = tokens_by_uid(BatchGenerator(model, **OPTIONS), [question], 5)
     splits = []
-    split = PromptProcessingBatch.split
+    split = batch_caches.split
     monkeypatch.setattr(
-        PromptProcessingBatch, "split", lambda self, rows: splits.append(rows) or split(self, rows)
+        batch_caches,
+        "split",
+        lambda caches, rows, rest: splits.append(rows) or split(caches, rows, rest),
     )
-    ours = SpeculativeGenerator(model, speculation=Speculation(enabled=False), **options)
+    ours = Generator(model, **options)
     assert tokens_by_uid(ours, prompts, 5) == want
     assert splits == [[0]]
     # A lone prompt: no split at all, and the generator's prompt batch is ready for more.
-    ours = SpeculativeGenerator(model, speculation=Speculation(enabled=False), **OPTIONS)
+    ours = Generator(model, **OPTIONS)
     assert tokens_by_uid(ours, [question], 5) == want_lone
     assert splits == [[0]]
-    assert len(ours._prompt_batch) == 0
+    assert len(ours.prefilling) == 0 and ours.prefilling.caches == []

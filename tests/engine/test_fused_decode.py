@@ -6,15 +6,15 @@ import mlx.core as mx
 import mlx.nn as nn
 import pytest
 from mlx_lm.models import llama
-from mlx_lm.models.cache import BatchKVCache, KVCache, QuantizedKVCache
+from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
 from inference.engine import load_model
 from inference.engine.acceleration import quantized_kernel as qk
 from inference.engine.acceleration.dense_weights import FastPathOptions, apply_fast_path
+from inference.engine.acceleration.exact_attention import exact_attention
 from inference.engine.acceleration.fused_decode import FusedBlock, HalfWrites, eligible
 from inference.engine.caching.identity import model_identity
-from inference.engine.loop import decode_mask
-from inference.engine.loop.exact_attention import exact_attention
+from inference.engine.kv.rows import RowsKVCache, RowsQuantizedKVCache
 
 from .llama_blocks import mlx_lm_blocks
 
@@ -76,17 +76,16 @@ def test_every_layer_is_fused_on_the_kernel(loaded):
 def test_a_padded_batch_decodes_as_mlx_lms_blocks(loaded):
     # Left padding: the cache's boolean mask goes into the native attention.
     prompts = _prompts(loaded)
-    fused = _decode(loaded.model, prompts, 6, BatchKVCache)
+    fused = _decode(loaded.model, prompts, 6, RowsKVCache)
     with mlx_lm_blocks(loaded.model, FusedBlock):
-        reference = _decode(loaded.model, prompts, 6, BatchKVCache, half=True)
+        reference = _decode(loaded.model, prompts, 6, RowsKVCache, half=True)
     _assert_same(fused, reference)
 
 
 def test_an_unpadded_batch_and_a_single_row_decode_as_mlx_lms_blocks(loaded):
-    decode_mask.install()  # as the engine runs: no mask when no row is padded
     prompts = [p[:20] for p in _prompts(loaded)]
     single = lambda padding: KVCache()  # noqa: E731 (one row, mlx-lm's plain cache)
-    for rows, make_cache in ((prompts, BatchKVCache), (prompts[:1], single)):
+    for rows, make_cache in ((prompts, RowsKVCache), (prompts[:1], single)):
         fused = _decode(loaded.model, rows, 4, make_cache)
         with mlx_lm_blocks(loaded.model, FusedBlock):
             reference = _decode(loaded.model, rows, 4, make_cache, half=True)
@@ -103,7 +102,7 @@ def test_keys_and_values_are_cached_as_float16_and_stay_near_float32(loaded):
     caches = []
 
     def make_cache(padding):
-        caches.append(BatchKVCache(padding))
+        caches.append(RowsKVCache(padding))
         return caches[-1]
 
     half = _decode(loaded.model, prompts, 6, make_cache)
@@ -136,7 +135,12 @@ def test_a_cache_that_holds_float32_keeps_float32(loaded):
     assert not mx.isnan(logits).any().item()
 
 
-def test_a_verifying_pass_computes_each_position_as_a_one_token_step(loaded):
+@pytest.mark.parametrize(
+    "make_cache",
+    [RowsKVCache, lambda padding: RowsQuantizedKVCache(padding, group_size=64, bits=8)],
+    ids=["plain rows: the native calls", "quantized rows: mlx-lm's block, query by query"],
+)
+def test_a_verifying_pass_computes_each_position_as_a_one_token_step(loaded, make_cache):
     # Speculative decoding's exactness: 4 positions at once (inside exact_attention, as a
     # verifying pass runs) give bit for bit the logits of 4 one-token steps, padding too.
     prompts = _prompts(loaded)[:2]
@@ -146,7 +150,7 @@ def test_a_verifying_pass_computes_each_position_as_a_one_token_step(loaded):
     drafts = mx.array([[11, 12, 13, 14], [21, 22, 23, 24]])
     results = []
     for at_once in (True, False):
-        cache = [BatchKVCache(padding) for _ in loaded.model.model.layers]
+        cache = [make_cache(padding) for _ in loaded.model.model.layers]
         loaded.model(batch, cache=cache)
         if at_once:
             with exact_attention():
@@ -191,7 +195,7 @@ def test_a_prefill_runs_the_native_calls_and_fills_the_cache_as_mlx_lms_blocks(l
     prompts = _prompts(loaded)
     long = [sum(prompts, [])[:150]]
     single = lambda padding: KVCache()  # noqa: E731
-    for rows, make_cache in ((prompts, BatchKVCache), (long, single)):
+    for rows, make_cache in ((prompts, RowsKVCache), (long, single)):
         counting.lengths.clear()
         logits, cache = _prefill(loaded.model, rows, make_cache)
         assert counting.lengths == [max(len(p) for p in rows)] * 30

@@ -10,7 +10,6 @@ from mlx_lm.models import llama
 from inference.engine.acceleration import fused_projections
 from inference.engine.acceleration.adapters import AdapterSlot
 from inference.engine.acceleration.fused_projections import FusedProjectionsBlock, fuse_projections
-from inference.engine.loop import decode_mask
 
 from .llama_blocks import greedy, mlx_lm_blocks, step_logits, tiny_llama
 
@@ -54,7 +53,6 @@ def _flat(model):
 
 @pytest.mark.parametrize("mixed", [True, False], ids=["mixed lengths", "one length"])
 def test_greedy_tokens_are_mlx_lms(tiny, mixed):
-    decode_mask.install()  # as the engine runs: no mask when no row is padded
     prompts = [[3, 9, 27, 81, 243, 5, 15], [4, 16, 64], [7, 49, 87, 100], [2, 4, 8, 16]]
     if not mixed:
         prompts = [p[:3] for p in prompts]

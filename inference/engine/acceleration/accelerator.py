@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import mlx.core as mx
-from mlx_lm.generate import BatchGenerator
 from mlx_lm.sample_utils import make_sampler
 
 from .kernel_prebuild import QMV_ROWS, Build, model_jobs, start
@@ -84,7 +83,7 @@ class WarmUpShapes:
         for 30 s on a batch of 32-token prompts after a warm-up of short ones. So
         every batch size runs short and medium prompts, and the long prompts run
         a whole prefill chunk and a remainder, alone and two together. Prompts of
-        one length decode without a mask (decode_mask.py), those of mixed lengths
+        one length decode without a mask (kv/rows.py), those of mixed lengths
         with one: each batch size runs both.
         """
         long = self.prefill_step_size + 7
@@ -105,24 +104,17 @@ def kernel_cache_folder() -> Path:
     return Path(tempfile.gettempdir()) / "mlx" / mx.__version__ / "ptx"
 
 
-def warm_up(model, shapes: WarmUpShapes, *, vocab_size: int, stream) -> float:
+def warm_up(generator, shapes: WarmUpShapes, *, vocab_size: int) -> float:
     """Run every serving shape once, greedy and sampled, so its kernels compile now.
 
     On a GPU the quantized matmul kernels, the slowest to compile, are built in parallel
-    processes (kernel_prebuild.py) before the rounds that need them. A throwaway
-    BatchGenerator on the engine's own stream: the runner's batch, prompt cache and
+    processes (kernel_prebuild.py) before the rounds that need them. `generator`: a
+    throwaway one (loop/generator.py) of the serving shapes, on the engine's own stream: the runner's batch, prompt cache and
     statistics never see these requests. Decode steps of a loaded model's compiled MLP
     halves (compiled_mlp.py) trace here too, at every batch size. Returns the seconds spent.
     """
     started = time.perf_counter()
-    generator = BatchGenerator(
-        model,
-        stop_tokens=None,
-        completion_batch_size=shapes.max_batch_size,
-        prefill_batch_size=shapes.prefill_batch_size,
-        prefill_step_size=shapes.prefill_step_size,
-        stream=stream,
-    )
+    model = generator.model
     draw = random.Random(0)
     sampled = make_sampler(0.7, top_p=0.95)
     builds = _start_kernel_builds(model, shapes) if on_gpu() else None
@@ -175,7 +167,7 @@ def _prompt(draw: random.Random, vocab_size: int, length: int) -> list[int]:
     return [draw.randrange(vocab_size) for _ in range(length)]
 
 
-def _drain(generator: BatchGenerator, prompts: list[list[int]], samplers, tokens: int) -> None:
+def _drain(generator, prompts: list[list[int]], samplers, tokens: int) -> None:
     uids = set(generator.insert(prompts, max_tokens=[tokens] * len(prompts), samplers=samplers))
     while uids:
         for response in generator.next_generated():

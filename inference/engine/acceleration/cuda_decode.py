@@ -11,7 +11,7 @@ with the model's kernels.
 It takes the steps that feed one token a row to a model whose every layer has fused
 projections (fused_projections.py: bias-free, no active adapter), each matrix plain or
 quantized (MLX's affine 4 or 8 bits, groups of 32 or 64; mlx-community's 4-bit models keep
-an 8-bit embedding, say), with plain mlx-lm KV caches (`KVCache`, or `BatchKVCache` as the engine's batches keep them) in the
+an 8-bit embedding, say), with plain KV caches (mlx-lm's `KVCache`, or the engine's batch rows: kv/rows.py) in the
 model's dtype, up to the batch the native step takes. Everything else (prefill, verifying
 passes, quantized caches, larger batches) runs mlx-lm's model as before. The
 caches change as mlx-lm's `update_and_fetch` changes them: the same growth, the same
@@ -41,10 +41,11 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_unflatten
 from mlx_lm.models import llama
-from mlx_lm.models.cache import BatchKVCache, KVCache
+from mlx_lm.models.cache import KVCache
 
 from labsettings import EngineSettings, engine_settings
 
+from ..kv.rows import RowsKVCache
 from . import fused_projections
 from .adapters import AdapterSlot
 from .cuda_decode_reference import Reference
@@ -202,7 +203,7 @@ class CudaDecodeModel(llama.Model):
         for cache, keys, values in zip(caches, out[1::2], out[2::2], strict=True):
             cache.offset = after
             if batched:
-                cache._idx += 1
+                cache.idx += 1
             cache.keys, cache.values = keys, values
             # Ids only: a reference held here would count as one more holder.
             cache._mlxlab_written = (id(keys), id(values), column)
@@ -241,22 +242,22 @@ def _int32(values: mx.array) -> mx.array:
 
 
 def _scan(caches: list) -> tuple[bool, int, bool] | None:
-    """(batched, column, fresh) of caches the step takes, in one pass: plain mlx-lm caches
+    """(batched, column, fresh) of caches the step takes, in one pass: plain caches
     of one kind at one column; fresh: written in place only from the next step on, since
     they are not the step's own last output (prefilled, merged or restored since: others
     may hold them) or were rewound (a trim after speculative decoding: a view taken
     before may cover this column)."""
     kind = type(caches[0])
-    if kind is not KVCache and kind is not BatchKVCache:
+    if kind is not KVCache and kind is not RowsKVCache:
         return None
-    batched = kind is BatchKVCache
-    column = caches[0]._idx if batched else caches[0].offset
+    batched = kind is RowsKVCache
+    column = caches[0].idx if batched else caches[0].offset
     fresh = False
     for cache in caches:
         if type(cache) is not kind or cache.keys is None:
             return None
-        if (cache._idx if batched else cache.offset) != column or (
-            batched and cache._right_padding is not None
+        if (cache.idx if batched else cache.offset) != column or (
+            batched and cache.right_padding is not None
         ):
             return None
         if not fresh:  # the cache holds the step's last output, and column is past it

@@ -11,7 +11,8 @@ so a pass that verifies drafts changes no logit. Prefill takes the same calls: o
 MLX's CPU softmax and SiLU run a scalar exp through libm's fmaf, a third of a prefill,
 where the native ones are vectorized (2.8x the prefill of a 540-token prompt). A call
 without a cache, over a quantized KV cache, or with an adapter on a projection runs
-mlx-lm's block unchanged.
+mlx-lm's block unchanged, or, inside a verifying pass, that block with its attention
+computed query by query (exact_attention.py).
 
 The keys and values are cached as float16 by default, as llama.cpp caches them: attention
 reads the whole cache on every step, as many bytes as the weights at a thousand tokens in
@@ -28,13 +29,15 @@ import mlx.nn as nn
 from mlx_lm.models import llama
 from mlx_lm.models.cache import BatchKVCache, KVCache, RotatingKVCache
 
+from ..kv.rows import RowsKVCache
+from .exact_attention import attend_exactly, exact_attention_on
 from .quantized_kernel import KernelLinear
 
 ATTENTION = ("q_proj", "k_proj", "v_proj")
 REST = ("o_proj",)
 MLP = ("gate_proj", "up_proj", "down_proj")
 # Caches whose update_and_fetch returns float arrays (a quantized cache returns tuples).
-PLAIN_CACHES = (KVCache, BatchKVCache, RotatingKVCache)
+PLAIN_CACHES = (KVCache, RowsKVCache, BatchKVCache, RotatingKVCache)
 
 
 class _Plan:
@@ -102,6 +105,8 @@ class FusedBlock(llama.TransformerBlock):
         if plan is None or not plain or not _usable(mask, x.shape[1]):
             if plain and self._mlxlab_kv_float16:
                 cache = HalfWrites(cache)
+            if cache is not None and x.shape[1] > 1 and exact_attention_on():
+                return self._exactly(x, mask, cache)
             return super().__call__(x, mask, cache)
         kernel = self._mlxlab_module
         offset = cache.offset
@@ -122,6 +127,12 @@ class FusedBlock(llama.TransformerBlock):
         return kernel.decode_rest(
             x, q, keys, values, plan.rest_weights, plan.rest_quant, mask, plan.eps[1], plan.scale
         )
+
+    def _exactly(self, x: mx.array, mask, cache) -> mx.array:
+        """mlx-lm's block, its attention computed query by query (a verifying pass over
+        a cache the native calls do not take: quantized rows, an active adapter)."""
+        h = x + attend_exactly(self.self_attn, self.input_layernorm(x), mask, cache)
+        return h + self.mlp(self.post_attention_layernorm(h))
 
     def _plan(self) -> _Plan | None:
         """The plan while the projections are the ones it was built for (an adapter

@@ -1,2 +1,2 @@
-"""What outlives a step: the quantized KV rows, the prompt cache (in memory and on disk),
-sessions, and the checkpoints a resumed generation continues from."""
+"""What outlives a step: the prompt cache (in memory and on disk), sessions, and the
+checkpoints a resumed generation continues from."""

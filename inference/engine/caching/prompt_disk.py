@@ -34,9 +34,9 @@ import mlx.core as mx
 from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
 from ..drafts.drafting import common_prefix
+from ..kv.rows import QuantizedRowCache
 from .disk_writer import DiskWriter
 from .identity import digest
-from .kv_cache import QuantizedRowCache
 
 log = logging.getLogger(__name__)
 

@@ -1,2 +1,2 @@
-"""The batch and its steps: the engine thread, the scheduler, the runner over the batch,
-sampling, stops, the first token, speculative verification and KV lanes."""
+"""The batch and its steps: the engine thread, the scheduler, the runner, the batch generator
+(queued, prefilling and decoding rows), sampling, stops, speculative verification, KV lanes."""

@@ -22,6 +22,7 @@ from ..caching.disk_writer import DiskWriter
 from ..caching.prompt_cache import PromptCache
 from ..prompting.request import GenerationRequest
 from .config import EngineConfig, EngineStats
+from .generator import Generator
 from .runner import Runner
 from .scheduler import Scheduler
 
@@ -161,8 +162,15 @@ class Engine:
             self.config.prefill_step_size,
         )
         try:
+            generator = Generator(
+                self.loaded.model,
+                completion_batch_size=shapes.max_batch_size,
+                prefill_batch_size=shapes.prefill_batch_size,
+                prefill_step_size=shapes.prefill_step_size,
+                stream=stream,
+            )
             self.stats.warm_up_seconds = warm_up(
-                self.loaded.model, shapes, vocab_size=self.loaded.vocab_size, stream=stream
+                generator, shapes, vocab_size=self.loaded.vocab_size
             )
         except Exception:  # a slow first request is better than no worker at all
             log.exception("warming up failed; serving without it")

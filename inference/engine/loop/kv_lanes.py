@@ -1,4 +1,4 @@
-"""Continuous batching across KV schemes: one mlx-lm BatchGenerator ("lane") per scheme.
+"""Continuous batching across KV schemes: one generator ("lane") per scheme.
 
 A batch shares one cache object per layer, and mlx-lm picks the attention kernel by that
 object (a cache with `bits` takes the quantized one), so rows of different schemes can
@@ -11,21 +11,16 @@ are batched together within their lanes, side by side.
 sequence holds that many tokens, then moves, with everything the generator keeps for it
 (sampler, processors, stop matcher, its next token), into its quantized lane, its cache
 quantized on the way as mlx-lm's `maybe_quantize_kv_cache` converts a whole cache.
-
-This reaches into BatchGenerator's generation batch (mlx-lm 0.32.2): it has no public
-way to hand a row from one generator to another.
 """
 
 from __future__ import annotations
 
-import copy
 import itertools
 from collections.abc import Callable
 
-from mlx_lm.generate import BatchGenerator
-
 from ...protocol.sampling import KVScheme
-from ..caching.kv_cache import BatchQuantizedKVCache
+from ..kv.rows import RowsQuantizedKVCache
+from .generator import Generator
 
 LaneKey = tuple[int, int] | None  # (bits, group size); None: plain (the model's dtype)
 
@@ -40,25 +35,23 @@ def lane_label(key: LaneKey) -> str:
 class Lanes:
     """The runner's generators, by KV scheme, and which of them holds each row."""
 
-    def __init__(self, factory: Callable[[], BatchGenerator]) -> None:
+    def __init__(self, factory: Callable[[int], Generator]) -> None:
         self._factory = factory
-        self._lanes: dict[LaneKey, BatchGenerator] = {}
+        self._lanes: dict[LaneKey, Generator] = {}
         self._blocks = itertools.count()
         self._lane_of: dict[int, LaneKey] = {}  # uid -> the lane holding it
 
-    def generator(self, key: LaneKey) -> BatchGenerator:
+    def generator(self, key: LaneKey) -> Generator:
         if key not in self._lanes:
-            generator = self._factory()
-            generator._uid_count = next(self._blocks) * UID_BLOCK
-            self._lanes[key] = generator
+            self._lanes[key] = self._factory(next(self._blocks) * UID_BLOCK)
         return self._lanes[key]
 
-    def items(self) -> list[tuple[LaneKey, BatchGenerator]]:
+    def items(self) -> list[tuple[LaneKey, Generator]]:
         return list(self._lanes.items())
 
-    def insert(self, key: LaneKey, **options) -> int:
-        """Insert one sequence (BatchGenerator.insert_segments' options) into a lane."""
-        (uid,) = self.generator(key).insert_segments(**options)
+    def insert(self, key: LaneKey, *args, **options) -> int:
+        """Insert one sequence (Generator.insert_segments' arguments) into a lane."""
+        (uid,) = self.generator(key).insert_segments(*args, **options)
         self._lane_of[uid] = key
         return uid
 
@@ -86,12 +79,11 @@ class Lanes:
         plain = self._lanes.get(None)
         if plain is None:
             return 0
-        batch = plain._generation_batch
         due: dict[LaneKey, list[int]] = {}
-        for uid, tokens in zip(batch.uids, batch.tokens, strict=True):
-            scheme = schemes.get(uid)
-            if scheme is not None and len(tokens) >= scheme.start:
-                due.setdefault(scheme.lane, []).append(uid)
+        for row in plain.decoding.rows:
+            scheme = schemes.get(row.uid)
+            if scheme is not None and len(row.tokens) >= scheme.start:
+                due.setdefault(scheme.lane, []).append(row.uid)
         for key, uids in due.items():
             move_rows(plain, self.generator(key), uids, bits=key[0], group_size=key[1])
             self._lane_of.update(dict.fromkeys(uids, key))
@@ -103,23 +95,17 @@ class Lanes:
 
 
 def move_rows(
-    source: BatchGenerator, target: BatchGenerator, uids: list[int], *, bits: int, group_size: int
+    source: Generator, target: Generator, uids: list[int], *, bits: int, group_size: int
 ) -> None:
-    """Hand generating rows from the plain generator to a quantized one, mid-generation.
-
-    The rows are split off as PromptProcessingBatch.split does (a shallow copy, then a
-    filter on each side), their caches quantized, and the result extended into the
-    target's generation batch as BatchGenerator does with a finished prefill.
-    """
-    batch = source._generation_batch
-    picked = [batch.uids.index(uid) for uid in uids]
-    kept = [index for index in range(len(batch.uids)) if index not in picked]
-    moved = copy.copy(batch)
-    moved.prompt_cache = [copy.copy(layer) for layer in batch.prompt_cache]
-    moved.filter(picked)
-    batch.filter(kept)
-    moved.prompt_cache = [
-        BatchQuantizedKVCache.from_batch(layer, group_size=group_size, bits=bits)
-        for layer in moved.prompt_cache
+    """Hand generating rows from the plain generator to a quantized one, mid-generation,
+    with everything they carry (sampler, processors, stop matcher, the token fed next),
+    their caches quantized on the way."""
+    decoding = source.decoding
+    wanted = set(uids)
+    rows, caches, pending, logprobs = decoding.take(
+        [i for i, row in enumerate(decoding.rows) if row.uid in wanted]
+    )
+    caches = [
+        RowsQuantizedKVCache.from_rows(layer, group_size=group_size, bits=bits) for layer in caches
     ]
-    target._generation_batch.extend(moved)
+    target.decoding.adopt(rows, caches, pending, logprobs)

@@ -1,4 +1,4 @@
-"""The runner: owns one model's batch (mlx-lm's BatchGenerator), its samplers, prompt cache
+"""The runner: owns one model's batch (generator.py, a lane per KV scheme), its samplers, prompt cache
 and adapters, and turns each step's tokens into events. Only the engine thread calls it.
 """
 
@@ -15,17 +15,17 @@ from ..acceleration.loader import LoadedModel
 from ..caching.checkpoints import CheckpointStore
 from ..caching.disk_writer import DiskWriter
 from ..caching.identity import model_identity
-from ..caching.kv_cache import QuantizedRowCache
 from ..caching.prompt_cache import PromptCache
+from ..kv.rows import QuantizedRowCache
 from ..prompting.grammar import GrammarProcessor
-from . import decode_mask
 from .config import EngineConfig, EngineStats
+from .generator import Generator
 from .kv_lanes import LaneKey, Lanes
 from .resuming import Resuming
 from .sampling import RowSamplers, build_logits_processors, guarded, unchanged
 from .scheduler import Pending, Plan
 from .sequence import Sequence, step_logprobs
-from .speculative import SpeculativeGenerator, speculation_for
+from .speculative import speculation_for
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,6 @@ class Runner:
         self.loaded = loaded
         self.config = config
         self.stats = stats
-        decode_mask.install()
         tokenizer = loaded.tokenizer
         self._stop_tokens = StopSequences([(t,) for t in tokenizer.eos_token_ids])
         # XTC must never cut the newline or end-of-sequence tokens (mlx_lm.server).
@@ -63,13 +62,13 @@ class Runner:
         )
         self._resuming = Resuming(self.checkpoints, config.checkpoints.every)
         self._lanes: Lanes | None = None
-        self._active: dict[int, Sequence] = {}  # BatchGenerator uid -> sequence
+        self._active: dict[int, Sequence] = {}  # generator uid -> sequence
         self._uid_of: dict[int, int] = {}  # request id -> uid
         self._adapter_key: tuple[str, ...] = ()
         self._adapters_loaded: set[str] = set()
         # leader uid -> requests for the same prompt, admitted once its prefill is cached
         self._followers: dict[int, list[Pending]] = {}
-        self._logprob_uids: set[int] = set()  # rows whose steps keep logprobs (lean_step.py)
+        self._logprob_uids: set[int] = set()  # rows whose steps keep logprobs (decoding.py)
         self.speculation = speculation_for(
             loaded, max_rows=config.max_verify_rows, exact=config.exact_verification
         )
@@ -79,20 +78,20 @@ class Runner:
         return len(self._active) + sum(map(len, self._followers.values()))
 
     def start(self, stream) -> None:
-        self._lanes = Lanes(lambda: self._new_generator(stream))
+        self._lanes = Lanes(lambda first_uid: self._new_generator(stream, first_uid))
 
-    def _new_generator(self, stream) -> SpeculativeGenerator:
-        generator = SpeculativeGenerator(
+    def _new_generator(self, stream, first_uid: int) -> Generator:
+        generator = Generator(
             self.loaded.model,
             speculation=self.speculation,
             logprob_uids=self._logprob_uids,
-            stop_tokens=None,
             completion_batch_size=self.config.max_batch_size,
             prefill_batch_size=self.config.prefill_batch_size,
             prefill_step_size=self.config.prefill_step_size,
             stream=stream,
+            first_uid=first_uid,
         )
-        # Finished prompt segments are stored before their rows move on (first_token.py).
+        # Finished prompt segments are stored before their rows move on (generator.py).
         generator.after_prefill = self.prompt_cache.save_boundaries
         return generator
 
@@ -175,10 +174,10 @@ class Runner:
             lane, cache = self._lane_for(request, plan.cache)
             uid = self._lanes.insert(
                 lane,
-                segments=[plan.segments],
+                [plan.segments],
+                [request.max_tokens - len(replayed)],
                 caches=[cache],
                 all_tokens=[prompt[: plan.cached_tokens]],
-                max_tokens=[request.max_tokens - len(replayed)],
                 samplers=[sampler],
                 logits_processors=[[guarded(p, sequence, fallback=unchanged) for p in processors]],
                 stop_sequences=[self._stop_tokens],
@@ -316,7 +315,7 @@ class Runner:
                     response.token,
                     read.get(index),
                     response.finish_reason,
-                    drafted=getattr(response, "drafted", False),
+                    drafted=response.drafted,
                 )
             except Exception as exc:
                 log.exception("postprocessing failed for request %s", sequence.request_id)

@@ -21,7 +21,7 @@ Exactness on the CPU: the quantized matmul kernel computes each row alike whatev
 row count (below its BLAS threshold), but the attention of `k + 1` queries sums in
 another order than one query's (OpenBLAS blocks differently), which moved logits by
 ~1e-4. So a verifying pass computes attention one query at a time, each over the keys a
-plain step would see (`exact_attention`): the logits are then bit-identical to decoding
+plain step would see (acceleration/exact_attention.py): the logits are then bit-identical to decoding
 token by token (tests/engine/test_speculative.py). The rows of a pass (batch x positions)
 stay below the kernel's BLAS threshold for the same reason (EngineConfig.max_verify_rows).
 
@@ -30,24 +30,20 @@ Drafts come from prompt lookup and predictions (drafting.py), a draft model
 without drafts, when: nothing matches its history; its request uses a grammar and asks for
 logprobs; or the batch is too wide for even one draft per row within max_verify_rows. A model whose KV cache cannot be trimmed
 (sliding windows, state-space layers) never drafts.
-
-This reaches into mlx-lm 0.32.2's GenerationBatch: it has no public hook for a step.
 """
 
 from __future__ import annotations
 
-from collections.abc import Set
 from dataclasses import dataclass, field
 
 import mlx.core as mx
-from mlx_lm.generate import BatchGenerator, GenerationBatch
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
+from ..acceleration.exact_attention import exact_attention
+from ..acceleration.fused_decode import FusedBlock
 from ..drafts.draft_model import DraftModels, ModelDrafter
 from ..drafts.drafting import Drafter, ForcedDrafter
-from .exact_attention import exact_attention, install_exact_attention
-from .first_token import FirstTokenSooner, HandsOutFirstTokens
-from .lean_step import LeanStep
+from .rows import Generated, Row
 
 AnyDrafter = Drafter | ForcedDrafter | ModelDrafter
 
@@ -75,7 +71,7 @@ class DraftStats:
 
 @dataclass
 class Speculation:
-    """What the runner shares with its generators' batches: drafters by uid, and limits."""
+    """What the runner shares with its generators' decoding rows: drafters by uid, limits."""
 
     max_rows: int = 15  # batch x positions of one verifying pass
     exact: bool = True
@@ -100,227 +96,182 @@ class Speculation:
             return ModelDrafter(self.draft_models.model(plan.model_path), plan.num_draft_tokens)
         return Drafter(plan)
 
+    def step(self, decoding) -> list[Generated] | None:
+        """A verifying pass over `decoding`'s rows where any has drafts; None for a plain step."""
+        if not self.enabled or not self.drafters:
+            return None
+        plan = _drafts(self, decoding)
+        if plan is None:
+            return None
+        return _verify(self, decoding, *plan)
+
 
 def speculation_for(loaded, *, max_rows: int, exact: bool) -> Speculation:
     """A loaded model's speculation. Query-by-query attention buys bit-exact verification
     only where every matmul computes a row alike whatever the row count: the quantized
-    kernel path; without a wrappable attention, verifying passes attend all at once."""
-    exact = exact and loaded.fast_path.path == "kernel"
-    speculation = Speculation(
+    kernel path, whose fused blocks compute attention that way; elsewhere verifying passes
+    attend all at once."""
+    layers = getattr(getattr(loaded.model, "model", None), "layers", None) or []
+    fused = any(type(block) is FusedBlock for block in layers)
+    return Speculation(
         max_rows=max_rows,
-        exact=exact,
+        exact=exact and loaded.fast_path.path == "kernel" and fused,
         enabled=max_rows >= 2 and can_speculate(loaded.model),
         stop_tokens=frozenset(loaded.tokenizer.eos_token_ids),
     )
-    if speculation.enabled and exact:
-        speculation.exact = install_exact_attention(loaded.model)
-    return speculation
 
 
-class DraftedResponse(GenerationBatch.Response):
-    """A generated token, and whether it was a kept draft."""
-
-    def __init__(self, *args, drafted: bool = False, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.drafted = drafted
+# -- drafting -----------------------------------------------------------------------
 
 
-class VerifyingBatch(LeanStep, GenerationBatch):
-    """mlx-lm's generation batch, with a verifying step for the rows that have drafts (and
-    plain steps without unread logprobs rows: lean_step.py)."""
+def _drafts(speculation: Speculation, decoding) -> tuple[list[int], list[list[int]]] | None:
+    """The rows' pending tokens and drafts, or None for a plain step."""
+    rows: list[Row] = decoding.rows
+    drafters = [speculation.drafters.get(row.uid) for row in rows]
+    if not any(drafters):
+        return None
+    width = speculation.max_rows // len(rows)  # positions a row may take
+    if width < 2:
+        return None
+    pending = decoding.pending.tolist()
+    drafts = []
+    for row, token, drafter in zip(rows, pending, drafters, strict=True):
+        # The pending token counts toward max_tokens (unless it went out already), and so
+        # does each kept draft.
+        room = min(width - 1, row.max_tokens - row.generated - (0 if row.handed else 1))
+        if drafter is None or room < 1 or token in speculation.stop_tokens:
+            drafts.append([])
+            continue
+        drafts.append(drafter.propose(row.tokens + [token], room))
+    if not any(drafts):
+        return None
+    return pending, drafts
 
-    speculation: Speculation | None = None
 
-    def next(self) -> list:
-        if not self.uids:
-            return []
-        plan = self._drafts()
-        if plan is None:
-            return super().next()
-        return self._verify(*plan)
+# -- the verifying pass ---------------------------------------------------------------
 
-    # -- drafting -------------------------------------------------------------------
 
-    def _drafts(self) -> tuple[list[int], list[list[int]]] | None:
-        """The rows' pending tokens and drafts, or None for a plain step."""
-        speculation = self.speculation
-        if speculation is None or not speculation.enabled or not speculation.drafters:
-            return None
-        drafters = [speculation.drafters.get(uid) for uid in self.uids]
-        if not any(drafters):
-            return None
-        width = speculation.max_rows // len(self.uids)  # positions a row may take
-        if width < 2:
-            return None
-        mx.eval(self._next_tokens)
-        pending = self._next_tokens.tolist()
-        drafts = []
-        for i, drafter in enumerate(drafters):
-            # The pending token counts toward max_tokens, and so does each kept draft.
-            room = min(width - 1, self.max_tokens[i] - self._num_tokens[i] - 1)
-            if drafter is None or room < 1 or pending[i] in speculation.stop_tokens:
-                drafts.append([])
-                continue
-            drafts.append(drafter.propose(self.tokens[i] + [pending[i]], room))
-        if not any(drafts):
-            return None
-        return pending, drafts
-
-    # -- the verifying step ------------------------------------------------------------
-
-    def _verify(self, pending: list[int], drafts: list[list[int]]) -> list:
-        speculation = self.speculation
-        width = 1 + max(map(len, drafts))
-        inputs = mx.array(
-            [[p, *d, *[0] * (width - 1 - len(d))] for p, d in zip(pending, drafts, strict=True)]
+def _verify(speculation: Speculation, decoding, pending: list[int], drafts: list[list[int]]):
+    rows: list[Row] = decoding.rows
+    width = 1 + max(map(len, drafts))
+    inputs = mx.array(
+        [[p, *d, *[0] * (width - 1 - len(d))] for p, d in zip(pending, drafts, strict=True)]
+    )
+    with exact_attention(speculation.exact):
+        logits = decoding.model(inputs, cache=decoding.caches)
+    sampled, logprobs, taken = [], [], []
+    for i, (row, token, draft) in enumerate(zip(rows, pending, drafts, strict=True)):
+        taken.append([_taken(processor) for processor in row.processors])
+        row_tokens, row_logprobs = _sample_row(
+            decoding, row, logits[i, : 1 + len(draft)], token, draft
         )
-        with exact_attention(speculation.exact):
-            logits = self.model(inputs, cache=self.prompt_cache)
-        sampled, logprobs, taken = [], [], []
-        for i, (token, draft) in enumerate(zip(pending, drafts, strict=True)):
-            processors = self.logits_processors[i] if self.logits_processors else ()
-            taken.append([_taken(processor) for processor in processors])
-            row_tokens, row_logprobs = self._sample_row(
-                i, logits[i, : 1 + len(draft)], token, draft
-            )
-            sampled.append(row_tokens)
-            logprobs.append(row_logprobs)
-        mx.eval(sampled)
-        kept = []
-        for i, (row, draft) in enumerate(zip(sampled, drafts, strict=True)):
-            row = row.tolist()
-            count = 0
-            while count < len(draft) and row[count] == draft[count]:
-                count += 1
-            kept.append(count)
-            self._settle_row(i, len(draft), count, taken[i])
-            drafter = speculation.drafters.get(self.uids[i])
-            if drafter is not None and draft:
-                drafter.observe(len(draft), count)
-                if getattr(drafter, "fast_forward", False):
-                    speculation.stats.fast_forwarded += count
-            sampled[i] = row
-        speculation.stats.steps += 1
-        speculation.stats.drafted += sum(map(len, drafts))
-        speculation.stats.accepted += sum(kept)
-        self._drop_refused([width - 1 - count for count in kept])
-        return self._respond(pending, drafts, kept, sampled, logprobs)
+        sampled.append(row_tokens)
+        logprobs.append(row_logprobs)
+    mx.eval(sampled)
+    kept = []
+    for i, (row, draft) in enumerate(zip(rows, drafts, strict=True)):
+        tokens = sampled[i].tolist()
+        count = 0
+        while count < len(draft) and tokens[count] == draft[count]:
+            count += 1
+        kept.append(count)
+        _settle_row(row, len(draft), count, taken[i])
+        drafter = speculation.drafters.get(row.uid)
+        if drafter is not None and draft:
+            drafter.observe(len(draft), count)
+            if getattr(drafter, "fast_forward", False):
+                speculation.stats.fast_forwarded += count
+        sampled[i] = tokens
+    speculation.stats.steps += 1
+    speculation.stats.drafted += sum(map(len, drafts))
+    speculation.stats.accepted += sum(kept)
+    _drop_refused(decoding.caches, [width - 1 - count for count in kept])
+    return _respond(decoding, pending, drafts, kept, sampled, logprobs)
 
-    def _sample_row(self, i: int, logits: mx.array, token: int, draft: list[int]):
-        """Every position of row `i` sampled as plain steps would, in order."""
-        positions = logits.shape[0]
-        processors = self.logits_processors[i] if self.logits_processors else ()
-        if processors:
-            context = self._token_context[i].update_and_fetch(mx.array([token, *draft]))
-            base_length = context.shape[0] - positions
-            rows = []
-            for j in range(positions):
-                row = logits[j : j + 1]
-                for processor in processors:
-                    row = processor(context[: base_length + j + 1], row)
-                rows.append(row)
-            logits = mx.concatenate(rows, axis=0)
-        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        sampler = (self.samplers[i] if self.samplers else None) or self.fallback_sampler
-        if getattr(sampler, "rewind", None) is not None:  # seeded: one draw per position
-            tokens = mx.concatenate([sampler(logprobs[j : j + 1]) for j in range(positions)])
-        else:
-            tokens = sampler(logprobs)
-        return tokens, logprobs
 
-    def _settle_row(self, i: int, drafted: int, kept: int, taken: list) -> None:
-        """Take back what row `i`'s processors and sampler saw of its refused positions."""
-        refused = drafted - kept
-        processors = self.logits_processors[i] if self.logits_processors else ()
-        for processor, before in zip(processors, taken, strict=True):
-            inner = getattr(processor, "inner", processor)
-            if before is not None:  # a grammar: keep what it took of p and the kept drafts
-                inner.rollback(inner.accepted - min(inner.accepted, before + 1 + kept))
-        if not refused:
-            return
-        if processors:
-            self._token_context[i]._size -= refused
-        rewind = getattr(self.samplers[i] if self.samplers else None, "rewind", None)
-        if rewind is not None:
-            rewind(refused)
+def _sample_row(decoding, row: Row, logits: mx.array, token: int, draft: list[int]):
+    """Every position of `row` sampled as plain steps would, in order."""
+    positions = logits.shape[0]
+    if row.processors:
+        context = row.context.update_and_fetch(mx.array([token, *draft]))
+        base_length = context.shape[0] - positions
+        processed = []
+        for j in range(positions):
+            position = logits[j : j + 1]
+            for processor in row.processors:
+                position = processor(context[: base_length + j + 1], position)
+            processed.append(position)
+        logits = mx.concatenate(processed, axis=0)
+    logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    sampler = row.sampler or decoding.fallback_sampler
+    if getattr(sampler, "rewind", None) is not None:  # seeded: one draw per position
+        tokens = mx.concatenate([sampler(logprobs[j : j + 1]) for j in range(positions)])
+    else:
+        tokens = sampler(logprobs)
+    return tokens, logprobs
 
-    def _drop_refused(self, refused: list[int]) -> None:
-        """Drop each row's refused positions (and padding) from the end of its cache."""
-        common = min(refused)
-        shifts = [count - common for count in refused]
-        for cache in self.prompt_cache:
-            if common:
-                cache.trim(common)
-            if any(shifts):
-                cache.prepare(right_padding=shifts)
-                cache.finalize()
 
-    def _respond(self, pending, drafts, kept, sampled, logprobs) -> list:
-        responses, keep, next_tokens, next_logprobs = [], [], [], []
-        for i in range(len(self.uids)):
-            emitted = [pending[i], *drafts[i][: kept[i]]]
-            rows = [self._next_logprobs[i], *(logprobs[i][j] for j in range(kept[i]))]
-            next_tokens.append(sampled[i][kept[i]])
-            next_logprobs.append(logprobs[i][kept[i]])
-            finished = False
-            for position, (token, row) in enumerate(zip(emitted, rows, strict=True)):
-                self.tokens[i].append(token)
-                self._num_tokens[i] += 1
-                reason = "length" if self._num_tokens[i] >= self.max_tokens[i] else None
-                if self._matchers[i].advance(token):
-                    reason = "stop"
-                cache = None
-                if reason is not None:
-                    finished = True
-                    cache = self._finished_cache(i, unused=len(emitted) - 1 - position)
-                responses.append(
-                    DraftedResponse(
-                        uid=self.uids[i],
-                        token=token,
-                        logprobs=row,
-                        finish_reason=reason,
-                        prompt_cache=cache,
-                        all_tokens=self.tokens[i] if reason is not None else None,
-                        drafted=position > 0,
-                    )
+def _settle_row(row: Row, drafted: int, kept: int, taken: list) -> None:
+    """Take back what the row's processors and sampler saw of its refused positions."""
+    refused = drafted - kept
+    for processor, before in zip(row.processors, taken, strict=True):
+        inner = getattr(processor, "inner", processor)
+        if before is not None:  # a grammar: keep what it took of p and the kept drafts
+            inner.rollback(inner.accepted - min(inner.accepted, before + 1 + kept))
+    if not refused:
+        return
+    if row.context is not None:
+        row.context.rewind(refused)
+    rewind = getattr(row.sampler, "rewind", None)
+    if rewind is not None:
+        rewind(refused)
+
+
+def _drop_refused(caches: list, refused: list[int]) -> None:
+    """Drop each row's refused positions (and padding) from the end of its cache: rows
+    share one index, so the batch trims what all dropped, and the rows that dropped more
+    move right, their left padding growing by as much."""
+    common = min(refused)
+    shifts = [count - common for count in refused]
+    for cache in caches:
+        if common:
+            cache.trim(common)
+        if any(shifts):
+            cache.prepare(right_padding=shifts)
+            cache.finalize()
+
+
+def _respond(decoding, pending, drafts, kept, sampled, logprobs) -> list[Generated]:
+    responses, keep, next_tokens, next_logprobs = [], [], [], {}
+    wanted = decoding.logprob_uids
+    for i, row in enumerate(decoding.rows):
+        emitted = [pending[i], *drafts[i][: kept[i]]]
+        distributions = [
+            decoding.pending_logprobs.get(row.uid),
+            *(logprobs[i][j] for j in range(kept[i])),
+        ]
+        next_tokens.append(sampled[i][kept[i]])
+        if row.uid in wanted:
+            next_logprobs[row.uid] = logprobs[i][kept[i]]
+        finished = False
+        for position, (token, distribution) in enumerate(zip(emitted, distributions, strict=True)):
+            row.tokens.append(token)
+            if position == 0 and row.handed:  # its first token, out when it joined
+                row.handed = False
+                continue
+            reason = row.count(token)
+            unused = len(emitted) - 1 - position
+            responses.append(
+                decoding.respond(
+                    i, token, distribution, reason, unused=unused, drafted=position > 0
                 )
-                if finished:
-                    break
-            if not finished:
-                keep.append(i)
-        self._next_tokens = mx.array(next_tokens)
-        self._next_logprobs = next_logprobs
-        if len(keep) < len(self.uids):
-            self.filter(keep)
-        return responses
-
-    def _finished_cache(self, i: int, *, unused: int) -> list:
-        """Row `i`'s cache, less the kept drafts after the token it finished on."""
-        cache = self.extract_cache(i)
-        if unused:
-            for layer in cache:
-                layer.trim(unused)
-        return cache
-
-
-class ServingBatch(HandsOutFirstTokens, VerifyingBatch):
-    """The engine's generation batch: drafts verified, first tokens out as rows join."""
-
-
-class SpeculativeGenerator(FirstTokenSooner, BatchGenerator):
-    """mlx-lm's BatchGenerator whose generation batch verifies drafts (and whose rows
-    start generating in the call their prefill ends: first_token.py)."""
-
-    def __init__(
-        self,
-        model,
-        *,
-        speculation: Speculation,
-        logprob_uids: Set[int] = frozenset(),
-        **options,
-    ) -> None:
-        super().__init__(model, **options)
-        batch = ServingBatch.empty(self.model, self.sampler)
-        batch.speculation = speculation
-        batch.logprob_uids = logprob_uids
-        self._generation_batch = batch
+            )
+            if reason is not None:
+                finished = True
+                break
+        if not finished:
+            keep.append(i)
+    decoding.pending = mx.array(next_tokens)
+    decoding.pending_logprobs = next_logprobs
+    decoding.filter(keep)
+    return responses

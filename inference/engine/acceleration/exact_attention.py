@@ -1,18 +1,25 @@
 """Exact verification: attention over several new queries, each computed as a plain step
-computes it (speculative.py says why). Inside `exact_attention()`, the attention of the
-models' modules wrapped by `install_exact_attention` runs query by query; elsewhere it is
-mlx-lm's own, unchanged.
+computes it.
+
+On the CPU the attention of `k + 1` queries sums in another order than one query's
+(OpenBLAS blocks differently), which moved logits by ~1e-4, so a verifying pass
+(loop/speculative.py) would not give the tokens decoding one by one gives. Inside
+`exact_attention()`, the layers this module serves attend one query at a time, each over
+the keys a plain step would see: the native fused block (fused_decode.py) computes each
+query that way by itself, and over the caches it does not take (quantized KV rows, an
+active adapter) it calls `attend_exactly` below. Elsewhere attention is mlx-lm's own.
+
+A batch cache reads `exact_attention_on()` too: inside, its masks stay arrays (the split
+below needs one row per query), never MLX's "causal" mode.
 """
 
 from __future__ import annotations
 
-import sys
 import threading
-from collections.abc import Callable
 from contextlib import contextmanager
 
 import mlx.core as mx
-from mlx_lm.models import base
+from mlx_lm.models.base import scaled_dot_product_attention
 
 _exact = threading.local()
 
@@ -33,22 +40,33 @@ def exact_attention_on() -> bool:
     return getattr(_exact, "on", False)
 
 
-def _per_query(attention: Callable) -> Callable:
-    def attend(queries, keys, values, cache, scale, mask, sinks=None):
-        if queries.shape[2] == 1 or not exact_attention_on():
-            return attention(queries, keys, values, cache, scale, mask, sinks)
-        if _broadcastable(keys, mask, sinks):
-            return _each_query(queries, keys, values, scale, mask)
-        return _query_by_query(attention, queries, keys, values, cache, scale, mask, sinks)
+def attend_exactly(attention, x: mx.array, mask, cache) -> mx.array:
+    """mlx-lm's Llama attention (`llama.Attention.__call__`: projections, RoPE at the cache's
+    offset, the cache's update), its scaled dot-product attention computed query by query."""
+    batch, length, _ = x.shape
+    queries = attention.q_proj(x).reshape(batch, length, attention.n_heads, -1)
+    keys = attention.k_proj(x).reshape(batch, length, attention.n_kv_heads, -1)
+    values = attention.v_proj(x).reshape(batch, length, attention.n_kv_heads, -1)
+    queries, keys, values = (t.transpose(0, 2, 1, 3) for t in (queries, keys, values))
+    queries = attention.rope(queries, offset=cache.offset)
+    keys = attention.rope(keys, offset=cache.offset)
+    keys, values = cache.update_and_fetch(keys, values)
+    output = per_query(queries, keys, values, cache, attention.scale, mask)
+    return attention.o_proj(output.transpose(0, 2, 1, 3).reshape(batch, length, -1))
 
-    attend.exact_attention = True
-    return attend
+
+def per_query(queries, keys, values, cache, scale: float, mask) -> mx.array:
+    """Attention of each query as a one-query step computes it."""
+    if queries.shape[2] == 1:
+        return scaled_dot_product_attention(queries, keys, values, cache, scale, mask)
+    if _broadcastable(keys, mask):
+        return _each_query(queries, keys, values, scale, mask)
+    return _query_by_query(queries, keys, values, cache, scale, mask)
 
 
-def _broadcastable(keys, mask, sinks) -> bool:
+def _broadcastable(keys, mask) -> bool:
     return (
         not isinstance(keys, tuple)
-        and sinks is None
         and isinstance(mask, mx.array)
         and mask.dtype == mx.bool_
         and mask.ndim == 4
@@ -74,22 +92,21 @@ def _each_query(queries, keys, values, scale: float, mask):
     return out.transpose(0, 1, 3, 2, 4).reshape(batch, heads, length, values.shape[-1])
 
 
-def _query_by_query(attention, queries, keys, values, cache, scale, mask, sinks):
-    """One attention call a query, over the keys up to it (quantized caches, sinks)."""
+def _query_by_query(queries, keys, values, cache, scale: float, mask):
+    """One attention call a query, over the keys up to it (quantized caches)."""
     length = queries.shape[2]
     total = (keys[0] if isinstance(keys, tuple) else keys).shape[2]
     outputs = []
     for j in range(length):
         end = total - length + j + 1
         outputs.append(
-            attention(
+            scaled_dot_product_attention(
                 queries[:, :, j : j + 1],
                 _until(keys, end),
                 _until(values, end),
                 cache,
                 scale,
                 _mask_row(mask, j, end),
-                sinks,
             )
         )
     return mx.concatenate(outputs, axis=2)
@@ -106,20 +123,3 @@ def _mask_row(mask, row: int, end: int):
         return None
     rows = mask.shape[-2]
     return mask[..., row : row + 1, :end] if rows > 1 else mask[..., :end]
-
-
-def install_exact_attention(model) -> bool:
-    """Route the attention of `model`'s modules through `_per_query`; False if the model's
-    code calls no mlx-lm attention we can wrap (its verify passes then attend at once)."""
-    installed = False
-    for module_name in {type(m).__module__ for m in model.modules()}:
-        module = sys.modules.get(module_name)
-        attention = getattr(module, "scaled_dot_product_attention", None)
-        if attention is None:
-            continue
-        if getattr(attention, "exact_attention", False):
-            installed = True
-        elif attention is base.scaled_dot_product_attention:
-            module.scaled_dot_product_attention = _per_query(attention)
-            installed = True
-    return installed

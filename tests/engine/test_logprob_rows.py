@@ -1,12 +1,13 @@
-"""The decode step without unread logprobs rows (lean_step.py), on the real default model:
-the same greedy tokens as mlx-lm's own step, and logprobs wherever a row reads them."""
+"""Decode steps keep a distribution only for the rows that read logprobs (decoding.py), on
+the real default model: the same greedy tokens as mlx-lm's own batch loop, and logprobs
+wherever a row reads them."""
 
 from __future__ import annotations
 
 from mlx_lm.generate import BatchGenerator
 
 from inference.engine import GenerationRequest
-from inference.engine.loop.speculative import Speculation, SpeculativeGenerator
+from inference.engine.loop.generator import Generator
 
 from .helpers import chat_tokens, generate, submit
 
@@ -35,26 +36,22 @@ def test_lean_steps_sample_what_mlx_lm_s_step_samples(engine):
     prompts = [chat_tokens(engine, question) for question in QUESTIONS]
     options = {"completion_batch_size": 4, "prefill_batch_size": 4}
     expected, _ = decode(BatchGenerator(model, **options), prompts)
-    lean = SpeculativeGenerator(model, speculation=Speculation(enabled=False), **options)
-    tokens, rows = decode(lean, prompts)
+    tokens, rows = decode(Generator(model, **options), prompts)
     assert tokens == expected
-    # A row's first token comes from the prefill's own step; the later ones are lean.
-    assert all(row[0] and not any(row[1:]) for row in rows)
+    assert not any(any(row) for row in rows)  # none read them: no step kept one
 
 
-def test_a_row_that_reads_logprobs_keeps_them_for_the_whole_batch(engine):
+def test_a_row_that_reads_logprobs_gets_them_and_only_it(engine):
     model = engine.loaded.model
     prompts = [chat_tokens(engine, question) for question in QUESTIONS]
     options = {"completion_batch_size": 4, "prefill_batch_size": 4}
     expected, _ = decode(BatchGenerator(model, **options), prompts)
     wanted: set[int] = set()
-    generator = SpeculativeGenerator(
-        model, speculation=Speculation(enabled=False), logprob_uids=wanted, **options
-    )
-    wanted.add(generator._uid_count)  # the first row's uid, before it is inserted
+    generator = Generator(model, logprob_uids=wanted, first_uid=100, **options)
+    wanted.add(100)  # the first row's uid, before it is inserted
     tokens, rows = decode(generator, prompts)
     assert tokens == expected
-    assert all(all(row) for row in rows)
+    assert all(rows[0]) and not any(any(row) for row in rows[1:])
 
 
 def test_the_engine_gives_logprobs_beside_rows_that_do_not_ask(engine):
