@@ -13,6 +13,7 @@ from .api.openai_render import ChatRenderer, CompletionRenderer
 from .api.openai_request import parse_chat_completion, parse_completion, parse_json_body
 from .api.surfaces import OPENAI
 from .chat.plan import plan_generation
+from .engines import supervisor
 from .errors import ApiError, model_not_found
 from .model_registry import amodel_named
 from .models import LanguageModel
@@ -74,9 +75,20 @@ async def model_detail(request: HttpRequest, name: str) -> JsonResponse:
     record = await amodel_named(name)
     if record is None:
         return model_not_found(name).response()
-    # An extension: what a request gets for each sampling field it leaves out, and why.
+    # Extensions: what a request gets for each sampling field it leaves out, and why; and,
+    # once a worker has loaded it, whether its rows share a batch (some models' cannot).
     defaults = sampling_defaults(record.path).as_dict()
-    return JsonResponse({**_model_object(record), "defaults": defaults})
+    return JsonResponse(
+        {**_model_object(record), "defaults": defaults, "batching": _batching(record.name)}
+    )
+
+
+def _batching(name: str) -> dict | None:
+    """The loaded worker's word on batching (engine/process/worker.py), None until loaded."""
+    for worker in supervisor().resident():
+        if worker.model == name and worker.status is not None:
+            return worker.status.stats.get("batching")
+    return None
 
 
 @csrf_exempt

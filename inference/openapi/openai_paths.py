@@ -136,6 +136,22 @@ MODEL = obj(
                 }
             ),
         },
+        "batching": {
+            "description": "Retrieve only, once a worker has loaded the model (else null): "
+            "whether its rows share a batch and its prompts prefill together, and why not "
+            "(a cache that cannot merge rows, model code that takes no batch, recurrent "
+            "state that padding would reach).",
+            "anyOf": [
+                obj(
+                    {
+                        "rows": {"enum": ["together", "one at a time"]},
+                        "prompts": {"enum": ["together", "one at a time"]},
+                        "why": {"type": ["string", "null"]},
+                    }
+                ),
+                {"type": "null"},
+            ],
+        },
     },
     ("id", "object", "created", "owned_by"),
 )

@@ -118,6 +118,12 @@ def test_the_effective_defaults_are_published_per_model(http):
     )  # fmt: skip
 
 
+def test_a_loaded_model_says_whether_its_rows_share_a_batch(http):
+    http.post("/v1/completions", json={"model": DEFAULT_MODEL, "prompt": "Hi", "max_tokens": 1})
+    batching = http.get(f"/v1/models/{DEFAULT_MODEL}").json()["batching"]
+    assert batching == {"rows": "together", "prompts": "together", "why": None}
+
+
 def test_a_response_echoes_the_sampling_it_ran_with(http):
     body = {"model": THINKING_MODEL, "input": "Hi", "max_output_tokens": 2, "store": False}
     reply = http.post("/v1/responses", json=body).json()

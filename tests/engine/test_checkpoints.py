@@ -76,6 +76,20 @@ def test_an_interrupted_generation_resumes_into_the_uninterrupted_text(engine, s
     assert plan(engine, request).resume.tokens == ()  # finished: its checkpoint is gone
 
 
+def test_a_resumed_request_with_logprobs_gets_them_for_its_new_tokens(engine):
+    # A checkpoint keeps tokens, not their distributions: the replayed ones go out as text
+    # only, and the engine serves on (a replay that raised once stopped its thread).
+    request = dataclasses.replace(story(engine, temperature=0.0), max_tokens=12, logprobs=True)
+    whole = generate(engine, request)
+    replayed = [entry.token_id for delta in whole.deltas for entry in delta.logprobs][:5]
+    resume = Resume("r" * 64, tuple(replayed), None)
+    resumed = generate(engine, dataclasses.replace(request, resume=resume))
+    entries = [entry.token_id for delta in resumed.deltas for entry in delta.logprobs]
+    assert resumed.text == whole.text and resumed.end.resumed_from == 5
+    assert replayed + entries == [e.token_id for d in whole.deltas for e in d.logprobs]
+    assert generate(engine, request).text == whole.text
+
+
 def test_a_request_without_a_seed_resumes_on_the_seed_its_first_attempt_drew(engine):
     request = story(engine, temperature=0.8)
     seen = interrupted(engine, request)

@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import mlx.core as mx
 
@@ -21,6 +22,7 @@ from ..acceleration.loader import LoadedModel
 from ..caching.disk_writer import DiskWriter
 from ..caching.prompt_cache import PromptCache
 from ..prompting.request import GenerationRequest
+from .batch_caches import prefills_alone, unbatchable
 from .config import EngineConfig, EngineStats
 from .generator import Generator
 from .runner import Runner
@@ -58,6 +60,8 @@ class Engine:
         self.stats = EngineStats()
         self.scheduler = Scheduler()
         self.runner: Runner | None = None
+        self.unbatchable: str | None = None  # why rows cannot share a batch (batch_caches.py)
+        self.prefills_alone: str | None = None  # why prompts prefill one at a time
         self.writer: DiskWriter | None = None  # the disk tier's and checkpoints' writes
         self._ready = threading.Event()
         self._load_error: BaseException | None = None
@@ -143,6 +147,14 @@ class Engine:
     def _load(self) -> bool:
         try:
             self.loaded = self._loader()
+            self.unbatchable = unbatchable(self.loaded.model)
+            self.prefills_alone = prefills_alone(self.loaded.model)
+            if self.unbatchable is not None:
+                log.info("%s", self.unbatchable)
+                self.config = replace(self.config, max_batch_size=1, prefill_batch_size=1)
+            elif self.prefills_alone is not None:
+                log.info("%s", self.prefills_alone)
+                self.config = replace(self.config, prefill_batch_size=1)
             self.writer = DiskWriter()
             self.runner = Runner(self.loaded, self.config, self.stats, self.writer)
         except BaseException as exc:

@@ -197,7 +197,12 @@ class Runner:
             self._logprob_uids.add(uid)
         self.stats.prompt_tokens += len(request.prompt_tokens)
         self._resuming.claim(sequence)
-        sequence.replay(replayed)
+        try:
+            sequence.replay(replayed)
+        except Exception as exc:  # as a failed step would: this row alone
+            log.exception("replaying request %s failed", pending.request_id)
+            self._fail(sequence, f"generation failed: {exc}")
+            return None
         return uid
 
     def _lane_for(self, request, cache: list | None) -> tuple[LaneKey, list | None]:

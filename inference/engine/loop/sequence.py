@@ -125,10 +125,13 @@ class Sequence:
         finish_reason: str | None,
         *,
         drafted: bool = False,
+        replayed: bool = False,
     ) -> bool:
         """Turn one sampled token into events. Returns True when the sequence ended.
 
         `logprob`: the token's, read for the batch (read_logprobs), when the request asks.
+        `replayed`: an earlier attempt's token (a resumed generation): a checkpoint keeps
+        tokens, not their distributions, so it goes out without a logprob entry.
 
         mlx-lm reports finish_reason "stop" on an end-of-sequence token, which is
         never shown; a text stop sequence ends the sequence here instead. `drafted`: the
@@ -140,7 +143,7 @@ class Sequence:
         is_eos = finish_reason == "stop"
         if not is_eos:
             self.detokenizer.add_token(token)
-            if self.request.logprobs:
+            if self.request.logprobs and not replayed:
                 self.pending_logprobs.append(self._logprob(token, logprob))
         if finish_reason is not None:
             self.detokenizer.finalize()
@@ -155,7 +158,7 @@ class Sequence:
     def replay(self, tokens: tuple[int, ...]) -> None:
         """Emit what an earlier attempt generated, at once, as it streamed then."""
         for token in tokens:
-            self.on_token(token, None, None)
+            self.on_token(token, None, None, replayed=True)
         self.resumed_from = self.saved = len(tokens)
 
     def _release(self, text: str) -> None:

@@ -324,6 +324,7 @@ class WorkerServer:
                 "generated_tokens": stats.generated_tokens,
                 "decode_tokens_per_second": round(stats.tokens_per_second, 3),
                 "fast_path": asdict(engine.loaded.fast_path),
+                "batching": batching_report(engine),
                 "prompt_cache": (
                     {"enabled": cache.config.enabled, **asdict(cache.stats())}
                     if cache is not None
@@ -350,6 +351,17 @@ class WorkerServer:
                 "python_objects_frozen": gc.get_freeze_count(),
             },
         )
+
+
+def batching_report(engine) -> dict:
+    """How the model's rows share a batch (loop/batch_caches.py): together, or one at a
+    time, and why."""
+    alone = engine.unbatchable
+    return {
+        "rows": "one at a time" if alone else "together",
+        "prompts": "one at a time" if alone or engine.prefills_alone else "together",
+        "why": alone or engine.prefills_alone,
+    }
 
 
 def kv_cache_report(stats: EngineStats) -> dict:
