@@ -61,7 +61,7 @@ def baseline_tree(commit: str) -> Path:
         tree.parent.mkdir(parents=True, exist_ok=True)
         git("worktree", "add", "--detach", str(tree), sha)
     for name in NATIVE:
-        if git("diff", "--stat", sha, "--", f"native/{name}/src").strip():
+        if git("diff", "--stat", sha, "HEAD", "--", f"native/{name}/src").strip():
             sys.exit(f"native/{name}'s sources differ at {sha[:12]}: build it there instead")
         built = ROOT / "native" / name / "build"
         if built.is_dir():

@@ -142,7 +142,7 @@ _GRANITE: dict[str, Any] = {
     "logits_scaling": 1.0,
     "attention_multiplier": 1.0,
     "embedding_multiplier": 1.0,
-    "residual_multiplier": 1.0,
+    "residual_multiplier": 0.22,  # a real Granite 3 config's: the residual is scaled
 }
 
 # Sliding-window layers: a window of 16 tokens, one sliding layer before one global.

@@ -263,7 +263,7 @@ def check(model_type: str, workdir: Path, tokenizer_dir: Path) -> dict:
             "scenarios": scenarios,
             "one_row_at_a_time": engine.unbatchable,
             "prefills_alone": engine.prefills_alone,
-            "fast_paths": fast_paths(engine.loaded.model),
+            "fast_paths": fast_paths(folder),
             **trial.notes,
         }
     finally:
@@ -273,19 +273,26 @@ def check(model_type: str, workdir: Path, tokenizer_dir: Path) -> dict:
     return result | {"status": "served" if ok else "wrong"}
 
 
-def fast_paths(model) -> list[str]:
-    """The native paths this architecture's blocks can take, served quantized (CPU) or in
-    16 bits (GPU): today mlx-lm's Llama classes only."""
+def fast_paths(folder: Path) -> list[str]:
+    """The native paths this architecture takes when served quantized (4 bits): the CPU's
+    fused layers where the fast path fuses every block (structure and a check at load:
+    fused_decode.py), and the CUDA step for mlx-lm's Llama model."""
+    import mlx.nn as nn
     from mlx_lm.models import llama
+    from mlx_lm.utils import load_model as mlx_lm_load_model
 
-    from inference.engine.acceleration.fused_decode import FusedBlock
+    from inference.engine.acceleration.dense_weights import FastPathOptions, apply_fast_path
 
-    layers = getattr(getattr(model, "model", None), "layers", None) or []
-    llama_blocks = bool(layers) and all(
-        type(block) in (llama.TransformerBlock, FusedBlock) for block in layers
-    )
-    paths = ["CPU fused layers"] if llama_blocks else []
-    return paths + (["CUDA decode step"] if llama_blocks and isinstance(model, llama.Model) else [])
+    model, _ = mlx_lm_load_model(folder)
+    try:
+        nn.quantize(model, group_size=64, bits=4)
+        report = apply_fast_path(model, FastPathOptions(weights="kernel"))
+    except Exception:  # a shape the quantizer or the kernel does not take
+        return []
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    fused = isinstance(layers, list) and 0 < report.layers_fused == len(layers)
+    paths = ["CPU fused layers"] if fused else []
+    return paths + (["CUDA decode step"] if fused and isinstance(model, llama.Model) else [])
 
 
 def run_matrix(model_types: list[str], processes: int = 2) -> dict[str, dict]:

@@ -41,12 +41,15 @@ def exact_attention_on() -> bool:
 
 
 def attend_exactly(attention, x: mx.array, mask, cache) -> mx.array:
-    """mlx-lm's Llama attention (`llama.Attention.__call__`: projections, RoPE at the cache's
-    offset, the cache's update), its scaled dot-product attention computed query by query."""
+    """mlx-lm's attention of Llama's shape (`llama.Attention.__call__`: projections, Qwen3's
+    head norms where it has them, RoPE at the cache's offset, the cache's update), its scaled
+    dot-product attention computed query by query."""
     batch, length, _ = x.shape
     queries = attention.q_proj(x).reshape(batch, length, attention.n_heads, -1)
     keys = attention.k_proj(x).reshape(batch, length, attention.n_kv_heads, -1)
     values = attention.v_proj(x).reshape(batch, length, attention.n_kv_heads, -1)
+    if "q_norm" in attention:
+        queries, keys = attention.q_norm(queries), attention.k_norm(keys)
     queries, keys, values = (t.transpose(0, 2, 1, 3) for t in (queries, keys, values))
     queries = attention.rope(queries, offset=cache.offset)
     keys = attention.rope(keys, offset=cache.offset)

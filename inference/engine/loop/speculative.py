@@ -40,7 +40,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
 from ..acceleration.exact_attention import exact_attention
-from ..acceleration.fused_decode import FusedBlock
+from ..acceleration.fused_decode import FusedLayer
 from ..drafts.draft_model import DraftModels, ModelDrafter
 from ..drafts.drafting import Drafter, ForcedDrafter
 from .rows import Generated, Row
@@ -112,7 +112,7 @@ def speculation_for(loaded, *, max_rows: int, exact: bool) -> Speculation:
     kernel path, whose fused blocks compute attention that way; elsewhere verifying passes
     attend all at once."""
     layers = getattr(getattr(loaded.model, "model", None), "layers", None) or []
-    fused = any(type(block) is FusedBlock for block in layers)
+    fused = any(isinstance(block, FusedLayer) for block in layers)
     return Speculation(
         max_rows=max_rows,
         exact=exact and loaded.fast_path.path == "kernel" and fused,

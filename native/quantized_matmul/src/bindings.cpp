@@ -35,16 +35,19 @@ NB_MODULE(_qmm, m) {
       "decode_qkv",
       [](const mx::array& x, const mx::array& positions, const std::vector<mx::array>& weights,
          const std::vector<int>& quant, int n_heads, int n_kv_heads, int head_dim, float eps,
-         float rope_base, float rope_scale, bool rope_traditional, bool kv_float16) {
+         float rope_base, float rope_scale, bool rope_traditional, bool kv_float16,
+         bool qkv_bias, float qk_norm_eps) {
         return mlxlab::decode_qkv(x, positions, weights, quant,
                                   {n_heads, n_kv_heads, head_dim, eps, rope_base, rope_scale,
-                                   rope_traditional},
+                                   rope_traditional, qkv_bias, qk_norm_eps},
                                   kv_float16 ? mx::float16 : mx::float32);
       },
       "x"_a, "positions"_a, "weights"_a, "quant"_a, "n_heads"_a, "n_kv_heads"_a, "head_dim"_a,
       "eps"_a, "rope_base"_a, "rope_scale"_a, "rope_traditional"_a, "kv_float16"_a = false,
-      "A decode step's input norm, q/k/v projections and RoPE: (q, k, v); k and v float16 "
-      "when kv_float16.");
+      "qkv_bias"_a = false, "qk_norm_eps"_a = 0.0f,
+      "A decode step's input norm, q/k/v projections (with their biases when qkv_bias), the "
+      "q and k head norms (when qk_norm_eps > 0) and RoPE: (q, k, v); k and v float16 when "
+      "kv_float16.");
   m.def("decode_rest", &mlxlab::decode_rest, "h"_a, "q"_a, "keys"_a, "values"_a, "weights"_a,
         "quant"_a, "mask"_a.none(), "eps"_a, "scale"_a,
         "A decode step's attention, o projection, residual and MLP: the layer's output.");

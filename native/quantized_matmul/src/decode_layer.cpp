@@ -89,6 +89,20 @@ void to_heads(const std::vector<float>& rows, int B, int L, int heads, int hd, m
   }
 }
 
+// Each of M rows of y (M x N) plus a projection's bias (N), read as float32.
+void add_bias(const mx::array& bias, int M, int N, float* y) {
+  thread_local std::vector<float> copy;
+  const float* b = float_rows(bias, copy);
+  for (int m = 0; m < M; ++m) add_into(y + static_cast<int64_t>(m) * N, b, N);
+}
+
+// Each of `heads` head vectors (hd wide, contiguous) RMS-normed in place by `weight` (hd).
+void head_norms(const mx::array& weight, int heads, int hd, float eps, float* x) {
+  thread_local std::vector<float> copy;
+  const float* w = float_rows(weight, copy);
+  for (int h = 0; h < heads; ++h) rms_norm(x + static_cast<int64_t>(h) * hd, w, hd, eps, x + static_cast<int64_t>(h) * hd);
+}
+
 void run_qkv(const std::vector<mx::array>& in, std::vector<mx::array>& out, const Attention& a,
              const std::vector<int>& quant) {
   thread_local std::vector<float> x_copy, norm_copy, normed, q, k, v;
@@ -104,6 +118,17 @@ void run_qkv(const std::vector<mx::array>& in, std::vector<mx::array>& out, cons
   project(in, 3, &quant[0], normed.data(), M, q.data());
   project(in, 6, &quant[2], normed.data(), M, k.data());
   project(in, 9, &quant[4], normed.data(), M, v.data());
+  int extra = 12;
+  if (a.qkv_bias) {
+    add_bias(in[extra], M, q_row, q.data());
+    add_bias(in[extra + 1], M, kv_row, k.data());
+    add_bias(in[extra + 2], M, kv_row, v.data());
+    extra += 3;
+  }
+  if (a.qk_norm_eps > 0) {
+    head_norms(in[extra], M * a.n_heads, a.head_dim, a.qk_norm_eps, q.data());
+    head_norms(in[extra + 1], M * a.n_kv_heads, a.head_dim, a.qk_norm_eps, k.data());
+  }
   for (int m = 0; m < M; ++m) {
     // Token i of row b sits at the row's offset + i, as MLX's RoPE with an offset array.
     const float at = position_of(in[1], m / L) + static_cast<float>(m % L);
@@ -248,8 +273,11 @@ std::vector<mx::array> decode_qkv(const mx::array& x, const mx::array& positions
   if (kv_dtype != mx::float32 && kv_dtype != mx::float16) {
     throw std::invalid_argument("decode_qkv: keys and values are float32 or float16");
   }
-  if (x.ndim() != 3 || weights.size() != 10) {
-    throw std::invalid_argument("decode_qkv: x must be (B, L, D), weights norm + 3 x (w, s, b)");
+  const size_t expected = 10 + (attention.qkv_bias ? 3 : 0) + (attention.qk_norm_eps > 0 ? 2 : 0);
+  if (x.ndim() != 3 || weights.size() != expected) {
+    throw std::invalid_argument(
+        "decode_qkv: x must be (B, L, D), weights norm + 3 x (w, s, b), then the q/k/v "
+        "biases and the q/k head norms where the attention has them");
   }
   if (positions.dtype() != mx::int32 && positions.dtype() != mx::int64) {
     throw std::invalid_argument("decode_qkv: positions must be int32 or int64");

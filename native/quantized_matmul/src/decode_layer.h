@@ -16,11 +16,15 @@ struct Attention {
   int n_heads, n_kv_heads, head_dim;
   float eps, rope_base, rope_scale;
   bool rope_traditional;
+  bool qkv_bias = false;  // Qwen2's: q, k and v projections with an additive bias
+  float qk_norm_eps = 0;  // above 0, Qwen3's: each head of q and k RMS-normed before RoPE
 };
 
 // Inputs: x (B, L, D), positions (B,) int32 (token i of row b at positions[b] + i), then
-// the input norm's weight and (w, scales, biases) of q, k and v. Outputs q (B, H, L, hd)
-// float32, k and v (B, Hkv, L, hd) in the cache's type (float32 or float16), RoPE'd.
+// the input norm's weight and (w, scales, biases) of q, k and v; then, as the attention
+// says, the three projections' additive biases, and the q and k head norms' weights.
+// Outputs q (B, H, L, hd) float32, k and v (B, Hkv, L, hd) in the cache's type (float32 or
+// float16), RoPE'd.
 class DecodeQKV : public mx::Primitive {
  public:
   DecodeQKV(mx::Stream stream, Attention attention, std::vector<int> quant)
