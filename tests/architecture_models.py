@@ -145,6 +145,20 @@ _GRANITE: dict[str, Any] = {
     "residual_multiplier": 0.22,  # a real Granite 3 config's: the residual is scaled
 }
 
+# LongCat-Flash's latent attention and zero-computation experts (both of its modules).
+_LONGCAT: dict[str, Any] = {
+    **_MLA,
+    "ffn_hidden_size": 128,
+    "moe_topk": 2,
+    "expert_ffn_hidden_size": 64,
+    "n_routed_experts": 4,
+    "zero_expert_num": 2,
+    "num_layers": 2,
+    "routed_scaling_factor": 1.0,
+    "mla_scale_q_lora": True,
+    "mla_scale_kv_lora": True,
+}
+
 # Sliding-window layers: a window of 16 tokens, one sliding layer before one global.
 _SLIDING: dict[str, Any] = {
     "sliding_window": 16,
@@ -417,30 +431,12 @@ ARCHITECTURE_OVERRIDES: dict[str, dict[str, Any]] = {
     },
     "llama4_text": {"intermediate_size_mlp": 128, "no_rope_layers": [1, 0], "use_qk_norm": True},
     "longcat_flash": {
-        **_MLA,
+        **_LONGCAT,
         "attention_method": "MLA",
         "zero_expert_type": "identity",
-        "ffn_hidden_size": 128,
-        "moe_topk": 2,
-        "expert_ffn_hidden_size": 64,
-        "n_routed_experts": 4,
-        "zero_expert_num": 2,
-        "num_layers": 2,
-        "routed_scaling_factor": 1.0,
-        "mla_scale_q_lora": True,
-        "mla_scale_kv_lora": True,
     },
     "longcat_flash_ngram": {
-        **_MLA,
-        "ffn_hidden_size": 128,
-        "moe_topk": 2,
-        "expert_ffn_hidden_size": 64,
-        "n_routed_experts": 4,
-        "zero_expert_num": 2,
-        "num_layers": 2,
-        "routed_scaling_factor": 1.0,
-        "mla_scale_q_lora": True,
-        "mla_scale_kv_lora": True,
+        **_LONGCAT,
         # The n-gram embedders have ratio * vocab_size rows each: the smallest ratio,
         # and 2 * (3 - 1) embedders.
         "ngram_vocab_size_ratio": 1,
