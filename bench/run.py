@@ -246,6 +246,8 @@ def main() -> int:
         failed = True
     if bench_script("durability", "A model worker's restart: the prompt cache on disk") != 0:
         failed = True
+    if bench_script("families", "One stream per model family: fused layers against mlx-lm's") != 0:
+        failed = True
     return 1 if failed else 0
 
 

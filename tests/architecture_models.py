@@ -861,13 +861,16 @@ def _check_round_trip(folder: Path, saved: dict[str, mx.array]) -> None:
         raise RoundTripError(f"weights do not round-trip: {listed}")
 
 
-def build_folder(model_type: str, folder: Path, tokenizer_dir: Path, seed: int = 0) -> Path:
+def build_folder(
+    model_type: str, folder: Path, tokenizer_dir: Path, seed: int = 0, **config_changes: Any
+) -> Path:
     """Save a random-weight tiny `model_type` in `folder` as mlx-lm saves a model (weights,
     config.json, tokenizer files), and check that mlx-lm loads it back to the same weights,
-    so that a failure in the matrix is the engine's and not the fixture's."""
+    so that a failure in the matrix is the engine's and not the fixture's. `config_changes`
+    replace keys of its tiny config (a RoPE scaling, say)."""
     from mlx_lm.utils import save_config, save_model
 
-    config = tiny_config(model_type)
+    config = {**tiny_config(model_type), **copy.deepcopy(config_changes)}
     module = _import_architecture(model_type)
     mx.random.seed(seed)
     model = module.Model(module.ModelArgs.from_dict(copy.deepcopy(config)))

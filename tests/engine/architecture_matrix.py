@@ -14,6 +14,10 @@ process, greedy, 16 tokens a row:
   prediction mlx-lm's own reply with one token wrong (a refused draft rolled back);
 - `resume`: a row resumed after 6 tokens, which must continue as the first run did.
 
+Where the CPU's fused layers take every block of the architecture quantized to 4 bits, a
+4-bit copy is served too, through them: `fused batch` and `fused drafts`, against mlx-lm's
+`generate_step` on the same 4-bit weights; where they do not, the row says why.
+
 Each row's tokens must be those of mlx-lm's `generate_step` over the same prompt, on the
 same weights loaded by mlx-lm alone. Where batched rows differ, mlx-lm's own batched loop
 (`BatchGenerator`) is asked too: when the engine gives what it gives, the difference is
@@ -238,13 +242,13 @@ class Trial:
 
 
 SCENARIOS = ("batch", "cache", "drafts", "resume")
+FUSED_SCENARIOS = ("batch", "drafts")
 
 
 def check(model_type: str, workdir: Path, tokenizer_dir: Path) -> dict:
     """One architecture's row of the matrix."""
     from mlx_lm.utils import load_model as mlx_lm_load_model
 
-    from inference.engine import Engine, EngineConfig, load_model
     from tests.architecture_models import Unbuildable, build_folder
 
     result: dict = {"model_type": model_type}
@@ -254,29 +258,63 @@ def check(model_type: str, workdir: Path, tokenizer_dir: Path) -> dict:
         return result | {"status": "unbuildable", "reason": str(why)}
     mlx_lm_model, _ = mlx_lm_load_model(folder)
     started = time.perf_counter()
-    config = EngineConfig(max_batch_size=4, prefill_batch_size=4)
-    engine = Engine(lambda: load_model(folder), config=config).start()
-    try:
-        trial = Trial(engine, mlx_lm_model)
-        scenarios = {name: getattr(trial, name)() or "ok" for name in SCENARIOS}
-        result |= {
-            "scenarios": scenarios,
-            "one_row_at_a_time": engine.unbatchable,
-            "prefills_alone": engine.prefills_alone,
-            "fast_paths": fast_paths(folder),
-            **trial.notes,
-        }
-    finally:
-        engine.shutdown()
+    scenarios, notes = serve(folder, mlx_lm_model, SCENARIOS, result)
+    paths, why_not = fast_paths(folder)
+    if paths:
+        quantized = quantized_copy(folder, workdir / f"{model_type}-4bit")
+        fused, fused_notes = serve(quantized, mlx_lm_load_model(quantized)[0], FUSED_SCENARIOS)
+        scenarios |= {f"fused {name}": value for name, value in fused.items()}
+        notes |= {f"fused {name}": value for name, value in fused_notes.items()}
+    result |= {"scenarios": scenarios, "fast_paths": paths, **notes}
+    if why_not:
+        result["not_fused"] = why_not
     result["seconds"] = round(time.perf_counter() - started, 2)
     ok = all(value == "ok" for value in result["scenarios"].values())
     return result | {"status": "served" if ok else "wrong"}
 
 
-def fast_paths(folder: Path) -> list[str]:
-    """The native paths this architecture takes when served quantized (4 bits): the CPU's
-    fused layers where the fast path fuses every block (structure and a check at load:
-    fused_decode.py), and the CUDA step for mlx-lm's Llama model."""
+def serve(folder: Path, mlx_lm_model, names: tuple[str, ...], facts: dict | None = None):
+    """The scenarios `names` on an engine serving `folder`: (their outcomes, the notes);
+    the engine's batching facts into `facts` where given."""
+    from inference.engine import Engine, EngineConfig, load_model
+
+    config = EngineConfig(max_batch_size=4, prefill_batch_size=4)
+    engine = Engine(lambda: load_model(folder), config=config).start()
+    try:
+        trial = Trial(engine, mlx_lm_model)
+        scenarios = {name: getattr(trial, name)() or "ok" for name in names}
+        if names == FUSED_SCENARIOS and not engine.loaded.fast_path.layers_fused:
+            scenarios = {name: "served without the fused layers" for name in names}
+        if facts is not None:
+            facts["one_row_at_a_time"] = engine.unbatchable
+            facts["prefills_alone"] = engine.prefills_alone
+    finally:
+        engine.shutdown()
+    return scenarios, trial.notes
+
+
+def quantized_copy(folder: Path, out: Path) -> Path:
+    """`folder`'s model quantized to 4 bits (group 64), saved as mlx_lm.convert saves one."""
+    import shutil
+
+    from mlx_lm.utils import load_model as mlx_lm_load_model
+    from mlx_lm.utils import quantize_model, save_config, save_model
+
+    model, config = mlx_lm_load_model(folder)
+    model, config = quantize_model(model, config, 64, 4)
+    save_model(out, model)
+    save_config(config, config_path=out / "config.json")
+    for name in folder.iterdir():
+        if name.name.startswith("tokenizer") or name.name.endswith("_map.json"):
+            shutil.copy(name, out / name.name)
+    return out
+
+
+def fast_paths(folder: Path) -> tuple[list[str], str | None]:
+    """The native paths this architecture takes when served quantized (4 bits), and why
+    not the CPU's fused layers where they do not take every block: those where the fast
+    path fuses every block (structure and a check at load: layer_shape.py), and the CUDA
+    step for mlx-lm's Llama model."""
     import mlx.nn as nn
     from mlx_lm.models import llama
     from mlx_lm.utils import load_model as mlx_lm_load_model
@@ -287,12 +325,14 @@ def fast_paths(folder: Path) -> list[str]:
     try:
         nn.quantize(model, group_size=64, bits=4)
         report = apply_fast_path(model, FastPathOptions(weights="kernel"))
-    except Exception:  # a shape the quantizer or the kernel does not take
-        return []
-    layers = getattr(getattr(model, "model", None), "layers", None)
+    except Exception as error:  # a shape the quantizer or the kernel does not take
+        return [], f"not quantized to 4 bits here ({type(error).__name__})"
+    layers = getattr(model, "layers", None)
     fused = isinstance(layers, list) and 0 < report.layers_fused == len(layers)
-    paths = ["CPU fused layers"] if fused else []
-    return paths + (["CUDA decode step"] if fused and isinstance(model, llama.Model) else [])
+    if not fused:
+        return [], report.not_fused or "not every block fused"
+    paths = ["CPU fused layers"]
+    return paths + (["CUDA decode step"] if isinstance(model, llama.Model) else []), None
 
 
 def run_matrix(model_types: list[str], processes: int = 2) -> dict[str, dict]:
@@ -369,6 +409,7 @@ def render(results: dict[str, dict]) -> str:
             result.get("reason", ""),
             result.get("batching", ""),
             result.get("prompt_cache", ""),
+            f"not fused: {result['not_fused']}" if result.get("not_fused") else "",
         ]
         cells = [model_type, status, batching, ", ".join(result.get("fast_paths", [])) or "-",
                  "; ".join(n for n in notes if n) or ""]  # fmt: skip

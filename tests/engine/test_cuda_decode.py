@@ -201,6 +201,25 @@ def _greedy_mlx_lm(model, prompts, tokens):
         model.__class__ = cuda_decode.CudaDecodeModel
 
 
+def test_llama_3_scaled_rope_is_taken_from_the_config():
+    # Llama 3.1 and 3.2 scale their RoPE: the step's periods come from the config
+    # (rope_tables.py), the same for every layer; greedy tokens as mlx-lm's own model's.
+    mx.random.seed(4)
+    scaling = {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 64}
+    args = llama.ModelArgs(model_type="llama", hidden_size=64, num_hidden_layers=2,
+                           intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+                           rms_norm_eps=1e-5, vocab_size=256, rope_scaling=scaling)  # fmt: skip
+    model = llama.Model(args)
+    model.update(tree_map(lambda p: p.astype(mx.bfloat16), model.parameters()))
+    fused_projections.fuse_projections(model)
+    Counting.calls = 0
+    assert cuda_decode.install(model, Counting)
+    prompts = [[1, 2, 3, 4, 5], [9, 8]]
+    assert greedy(model, prompts, 24) == _greedy_mlx_lm(model, prompts, 24)
+    assert Counting.calls > 0
+    assert model._mlxlab_plan.native.rope["freqs"] is not None
+
+
 def test_a_replaced_weight_or_an_adapter_takes_effect_from_the_next_batch(model):
     caches = _prefill(model, [[1, 2, 3]], batch=False)
     model(mx.array([[4]]), cache=caches)

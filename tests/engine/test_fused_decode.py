@@ -12,7 +12,8 @@ from inference.engine import load_model
 from inference.engine.acceleration import quantized_kernel as qk
 from inference.engine.acceleration.dense_weights import FastPathOptions, apply_fast_path
 from inference.engine.acceleration.exact_attention import exact_attention
-from inference.engine.acceleration.fused_decode import FusedBlock, HalfWrites, eligible
+from inference.engine.acceleration.fused_decode import FusedBlock, HalfWrites
+from inference.engine.acceleration.layer_shape import Shape, Unfit, describe
 from inference.engine.caching.identity import model_identity
 from inference.engine.kv.rows import RowsKVCache, RowsQuantizedKVCache
 
@@ -232,10 +233,10 @@ def test_a_quantized_kv_cache_keeps_mlx_lms_block(loaded):
 def test_a_projection_that_is_not_on_the_kernel_turns_the_block_back(loaded):
     block = loaded.model.model.layers[3]
     kernel_q = block.self_attn.q_proj
-    assert eligible(block) and block._plan() is not None
+    assert isinstance(describe(block), Shape) and block._plan() is not None
     block.self_attn.q_proj = nn.Linear(576, 576, bias=False)  # as an adapter slot would
     try:
-        assert not eligible(block) and block._plan() is None
+        assert isinstance(describe(block), Unfit) and block._plan() is None
     finally:
         block.self_attn.q_proj = kernel_q
     assert block._plan() is not None

@@ -49,7 +49,13 @@ from ..kv.rows import RowsKVCache
 from . import fused_projections
 from .adapters import AdapterSlot
 from .cuda_decode_reference import Reference
-from .cuda_decode_weights import flat, norms_in_the_weights_dtype, rope, weights_in_order
+from .cuda_decode_weights import (
+    flat,
+    norms_in_the_weights_dtype,
+    rope,
+    rope_freqs,
+    weights_in_order,
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +87,7 @@ class Plan:
         layers = inner["layers"]
         first = layers[0]
         attention = first["self_attn"]
-        base, scale, traditional, freqs = rope(first)
+        found = rope(first, args)
         weights = weights_in_order(model, fused)
         self.sources = flat(weights)  # identity: a replaced weight means a new plan
         self.tree = Tree(model)
@@ -90,7 +96,8 @@ class Plan:
         self.native = native.Model(
             weights, len(layers), args.hidden_size, attention.n_heads, attention.n_kv_heads,
             attention.head_dim, args.intermediate_size, args.vocab_size,
-            first["input_layernorm"].eps, attention.scale, scale, base, traditional, freqs,
+            first["input_layernorm"].eps, attention.scale, found.scale, found.base,
+            found.traditional, rope_freqs(found),
         )  # fmt: skip
         # A bad value of either is a SettingError, a ValueError: the model keeps mlx-lm's step.
         self.max_batch = min(self.native.max_batch(), engine_settings.cuda_decode_max_batch)
@@ -137,11 +144,12 @@ def eligible(model: nn.Module) -> bool:
         return False
     if any(type(block) is not fused_projections.FusedProjectionsBlock for block in layers):
         return False
-    if type(inner["norm"]) is not nn.RMSNorm or rope(layers[0]) is None:
+    first = rope(layers[0], model.args)
+    if type(inner["norm"]) is not nn.RMSNorm or first is None:
         return False
     for block in layers:
         norms = (block["input_layernorm"], block["post_attention_layernorm"])
-        if any(type(norm) is not nn.RMSNorm for norm in norms) or rope(block) != rope(layers[0]):
+        if any(type(norm) is not nn.RMSNorm for norm in norms) or rope(block, model.args) != first:
             return False
     try:
         weights = weights_in_order(model, [block._fused() for block in layers])

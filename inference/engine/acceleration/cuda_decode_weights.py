@@ -13,6 +13,8 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm.models import llama
 
+from .rope_tables import Rope, rope_of
+
 # The quantizations the native kernels take, as (group size, bits): MLX's affine mode.
 FORMATS = {(32, 4), (64, 4), (32, 8), (64, 8)}
 
@@ -34,17 +36,20 @@ def matrix_of(module: nn.Module) -> list[mx.array] | None:
     return [module["weight"], module["scales"], module["biases"]]
 
 
-def rope(block: llama.TransformerBlock) -> tuple[float, float, bool, mx.array | None] | None:
-    """(base, scale, traditional, freqs) of the block's RoPE, or None where the step lacks it."""
-    rope, attention = block["self_attn"].rope, block["self_attn"]
-    if getattr(rope, "dims", None) != attention.head_dim:
+def rope(block: llama.TransformerBlock, config) -> Rope | None:
+    """The block's RoPE (rope_tables.py, from its module and the model's config `config`)
+    where the step computes it: over whole heads, plain or from a table of periods (Llama
+    3's), with no scale of the rotated part; else None."""
+    attention = block["self_attn"]
+    found = rope_of(attention["rope"], attention.head_dim, config)
+    if isinstance(found, str) or found.dims != attention.head_dim or found.mscale != 1.0:
         return None
-    if type(rope) is nn.RoPE and rope.base is not None:
-        return float(rope.base), float(rope.scale), bool(rope.traditional), None
-    freqs = getattr(rope, "_freqs", None)
-    if type(rope).__name__ == "Llama3RoPE" and isinstance(freqs, mx.array):
-        return 1.0, 1.0, bool(rope.traditional), freqs
-    return None
+    return found
+
+
+def rope_freqs(found: Rope) -> mx.array | None:
+    """The step's table of periods (MLX's `freqs`), or None for a plain RoPE."""
+    return None if found.periods is None else mx.array(found.periods, mx.float32)
 
 
 def weights_in_order(model: llama.Model, fused) -> list[list[mx.array]]:

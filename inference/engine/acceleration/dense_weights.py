@@ -16,7 +16,7 @@ import mlx.nn as nn
 from mlx.utils import tree_unflatten
 
 from .cpu_fast_path import blas_state
-from .fused_decode import fuse_decode_layers
+from .fused_decode import Fusion, fuse_decode_layers
 from .quantized_kernel import (
     fused_decode_enabled,
     fused_kv_float16,
@@ -63,6 +63,8 @@ class FastPathReport:
     kernel: str | None = None  # how the kernel runs, e.g. "avx2, 2 threads, ..."
     quantized_weight_bytes: int = 0  # what the kernel reads: packed weights, scales, biases
     layers_fused: int = 0  # decoder layers run as two native calls (decode and prefill)
+    fused_shape: tuple[str, ...] = ()  # what the fused blocks add to Llama's
+    not_fused: str | None = None  # why some or all blocks keep mlx-lm's code
     kv_cache: str | None = None  # the fused layers' KV cache type: "float16" or "float32"
 
 
@@ -144,11 +146,18 @@ def apply_fast_path(model: nn.Module, options: FastPathOptions) -> FastPathRepor
         count = route_through_kernel(model, layers)
         reason = f"{count} of {len(layers)} quantized layers on the quantized matmul kernel"
         half = fused_kv_float16()
-        fused = fuse_decode_layers(model, kernel_module(), half) if fused_decode_enabled() else 0
+        fusion = (
+            fuse_decode_layers(model, kernel_module(), half)
+            if fused_decode_enabled()
+            else Fusion(0, why_not="the fused layers are off or not built for this CPU")
+        )
+        fused = fusion.layers
         kv_cache = ("float16" if half else "float32") if fused else None
         if fused:
             reason += f"; {fused} decoder layers run as two native calls each (decode and prefill)"
             reason += f", their keys and values cached as {kv_cache}"
+        if fusion.why_not:
+            reason += f"; {'some' if fused else 'no'} layers fused: {fusion.why_not}"
         return FastPathReport(
             "kernel",
             reason,
@@ -157,6 +166,8 @@ def apply_fast_path(model: nn.Module, options: FastPathOptions) -> FastPathRepor
             kernel=kernel.description,
             quantized_weight_bytes=packed,
             layers_fused=fused,
+            fused_shape=fusion.extras,
+            not_fused=fusion.why_not,
             kv_cache=kv_cache,
         )
     if options.weights == "kernel":

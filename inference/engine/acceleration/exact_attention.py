@@ -40,21 +40,32 @@ def exact_attention_on() -> bool:
     return getattr(_exact, "on", False)
 
 
-def attend_exactly(attention, x: mx.array, mask, cache) -> mx.array:
-    """mlx-lm's attention of Llama's shape (`llama.Attention.__call__`: projections, Qwen3's
-    head norms where it has them, RoPE at the cache's offset, the cache's update), its scaled
-    dot-product attention computed query by query."""
+def attend_exactly(attention, x: mx.array, mask, cache, shape) -> mx.array:
+    """mlx-lm's attention of the shapes the fused layers take (layer_shape.py: q/k/v or
+    one fused projection, q and k norms of each head or across heads, the module's own
+    RoPE at the cache's offset, the cache's update), its scaled dot-product attention
+    computed query by query. `shape`: the block's (layer_shape.Shape)."""
     batch, length, _ = x.shape
-    queries = attention.q_proj(x).reshape(batch, length, attention.n_heads, -1)
-    keys = attention.k_proj(x).reshape(batch, length, attention.n_kv_heads, -1)
-    values = attention.v_proj(x).reshape(batch, length, attention.n_kv_heads, -1)
-    if "q_norm" in attention:
+    heads, kv_heads = shape.heads, shape.kv_heads
+    if "qkv_proj" in attention:
+        qkv = attention.qkv_proj(x)
+        width = qkv.shape[-1] // (heads + 2 * kv_heads)
+        queries, keys, values = mx.split(qkv, [heads * width, (heads + kv_heads) * width], -1)
+    else:
+        queries, keys, values = attention.q_proj(x), attention.k_proj(x), attention.v_proj(x)
+    across = "q_norm" in attention and attention.q_norm.weight.shape[0] == queries.shape[-1]
+    if across:  # OLMo 2's: each token's heads normed as one vector
+        queries, keys = attention.q_norm(queries), attention.k_norm(keys)
+    queries = queries.reshape(batch, length, heads, -1)
+    keys = keys.reshape(batch, length, kv_heads, -1)
+    values = values.reshape(batch, length, kv_heads, -1)
+    if "q_norm" in attention and not across:
         queries, keys = attention.q_norm(queries), attention.k_norm(keys)
     queries, keys, values = (t.transpose(0, 2, 1, 3) for t in (queries, keys, values))
     queries = attention.rope(queries, offset=cache.offset)
     keys = attention.rope(keys, offset=cache.offset)
     keys, values = cache.update_and_fetch(keys, values)
-    output = per_query(queries, keys, values, cache, attention.scale, mask)
+    output = per_query(queries, keys, values, cache, shape.scale, mask)
     return attention.o_proj(output.transpose(0, 2, 1, 3).reshape(batch, length, -1))
 
 

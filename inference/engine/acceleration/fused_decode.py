@@ -1,28 +1,26 @@
 """Decoder blocks as two native calls per layer, decode and prefill, for the families whose
-blocks have Llama's shape: Llama, Qwen2 (q/k/v biases), Qwen3 (q and k head norms), SmolLM3,
-Mistral and the other mlx-lm modules whose blocks compute the same thing.
+blocks the native layers compute (layer_shape.py): Llama and its kin, Qwen2 and Qwen3,
+Gemma 3, OLMo 2, Phi-3, Granite and the other mlx-lm modules whose blocks compute the same.
 
 On the CPU a decode step of the default model was two thirds framework: some 20 MLX
 operations per layer, each a graph node to build, schedule, allocate for and free, around
 matmuls that take a third of the time. A block whose projections all run on the quantized
 matmul kernel gets this class instead of mlx-lm's: its calls run the extension's
-`decode_qkv` (norm, q/k/v with their biases, the head norms, RoPE) and `decode_rest`
-(attention, o, residual, norm, MLP, residual), and between the two the cache's own
+`decode_qkv` (norm, q/k/v with their biases, the q and k norms, RoPE) and `decode_rest`
+(attention, o, the residuals, norms and MLP), and between the two the cache's own
 `update_and_fetch`, so every plain cache kind keeps mlx-lm's logic. Each query is computed
 as a one-token step there computes it, so a pass that verifies drafts changes no logit.
 Prefill takes the same calls: on x86 MLX's CPU softmax and SiLU run a scalar exp through
 libm's fmaf, a third of a prefill, where the native ones are vectorized (2.8x the prefill
 of a 540-token prompt). A call without a cache, over a quantized KV cache, or with an
-adapter on a projection runs mlx-lm's block unchanged, or, inside a verifying pass, that
-block with its attention computed query by query (exact_attention.py).
+adapter on a projection runs mlx-lm's block unchanged, or, inside a verifying pass, the
+block as its Shape says, its attention computed query by query (exact_attention.py).
 
-Which blocks: read from the block's public structure, never its class (`describe`): an
-input and a post-attention RMSNorm, attention of q/k/v/o projections with an optional
-additive bias on q, k and v, optional RMSNorm head norms on q and k, a plain RoPE over the
-whole head, and a gate/up/down MLP; anything more (extra norms, sliding windows, a fused
-projection) is another shape. Since a structure cannot say what the block's code does
-with it (the MLP's activation, the residuals' order), each block is checked once at load:
-a two-token call through the native path against the block's own (`_agrees`).
+Which blocks: described from their public structure and the model's config, never their
+class (layer_shape.describe). Since a structure cannot say everything a block's code does
+with it (the residuals' order), each block is checked once at load: two tokens through the
+native path against the block's own code, at the sequence's start and far into it
+(`_agrees`).
 
 The keys and values are cached as float16 by default, as llama.cpp caches them: attention
 reads the whole cache on every step, as many bytes as the weights at a thousand tokens in
@@ -33,7 +31,7 @@ cache that already holds float32 (a prompt cache saved by float32 layers) stays 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -42,13 +40,14 @@ from mlx_lm.models.cache import BatchKVCache, KVCache, RotatingKVCache
 
 from ..kv.rows import RowsKVCache
 from .exact_attention import attend_exactly, exact_attention_on
+from .layer_shape import ACTIVATIONS, Shape, Unfit, describe
 from .quantized_kernel import KernelLinear
 
-ATTENTION = ("q_proj", "k_proj", "v_proj")
-REST = ("o_proj",)
-MLP = ("gate_proj", "up_proj", "down_proj")
 # Caches whose update_and_fetch returns float arrays (a quantized cache returns tuples).
 PLAIN_CACHES = (KVCache, RowsKVCache, BatchKVCache, RotatingKVCache)
+# Where the load-time check puts its second pair of tokens: far enough that a wrong
+# frequency table moves them visibly.
+FAR_POSITION = 6000
 
 
 class _Plan:
@@ -56,31 +55,54 @@ class _Plan:
 
     def __init__(self, block: nn.Module, projections: tuple[nn.Module, ...], shape: Shape):
         attention = block["self_attn"]
+        norms = [block[name] if name else None for name in shape.norms]
+        qkv, rest = projections[: len(shape.qkv)], projections[len(shape.qkv) :]
         self.projections = projections
-        qkv, rest = projections[:3], projections[3:]
-        self.qkv_weights = [block["input_layernorm"].weight] + _weights(qkv)
+        self.shape = shape
+        self.qkv_weights = [_scaling(norms[0], shape)] if norms[0] else []
+        self.qkv_weights += _weights(qkv)
         if shape.qkv_bias:
             self.qkv_weights += [m["bias"] for m in qkv]
         if shape.qk_norm_eps:
-            self.qkv_weights += [attention["q_norm"].weight, attention["k_norm"].weight]
+            self.qkv_weights += [_scaling(attention[n], shape) for n in ("q_norm", "k_norm")]
+        rope = shape.rope
+        if rope.periods is not None:  # inverted as MLX's RoPE inverts its freqs
+            self.qkv_weights.append(mx.reciprocal(mx.array(rope.periods, mx.float32)))
         self.qkv_quant = _quant(qkv)
-        self.rest_weights = [block["post_attention_layernorm"].weight] + _weights(rest)
+        self.heads = (shape.heads, shape.kv_heads, shape.head_dim)
+        self.qkv_options = {
+            "eps": norms[0].eps if norms[0] else 0.0,
+            "rope_base": rope.base,
+            "rope_scale": rope.scale,
+            "rope_traditional": rope.traditional,
+            "qkv_bias": shape.qkv_bias,
+            "qk_norm_eps": shape.qk_norm_eps,
+            "qk_norm_full": shape.qk_norm_full,
+            "rope_dims": rope.dims,
+            "rope_mscale": rope.mscale,
+            "rope_freqs": rope.periods is not None,
+            "input_norm": norms[0] is not None,
+            "fused_qkv": len(shape.qkv) == 1,
+        }
+        after = [n for n in norms[1:] if n is not None]
+        self.rest_weights = [_scaling(n, shape) for n in after] + _weights(rest)
         self.rest_quant = _quant(rest)
-        rope = attention["rope"]
-        self.shape = (attention.n_heads, attention.n_kv_heads, rope.dims)
-        self.rope = (rope.base, rope.scale, rope.traditional)
-        self.eps = (block["input_layernorm"].eps, block["post_attention_layernorm"].eps)
-        self.scale = attention.scale
-        self.options = {"qkv_bias": shape.qkv_bias, "qk_norm_eps": shape.qk_norm_eps}
+        self.rest_options = {
+            "eps": after[0].eps if after else 0.0,
+            "scale": shape.scale,
+            "post_attention_norm": norms[1] is not None,
+            "pre_norm": norms[2] is not None,
+            "post_norm": norms[3] is not None,
+            "residual_scale": shape.residual_scale,
+            "activation": ACTIVATIONS[shape.activation][0],
+            "fused_gate_up": len(shape.mlp) == 2,
+        }
 
 
-@dataclass(frozen=True)
-class Shape:
-    """What the native calls must know of a block beyond Llama's: q/k/v biases (Qwen2), and
-    the epsilon of q and k head norms (Qwen3; 0 where there are none)."""
-
-    qkv_bias: bool = False
-    qk_norm_eps: float = 0.0
+def _scaling(norm: nn.Module, shape: Shape) -> mx.array:
+    """What a norm multiplies by: its weight, or (Gemma's) 1 + weight computed in the
+    weight's own type, as its code computes it."""
+    return 1.0 + norm.weight if shape.norm_offset else norm.weight
 
 
 def _weights(modules) -> list[mx.array]:
@@ -91,62 +113,10 @@ def _quant(modules) -> list[int]:
     return [value for m in modules for value in (m.group_size, m.bits)]
 
 
-def _projections(block: nn.Module) -> tuple[nn.Module, ...]:
+def _projections(block: nn.Module, shape: Shape) -> tuple[nn.Module, ...]:
     # Item lookups: a Module is a dict, and its __getattr__ costs a Python call each, on
     # every layer of every step.
-    attention, mlp = block["self_attn"], block["mlp"]
-    return tuple(attention[n] for n in ATTENTION + REST) + tuple(mlp[n] for n in MLP)
-
-
-BLOCK_PARTS = {"self_attn", "mlp", "input_layernorm", "post_attention_layernorm"}
-ATTENTION_PARTS = {*ATTENTION, *REST, "rope"}
-HEAD_NORMS = {"q_norm", "k_norm"}
-
-
-def describe(block: nn.Module, *, on_kernel: bool = True) -> Shape | None:
-    """The block's shape where the native calls take it, read from its public structure;
-    None where they do not (the block then runs as mlx-lm's). `on_kernel`: its projections
-    must already run on the quantized matmul kernel (False: the shape alone, as a model
-    quantized for serving would have it)."""
-    if not isinstance(block, nn.Module) or set(block.children()) != BLOCK_PARTS:
-        return None
-    attention, mlp = block["self_attn"], block["mlp"]
-    parts = set(attention.children())
-    if parts not in (ATTENTION_PARTS, ATTENTION_PARTS | HEAD_NORMS) or set(mlp.children()) != set(
-        MLP
-    ):
-        return None
-    norms = [block["input_layernorm"], block["post_attention_layernorm"]]
-    if not all(type(n) is nn.RMSNorm and n.weight.dtype == mx.float32 for n in norms):
-        return None
-    projections = _projections(block)
-    kinds = (KernelLinear,) if on_kernel else (KernelLinear, nn.Linear, nn.QuantizedLinear)
-    if not all(type(m) in kinds for m in projections):
-        return None
-    biased = ["bias" in m for m in projections]
-    if any(biased[3:]) or len(set(biased[:3])) != 1:
-        return None
-    rope = attention["rope"]
-    heads = getattr(attention, "n_heads", None)
-    if not isinstance(heads, int) or not isinstance(getattr(attention, "n_kv_heads", None), int):
-        return None
-    head_dim = attention["q_proj"]["weight"].shape[0] // heads  # the weight's rows: outputs
-    if type(rope) is not nn.RoPE or rope.dims != head_dim:
-        return None
-    qk_norm_eps = 0.0
-    if parts >= HEAD_NORMS:
-        heads = [attention["q_norm"], attention["k_norm"]]
-        if not all(type(n) is nn.RMSNorm and n.weight.shape == (head_dim,) for n in heads):
-            return None
-        if heads[0].eps != heads[1].eps:
-            return None
-        qk_norm_eps = float(heads[0].eps)
-    return Shape(qkv_bias=biased[0], qk_norm_eps=qk_norm_eps)
-
-
-def eligible(block: nn.Module) -> bool:
-    """Whether the native calls take this block's shape (describe)."""
-    return describe(block) is not None
+    return tuple(block[part][name] for part, name in shape.projections)
 
 
 class FusedLayer:
@@ -158,6 +128,7 @@ class FusedLayer:
     """
 
     _mlxlab_module: ModuleType
+    _mlxlab_shape: Shape  # described at load
     _mlxlab_plan: _Plan | None = None
     _mlxlab_kv_float16: bool = False
 
@@ -178,38 +149,47 @@ class FusedLayer:
             positions,
             plan.qkv_weights,
             plan.qkv_quant,
-            *plan.shape,
-            plan.eps[0],
-            *plan.rope,
+            *plan.heads,
             kv_float16=_stored_type(cache, self._mlxlab_kv_float16) == mx.float16,
-            **plan.options,
+            **plan.qkv_options,
         )
         keys, values = cache.update_and_fetch(k, v)
         if isinstance(mask, str):  # "causal": each query sees the keys up to it, as it does
             mask = None
         return kernel.decode_rest(
-            x, q, keys, values, plan.rest_weights, plan.rest_quant, mask, plan.eps[1], plan.scale
+            x, q, keys, values, plan.rest_weights, plan.rest_quant, mask, **plan.rest_options
         )
 
     def _exactly(self, x: mx.array, mask, cache) -> mx.array:
-        """mlx-lm's block, its attention computed query by query (a verifying pass over
-        a cache the native calls do not take: quantized rows, an active adapter)."""
-        h = x + attend_exactly(self.self_attn, self.input_layernorm(x), mask, cache)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        """The block as its Shape says, its attention computed query by query (a verifying
+        pass over a cache the native calls do not take: quantized rows, an active adapter;
+        the projections are then the block's own modules, adapters included)."""
+        shape = self._mlxlab_shape
+        norms = [self[name] if name else None for name in shape.norms]
+        attention = self["self_attn"]
+        r = attend_exactly(attention, norms[0](x) if norms[0] else x, mask, cache, shape)
+        h = x + _scaled(norms[1](r) if norms[1] else r, shape.residual_scale)
+        r = self["mlp"](norms[2](h) if norms[2] else h)
+        return h + _scaled(norms[3](r) if norms[3] else r, shape.residual_scale)
 
     def _plan(self) -> _Plan | None:
-        """The plan while the projections are the ones it was built for (an adapter
-        swaps them for slots: then mlx-lm's own block runs)."""
-        projections = _projections(self)
+        """The plan while the projections are the ones it was built for, or new ones on the
+        kernel; None while an adapter has swapped them for its slots (then mlx-lm's own
+        block runs)."""
         plan = self._mlxlab_plan
+        projections = _projections(self, self._mlxlab_shape)
         if plan is not None and all(
             a is b for a, b in zip(plan.projections, projections, strict=True)
         ):
             return plan
-        shape = describe(self)
-        plan = _Plan(self, projections, shape) if shape is not None else None
+        on_kernel = all(type(m) is KernelLinear for m in projections)
+        plan = _Plan(self, projections, self._mlxlab_shape) if on_kernel else None
         self._mlxlab_plan = plan
         return plan
+
+
+def _scaled(x: mx.array, scale: float) -> mx.array:
+    return x if scale == 1.0 else x * scale
 
 
 _FUSED: dict[type, type] = {}
@@ -231,7 +211,7 @@ def own_class(block: nn.Module) -> type:
     return kind.__mro__[2] if issubclass(kind, FusedLayer) else kind
 
 
-FusedBlock = fused_class(llama.TransformerBlock)
+FusedBlock = fused_class(llama.TransformerBlock)  # Llama's, for the tests
 
 
 def _stored_type(cache, float16: bool) -> mx.Dtype:
@@ -268,39 +248,84 @@ def _usable(mask, length: int) -> bool:
     return mask.dtype in (mx.bool_, mx.float32)
 
 
-def fuse_decode_layers(model: nn.Module, kernel: ModuleType, kv_float16: bool = True) -> int:
-    """Give every block of `model` the native calls take, and that computes there what it
-    computes itself, the fused decode step, its KV cache float16 or float32; how many."""
-    layers = getattr(getattr(model, "model", None), "layers", None)
-    if not isinstance(layers, list):  # a module of its own, not mlx-lm's list of blocks
-        return 0
-    count = 0
+@dataclass(frozen=True)
+class Fusion:
+    """How many of a model's blocks run fused, what their shape adds to Llama's, and why
+    the others do not (None when every block does)."""
+
+    layers: int
+    extras: tuple[str, ...] = ()
+    why_not: str | None = None
+
+
+def fuse_decode_layers(model: nn.Module, kernel: ModuleType, kv_float16: bool = True) -> Fusion:
+    """Give every block of `model` the native layers compute, and that computes there what
+    it computes itself, the fused calls, its KV cache float16 or float32."""
+    layers = getattr(model, "layers", None)  # mlx-lm's own property (its caches read it)
+    if not isinstance(layers, list):
+        return Fusion(0, why_not="the model's layers are not a list of blocks")
+    config = _text_config(model)
+    count, extras, why_not = 0, set(), None
     for block in layers:
-        if not eligible(block):
+        shape = describe(block, config)
+        if isinstance(shape, Unfit):
+            why_not = why_not or shape.reason
             continue
         mine, own = type(block), own_class(block)
         block.__class__ = fused_class(own)
         block._mlxlab_module = kernel
         block._mlxlab_kv_float16 = kv_float16
+        block._mlxlab_shape = shape
+        block._mlxlab_plan = None
         if _agrees(block, own):
             count += 1
+            extras.update(shape.extras)
         else:
             block.__class__ = mine
-    return count
+            why_not = why_not or "a block whose code computes other than its shape says"
+    return Fusion(count, tuple(sorted(extras)), why_not)
+
+
+def _text_config(model: nn.Module):
+    """The model's arguments, its text model's where it wraps one (a vision-language
+    model's), as an object: what a scaled RoPE is computed from."""
+    args = getattr(getattr(model, "language_model", model), "args", None)
+    text = getattr(args, "text_config", None)
+    if isinstance(text, dict) and getattr(args, "rope_theta", None) is None:
+        return SimpleNamespace(**text)
+    return args
+
+
+class _Positioned(KVCache):
+    """A cache at `offset` that keeps nothing: the load check's tokens far into a sequence
+    without the keys before them."""
+
+    def __init__(self, offset: int):
+        super().__init__()
+        self.offset = offset
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array):
+        self.offset += keys.shape[2]
+        return keys, values
 
 
 def _agrees(block: nn.Module, own: type) -> bool:
-    """Whether two tokens through the native calls give what the block's own code gives
-    (a structure cannot say what its code does: the activation, the residuals' order)."""
-    width = block["input_layernorm"].weight.shape[0]
+    """Whether two tokens through the native calls give what the block's own code gives,
+    at the start of a sequence and far into it (a structure cannot say everything its code
+    does: the residuals' order; a RoPE table's error grows with the position)."""
+    width = block[next(name for name in block._mlxlab_shape.norms if name)]["weight"].shape[0]
     x = mx.random.normal((1, 2, width), key=mx.random.key(0))
-    try:
-        fused = block(x, "causal", KVCache())
-        theirs = own.__call__(
-            block, x, "causal", HalfWrites(KVCache()) if block._mlxlab_kv_float16 else KVCache()
-        )
-        mx.eval(fused, theirs)
-    except Exception:
-        return False
-    scale = 1.0 + mx.abs(theirs).max().item()
-    return mx.abs(fused - theirs).max().item() <= 1e-3 * scale
+    for offset in (0, FAR_POSITION):
+        try:
+            fused = block(x, "causal", _Positioned(offset))
+            cache = _Positioned(offset)
+            theirs = own.__call__(
+                block, x, "causal", HalfWrites(cache) if block._mlxlab_kv_float16 else cache
+            )
+            mx.eval(fused, theirs)
+        except Exception:
+            return False
+        scale = 1.0 + mx.abs(theirs).max().item()
+        if mx.abs(fused - theirs).max().item() > 1e-3 * scale:
+            return False
+    return True

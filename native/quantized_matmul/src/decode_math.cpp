@@ -113,16 +113,21 @@ MLXLAB_AVX2 void rms_norm(const float* x, const float* weight, int D, float eps,
   for (int i = 0; i < D; ++i) out[i] = (x[i] * factor) * weight[i];
 }
 
-void rope(float* heads, int n_heads, int head_dim, float position, float base, float scale,
-          bool traditional) {
-  const int half = head_dim / 2;
-  const float step = std::log(base) / static_cast<float>(half);
-  const float at = position * scale;
+void rope(float* heads, int n_heads, int head_dim, float position, const Rope& r) {
+  const int dims = r.dims > 0 ? r.dims : head_dim, half = dims / 2;
+  const float step = std::log(r.base) / static_cast<float>(half);
+  const float at = position * r.scale;
+  if (r.mscale != 1.0f) {
+    for (int h = 0; h < n_heads; ++h) {
+      float* v = heads + static_cast<int64_t>(h) * head_dim;
+      for (int d = 0; d < dims; ++d) v[d] *= r.mscale;
+    }
+  }
   for (int i = 0; i < half; ++i) {
-    const float theta = at * std::exp(-static_cast<float>(i) * step);
+    const float theta = r.inv_freqs ? at * r.inv_freqs[i] : at * std::exp(-static_cast<float>(i) * step);
     const float c = std::cos(theta), s = std::sin(theta);
     // Traditional RoPE rotates neighbouring pairs; the other kind, the two halves.
-    const int a = traditional ? 2 * i : i, b = traditional ? 2 * i + 1 : i + half;
+    const int a = r.traditional ? 2 * i : i, b = r.traditional ? 2 * i + 1 : i + half;
     for (int h = 0; h < n_heads; ++h) {
       float* v = heads + static_cast<int64_t>(h) * head_dim;
       const float x1 = v[a], x2 = v[b];
@@ -230,17 +235,32 @@ void attend(const float* q, int head_dim, int S, const KVRow& keys, const KVRow&
   }
 }
 
-MLXLAB_AVX2 void silu_mul(float* gate, const float* up, int n) {
-  const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+// gate * sigmoid(k * u(gate)) * up: SiLU with u(g) = g and k = 1; GELU's tanh
+// approximation with u(g) = g + 0.044715 g^3 and k = 2 sqrt(2 / pi), since
+// 0.5 (1 + tanh(y)) is sigmoid(2y).
+template <bool Tanh>
+MLXLAB_AVX2 void sigmoid_gated(float* gate, const float* up, int n) {
+  constexpr float k = Tanh ? 1.5957691216057308f : 1.0f, cube = 0.044715f;
+  const __m256 one = _mm256_set1_ps(1.0f), minus_k = _mm256_set1_ps(-k), c = _mm256_set1_ps(cube);
   int i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 g = _mm256_loadu_ps(gate + i);
-    const __m256 sigmoid = _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, g))));
+    const __m256 u = Tanh ? _mm256_fmadd_ps(_mm256_mul_ps(c, g), _mm256_mul_ps(g, g), g) : g;
+    const __m256 sigmoid = _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_mul_ps(minus_k, u))));
     _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_mul_ps(g, sigmoid), _mm256_loadu_ps(up + i)));
   }
   for (; i < n; ++i) {
+    const float g = gate[i], u = Tanh ? g + cube * g * g * g : g;
+    gate[i] = g * (1.0f / (1.0f + exp1(-k * u))) * up[i];
+  }
+}
+
+MLXLAB_AVX2 void gated(float* gate, const float* up, int n, int activation) {
+  if (activation == 0) return sigmoid_gated<false>(gate, up, n);
+  if (activation == 1) return sigmoid_gated<true>(gate, up, n);
+  for (int i = 0; i < n; ++i) {
     const float g = gate[i];
-    gate[i] = g * (1.0f / (1.0f + exp1(-g))) * up[i];
+    gate[i] = 0.5f * g * (1.0f + std::erf(g * 0.7071067811865476f)) * up[i];
   }
 }
 
@@ -257,11 +277,11 @@ namespace {
 [[noreturn]] void unsupported() { throw std::runtime_error("decode layer: x86-64 AVX2 only"); }
 }  // namespace
 void rms_norm(const float*, const float*, int, float, float*) { unsupported(); }
-void rope(float*, int, int, float, float, float, bool) { unsupported(); }
+void rope(float*, int, int, float, const Rope&) { unsupported(); }
 void attend(const float*, int, int, const KVRow&, const KVRow&, const MaskRow&, float, float*) {
   unsupported();
 }
-void silu_mul(float*, const float*, int) { unsupported(); }
+void gated(float*, const float*, int, int) { unsupported(); }
 void add_into(float*, const float*, int) { unsupported(); }
 }  // namespace mlxlab
 

@@ -11,9 +11,20 @@ namespace mlxlab {
 // x * rsqrt(mean(x^2) + eps) * weight, one row of D.
 void rms_norm(const float* x, const float* weight, int D, float eps, float* out);
 
-// MLX's RoPE of one row's heads at `position` (theta_i = position * scale * base^(-i/half)).
-void rope(float* heads, int n_heads, int head_dim, float position, float base, float scale,
-          bool traditional);
+// A RoPE: the first `dims` of each head rotated, in pairs of neighbours (traditional) or
+// of the two halves; theta_i = position * scale * base^(-i/half), or position * scale *
+// inv_freqs[i] where a table is given (Llama 3's, YaRN's, LongRoPE's); the rotated part
+// first multiplied by mscale (YaRN's, LongRoPE's).
+struct Rope {
+  int dims;
+  float base, scale;
+  bool traditional;
+  const float* inv_freqs = nullptr;
+  float mscale = 1;
+};
+
+// MLX's RoPE of one row's heads at `position`.
+void rope(float* heads, int n_heads, int head_dim, float position, const Rope& r);
 
 // The keys or values of one row: element (head, s, d) at data[head * head + s * seq + d],
 // float32, or float16 where `half` (the cache llama.cpp also keeps: half the bytes that
@@ -41,8 +52,9 @@ struct MaskRow {
 void attend(const float* q, int head_dim, int S, const KVRow& keys, const KVRow& values,
             const MaskRow& mask, float scale, float* out);
 
-// silu(gate) * up, n values; in place in gate.
-void silu_mul(float* gate, const float* up, int n);
+// act(gate) * up, n values, in place in gate: 0 SiLU, 1 GELU's tanh approximation (MLX's
+// gelu_approx), 2 GELU (erf).
+void gated(float* gate, const float* up, int n, int activation);
 
 // a + b, n values, into a.
 void add_into(float* a, const float* b, int n);
