@@ -10,6 +10,9 @@ layer). Each (family, path) runs in a child process of its own: a prefill of `--
 tokens, then `--steps` greedy one-token steps (median). The figure that compares
 families is decode tokens/s times the bytes of weights a token reads, against Llama's:
 a family's fused layers should stream its weights at least 80% as fast as Llama's do.
+A mixture of experts reads its routed experts' share of the experts' bytes; its "mlx-lm"
+path runs the experts on MLX's own gather_qmm, the fused one on the extension's
+expert-grouped matmul (quantized_kernel.KernelSwitchLinear).
 Writes var/bench/families.json.
 """
 
@@ -110,6 +113,17 @@ SHAPES: dict[str, tuple[str, dict]] = {
                              "short_factor": [1.0] * 48},
         },
     ),
+    "granitemoe (granite-3.1-3b-a800m)": (
+        "granitemoe",
+        {
+            "hidden_size": 1536, "intermediate_size": 512, "num_hidden_layers": 32,
+            "num_attention_heads": 24, "num_key_value_heads": 8, "vocab_size": 49155,
+            "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": True,
+            "max_position_embeddings": 4096, "attention_multiplier": 0.015625,
+            "embedding_multiplier": 12.0, "residual_multiplier": 0.22, "logits_scaling": 6.0,
+            "attention_bias": False, "num_local_experts": 40, "num_experts_per_tok": 8,
+        },
+    ),
 }  # fmt: skip
 BASELINE = "llama (Llama-3.2-1B)"
 
@@ -121,7 +135,11 @@ def build(model_type: str, shape: dict):
     import mlx.core as mx
     import mlx.nn as nn
 
+    from inference.engine.acceleration import dense_weights
     from inference.engine.acceleration.dense_weights import FastPathOptions, apply_fast_path
+
+    if os.environ.get("MLXLAB_FUSED_DECODE") == "0":  # mlx-lm's path: MLX's own experts too
+        dense_weights.switch_layers = lambda model: []
 
     module = importlib.import_module(f"mlx_lm.models.{model_type}")
     mx.random.seed(0)
@@ -149,14 +167,21 @@ def _float_leaves(model):
     ]
 
 
-def weight_bytes(model) -> int:
+def weight_bytes(model, shape: dict) -> int:
     """What one decode step reads: every parameter but the embedding table (a lookup reads
-    one row of it), unless the output layer is that table (tied)."""
+    one row of it), unless the output layer is that table (tied); of a mixture's experts,
+    the routed ones' share."""
     from mlx.utils import tree_flatten
 
     parameters = dict(tree_flatten(model.parameters()))
     tied = not any(name.startswith("lm_head.") for name in parameters)
-    return sum(p.nbytes for name, p in parameters.items() if tied or "embed_tokens" not in name)
+    routed = shape.get("num_experts_per_tok", 1) / shape.get("num_local_experts", 1)
+    total = sum(
+        p.nbytes * (routed if "switch_mlp" in name else 1)
+        for name, p in parameters.items()
+        if tied or "embed_tokens" not in name
+    )
+    return int(total)
 
 
 def measure(name: str, prompt: int, steps: int) -> dict:
@@ -182,7 +207,7 @@ def measure(name: str, prompt: int, steps: int) -> dict:
         "family": name,
         "fused_layers": report.layers_fused,
         "not_fused": report.not_fused,
-        "weight_bytes": weight_bytes(model),
+        "weight_bytes": weight_bytes(model, SHAPES[name][1]),
         "prefill_tps": round(prefill, 1),
         "decode_tps": round(1 / statistics.median(times), 2),
     }

@@ -51,6 +51,19 @@ def test_recurrent_models_prefill_alone_and_match_generate_step(matrix):
         assert "batching" not in matrix[name]
 
 
+def test_the_families_in_scope_run_on_the_cpus_native_paths(matrix):
+    # Served 4 bits through them, as mlx-lm's generate_step computes the same weights.
+    fused = ("llama", "qwen2", "qwen3", "gemma3_text", "olmo2", "phi3", "granite", "smollm3")
+    for name in fused:
+        assert "CPU fused layers" in matrix[name]["fast_paths"], matrix[name]
+        assert matrix[name]["scenarios"]["4-bit batch"] == "ok"
+    for name in ("qwen3_moe", "mixtral", "gpt_oss"):
+        assert "CPU expert matmuls" in matrix[name]["fast_paths"], matrix[name]
+        assert matrix[name]["scenarios"]["4-bit drafts"] == "ok"
+    assert "CUDA decode step" in matrix["llama"]["fast_paths"]
+    assert "not_fused" in matrix["mistral3"]  # why not, said on the page
+
+
 def test_the_architectures_page_is_the_matrix_s_output(matrix):
     assert DOC.read_text() == render(matrix), (
         "docs/ARCHITECTURES.md is stale: .venv/bin/python -m tests.engine.architecture_matrix --doc"

@@ -8,14 +8,17 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 import pytest
-from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.utils import load_model as mlx_lm_load_model
 
 from inference.engine.acceleration import quantized_kernel as qk
 from inference.engine.acceleration.dense_weights import FastPathOptions, apply_fast_path
+from inference.engine.acceleration.exact_attention import exact_attention
 from inference.engine.acceleration.fused_decode import FusedLayer, HalfWrites
 from inference.engine.acceleration.layer_shape import Shape, describe
+from inference.engine.kv.rows import RowsKVCache, RowsQuantizedKVCache
 from tests.architecture_models import build_folder
+
+from .greedy_steps import assert_same_steps, greedy_steps
 
 LLAMA3_ROPE = {
     "rope_type": "llama3",
@@ -39,6 +42,7 @@ FAMILIES = {
     "qwen2": ("qwen2", {}, {"q/k/v biases"}),
     "qwen3": ("qwen3", {}, {"q/k head norms"}),
     "smollm3": ("smollm3", {}, set()),
+    "smollm3 NoPE": ("smollm3", {"no_rope_layer_interval": 2}, {"no RoPE"}),  # layer 2 has none
     "gemma3": (
         "gemma3_text",
         {},
@@ -83,21 +87,6 @@ def quantized(folder, dtype=mx.float32) -> nn.Module:
     return model
 
 
-def greedy(model, half: bool) -> tuple[list[mx.array], list[int]]:
-    """Each step's logits and token: the prompt, then STEPS one-token steps."""
-    cache = make_prompt_cache(model)  # Gemma 3's sliding layers get their rotating caches
-    if half:  # stored as the fused layers store them
-        cache = [HalfWrites(c) for c in cache]
-    logits = model(mx.array([PROMPT]), cache=cache)[0, -1]
-    steps, tokens = [], []
-    for _ in range(STEPS):
-        token = int(mx.argmax(logits).item())
-        steps.append(logits)
-        tokens.append(token)
-        logits = model(mx.array([[token]]), cache=cache)[0, -1]
-    return steps, tokens
-
-
 @pytest.mark.parametrize("case", sorted(FAMILIES))
 def test_a_family_runs_fused_as_mlx_lm_computes_it(kernel, case, tmp_path):
     model_type, changes, extras = FAMILIES[case]
@@ -109,12 +98,9 @@ def test_a_family_runs_fused_as_mlx_lm_computes_it(kernel, case, tmp_path):
     assert report.not_fused is None
     assert all(isinstance(block, FusedLayer) for block in layers)
     assert set(report.fused_shape) == extras
-    reference = quantized(folder)
-    got, got_tokens = greedy(fused, half=False)
-    want, want_tokens = greedy(reference, half=True)
-    assert got_tokens == want_tokens
-    for a, b in zip(got, want, strict=True):
-        assert mx.abs(a - b).max().item() <= 1e-3 * (1.0 + mx.abs(b).max().item())
+    reference = quantized(folder)  # its caches store float16, as the fused layers do
+    got = greedy_steps(fused, PROMPT, STEPS)
+    assert_same_steps(got, greedy_steps(reference, PROMPT, STEPS, HalfWrites))
 
 
 @pytest.mark.parametrize("model_type", ["qwen3", "gemma3_text"])
@@ -131,11 +117,39 @@ def test_a_bfloat16_checkpoint_runs_fused_in_float32(kernel, model_type, tmp_pat
     embedding = reference.model.embed_tokens.parameters()
     reference.set_dtype(mx.float32)
     reference.model.embed_tokens.update(embedding)
-    got, got_tokens = greedy(fused, half=False)
-    want, want_tokens = greedy(reference, half=True)
-    assert got_tokens == want_tokens
-    for a, b in zip(got, want, strict=True):
-        assert mx.abs(a - b).max().item() <= 1e-3 * (1.0 + mx.abs(b).max().item())
+    got = greedy_steps(fused, PROMPT, STEPS)
+    assert_same_steps(got, greedy_steps(reference, PROMPT, STEPS, HalfWrites))
+
+
+@pytest.mark.parametrize("case", ["gemma3", "olmo2", "phi3 partial", "granite"])
+@pytest.mark.parametrize(
+    "make_cache",
+    [RowsKVCache, lambda padding: RowsQuantizedKVCache(padding, group_size=32, bits=8)],
+    ids=["plain rows: the native calls", "quantized rows: the shape's own composition"],
+)
+def test_a_verifying_pass_is_each_position_s_one_token_step(kernel, case, make_cache, tmp_path):
+    # Speculative decoding's exactness for each layout of norms, projections and residuals:
+    # 4 positions at once, inside exact_attention, give bit for bit 4 one-token steps.
+    model_type, changes, _ = FAMILIES[case]
+    wider = {**changes, "hidden_size": 128, "head_dim": 32}  # heads a quantized row's groups fit
+    model = quantized(build_folder(model_type, tmp_path / "model", _tokenizer(), **wider))
+    apply_fast_path(model, FastPathOptions(weights="kernel"))
+    assert all(isinstance(block, FusedLayer) for block in model.layers)
+    prompts = [PROMPT, PROMPT[:5]]
+    padding = [0, 4]
+    batch = mx.array([[0] * pad + p for pad, p in zip(padding, prompts, strict=True)])
+    drafts = mx.array([[11, 12, 13, 14], [21, 22, 23, 24]])
+    results = []
+    for at_once in (True, False):
+        cache = [make_cache(padding) for _ in model.layers]
+        model(batch, cache=cache)
+        if at_once:
+            with exact_attention():
+                results.append(model(drafts, cache=cache))
+        else:
+            steps = [model(drafts[:, i : i + 1], cache=cache) for i in range(4)]
+            results.append(mx.concatenate(steps, axis=1))
+    assert mx.array_equal(results[0], results[1])
 
 
 def test_a_rope_the_native_layers_do_not_compute_keeps_its_own_code(kernel, tmp_path):

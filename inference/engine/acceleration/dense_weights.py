@@ -24,6 +24,7 @@ from .quantized_kernel import (
     kernel_state,
     route_through_kernel,
     supports,
+    switch_layers,
 )
 
 QUANTIZED_KINDS = (nn.QuantizedLinear, nn.QuantizedEmbedding)
@@ -142,6 +143,7 @@ def apply_fast_path(model: nn.Module, options: FastPathOptions) -> FastPathRepor
         return FastPathReport("dense", "the model has no quantized layers", blas.path)
     kernel = kernel_state()
     if options.weights != "dense" and kernel.available:
+        layers = layers + switch_layers(model)  # the experts too: MLX's gather_qmm is scalar
         packed = sum(quantized_bytes(module) for _, module in layers if supports(module))
         count = route_through_kernel(model, layers)
         reason = f"{count} of {len(layers)} quantized layers on the quantized matmul kernel"

@@ -3,8 +3,10 @@
 MLX's CPU quantized matmul is scalar, so the dense path dequantizes every weight to
 float32 and reads 538 MB per decode step. The extension in native/quantized_matmul reads
 the 4- and 8-bit weights as they are (a sixth of the bytes) and, at prefill sizes, runs
-OpenBLAS on dequantized tiles. A model's QuantizedLinear and QuantizedEmbedding layers
-are replaced by the twins below, which keep the same weights, scales and biases.
+OpenBLAS on dequantized tiles. A model's QuantizedLinear and QuantizedEmbedding layers,
+and the experts of its mixture-of-experts layers (mlx-lm's QuantizedSwitchLinear, whose
+`gather_qmm` is as scalar on MLX's CPU), are replaced by the twins below, which keep the
+same weights, scales and biases.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from types import ModuleType
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_unflatten
+from mlx_lm.models.switch_layers import QuantizedSwitchLinear
 
 from labsettings import engine_settings
 from native.quantized_matmul import KernelUnavailable, load
@@ -135,13 +138,59 @@ class KernelEmbedding(nn.Module):
         return quantized_matmul(x, self)
 
 
+class KernelSwitchLinear(nn.Module):
+    """A QuantizedSwitchLinear (a mixture of experts' projections) whose expert-gathered
+    matmul runs on the extension, the rows grouped by expert (each expert's weights read
+    once a call); the same parameters."""
+
+    def __init__(self, source: nn.Module):
+        super().__init__()
+        self.group_size, self.bits, self.mode = source.group_size, source.bits, "affine"
+        self.weight, self.scales, self.biases = source["weight"], source["scales"], source["biases"]
+        if "bias" in source:
+            self.bias = source["bias"]
+        self.freeze()
+
+    def __call__(self, x: mx.array, indices: mx.array, sorted_indices: bool = False) -> mx.array:
+        # mx.gather_qmm's broadcasting: x's batch dimensions against the indices'.
+        batch = mx.broadcast_shapes(x.shape[:-2], indices.shape)
+        rows = mx.broadcast_to(x, (*batch, *x.shape[-2:])).reshape(-1, *x.shape[-2:])
+        experts = mx.broadcast_to(indices, batch).flatten()
+        y = _module.gather_quantized_matmul(
+            rows, self["weight"], self["scales"], self["biases"], experts,
+            self.group_size, self.bits,
+        )  # fmt: skip
+        y = y.reshape(*batch, x.shape[-2], y.shape[-1])
+        if "bias" in self:
+            y = y + mx.expand_dims(self["bias"][indices], -2)
+        return y
+
+
+def switch_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The model's quantized expert projections (mlx-lm's QuantizedSwitchLinear), where the
+    loaded extension has the expert-grouped matmul."""
+    if not hasattr(_module, "gather_quantized_matmul"):  # an older build
+        return []
+    return [
+        (name, m)
+        for name, m in model.named_modules()
+        if type(m) is QuantizedSwitchLinear and getattr(m, "global_scale", None) is None
+    ]
+
+
 def route_through_kernel(model: nn.Module, layers: list[tuple[str, nn.Module]]) -> int:
-    """Swap the supported quantized layers for their kernel twins; returns how many."""
+    """Swap the supported quantized layers (and expert projections) for their kernel
+    twins; returns how many."""
     swapped = []
     for name, module in layers:
         if not supports(module):
             continue
-        twin = KernelEmbedding if isinstance(module, nn.QuantizedEmbedding) else KernelLinear
+        if isinstance(module, QuantizedSwitchLinear):
+            twin = KernelSwitchLinear
+        elif isinstance(module, nn.QuantizedEmbedding):
+            twin = KernelEmbedding
+        else:
+            twin = KernelLinear
         swapped.append((name, twin(module)))
     model.update_modules(tree_unflatten(swapped))
     return len(swapped)

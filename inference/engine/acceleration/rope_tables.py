@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
@@ -38,6 +39,8 @@ class Rope:
 
 def rope_of(rope: nn.Module, head_dim: int, config) -> Rope | str:
     """The Rope of a block's `rope` module, or why the native layers do not compute it."""
+    if _is_identity(rope, head_dim):  # SmolLM3's NoPE layers: every period infinite
+        return Rope(head_dim, 1.0, 1.0, False, (math.inf,) * (head_dim // 2), kind="no")
     dims = getattr(rope, "dims", getattr(rope, "dim", None))
     if not isinstance(dims, int) or dims > head_dim or dims % 2:
         return "a RoPE over no even part of the head"
@@ -57,6 +60,18 @@ def rope_of(rope: nn.Module, head_dim: int, config) -> Rope | str:
     traditional = bool(getattr(rope, "traditional", False))
     table = tuple(float(v) for v in periods.astype(np.float32))
     return Rope(dims, float(base), 1.0, traditional, table, float(mscale), kind)
+
+
+def _is_identity(rope: nn.Module, head_dim: int) -> bool:
+    """Whether the module leaves a head as it is, far into a sequence (a layer without
+    RoPE), told by one call: a rotation moves a random vector there."""
+    if type(rope) is nn.RoPE or rope.parameters() or head_dim % 2:
+        return False
+    x = mx.random.normal((1, 1, 2, head_dim), key=mx.random.key(3))
+    try:
+        return bool(mx.array_equal(rope(x, offset=1000), x).item())
+    except Exception:  # a module called otherwise: not the identity this takes
+        return False
 
 
 def _scaling(config) -> dict | None:

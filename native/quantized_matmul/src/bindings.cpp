@@ -3,6 +3,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "decode_layer.h"
+#include "gather.h"
 
 #include "kernels.h"
 #include "primitive.h"
@@ -80,6 +81,10 @@ NB_MODULE(_qmm, m) {
       "post_norm"_a = false, "residual_scale"_a = 1.0f, "activation"_a = 0,
       "fused_gate_up"_a = false,
       "A decode step's attention, o projection, residual and MLP: the layer's output.");
+  m.def("gather_quantized_matmul", &mlxlab::gather_quantized_matmul, "x"_a, "w"_a, "scales"_a,
+        "biases"_a, "indices"_a, "group_size"_a, "bits"_a,
+        "x[r] @ dequantize(w[indices[r]]).T for each r of x (R, M, K): a mixture of experts' "
+        "gather_qmm (transpose, affine), the rows grouped by expert.");
   m.def("int8_activations", &mlxlab::int8_activations);
   m.def("set_int8_activations", &mlxlab::set_int8_activations, "on"_a);
   m.def("int16_activations", &mlxlab::int16_activations);
