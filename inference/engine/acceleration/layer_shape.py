@@ -17,7 +17,7 @@ code (fused_decode._agrees). A block outside this description gets `Unfit`, whos
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -158,7 +158,7 @@ def describe(block: nn.Module, config=None) -> Shape | Unfit:
         activation=activation,
         residual_scale=float(residual),
     )
-    return Shape(**{**shape.__dict__, "extras": _extras(shape)})
+    return replace(shape, extras=_extras(shape))
 
 
 def _arguments(block: nn.Module) -> tuple[str, ...]:
