@@ -184,6 +184,19 @@ def weight_bytes(model, shape: dict) -> int:
     return int(total)
 
 
+def step_times(model, cache, token, steps: int) -> list[float]:
+    """Seconds of each of `steps` greedy one-token steps from `token` (`mx.eval` a step)."""
+    import mlx.core as mx
+
+    times = []
+    for _ in range(steps):
+        started = time.perf_counter()
+        token = mx.argmax(model(token, cache=cache)[:, -1:, :], axis=-1)
+        mx.eval(token)
+        times.append(time.perf_counter() - started)
+    return times
+
+
 def measure(name: str, prompt: int, steps: int) -> dict:
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache
@@ -196,13 +209,7 @@ def measure(name: str, prompt: int, steps: int) -> dict:
     logits = model(tokens, cache=cache)
     mx.eval(logits)
     prefill = prompt / (time.perf_counter() - started)
-    token = mx.argmax(logits[:, -1:, :], axis=-1)
-    times = []
-    for _ in range(steps):
-        started = time.perf_counter()
-        token = mx.argmax(model(token, cache=cache)[:, -1:, :], axis=-1)
-        mx.eval(token)
-        times.append(time.perf_counter() - started)
+    times = step_times(model, cache, mx.argmax(logits[:, -1:, :], axis=-1), steps)
     return {
         "family": name,
         "fused_layers": report.layers_fused,

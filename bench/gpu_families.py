@@ -20,14 +20,13 @@ import json
 import shutil
 import statistics
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from families import SHAPES  # noqa: E402
+from families import SHAPES, step_times, weight_bytes  # noqa: E402
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 PROMPT = 32
@@ -56,36 +55,20 @@ def build_folder(name: str, folder: Path, tokenizer: Path) -> Path:
     return folder
 
 
-def read_bytes(model) -> int:
-    from mlx.utils import tree_flatten
-
-    parameters = dict(tree_flatten(model.parameters()))
-    tied = not any(name.startswith("lm_head.") for name in parameters)
-    return sum(p.nbytes for n, p in parameters.items() if tied or "embed_tokens" not in n)
-
-
-def measure(folder: Path, tokens: int) -> dict:
+def measure(name: str, folder: Path, tokens: int) -> dict:
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache
 
     from inference.engine import load_model
 
-    loaded = load_model(folder)
-    model = loaded.model
+    model = load_model(folder).model
     cache = make_prompt_cache(model)
     logits = model(mx.array([list(range(100, 100 + PROMPT))]), cache=cache)
-    token = mx.argmax(logits[:, -1:, :], axis=-1)
-    mx.eval(token)
-    times = []
-    for _ in range(tokens):
-        started = time.perf_counter()
-        token = mx.argmax(model(token, cache=cache)[:, -1:, :], axis=-1)
-        mx.eval(token)
-        times.append(time.perf_counter() - started)
+    times = step_times(model, cache, mx.argmax(logits[:, -1:, :], axis=-1), tokens)
     step = statistics.median(times[len(times) // 4 :])  # after the kernels are compiled
     return {
         "model_class": type(model).__name__,
-        "bytes": read_bytes(model),
+        "bytes": weight_bytes(model, SHAPES[name][1]),
         "step_ms": round(step * 1000, 3),
         "decode_tps": round(1 / step, 1),
     }
@@ -108,7 +91,7 @@ def main() -> None:
         if not any(name.startswith(w) for w in wanted):
             continue
         folder = build_folder(name, args.work / name.split()[0], args.tokenizer)
-        row = measure(folder, args.tokens)
+        row = measure(name, folder, args.tokens)
         limit = args.bandwidth / row["bytes"]
         row |= {"limit_tps": round(limit, 1), "of_limit": round(row["decode_tps"] / limit, 3)}
         results[name] = row

@@ -242,12 +242,10 @@ def _mlp(mlp: nn.Module, width: int):
 def _norm_offset(norm: nn.Module) -> float | None:
     """0 for an RMSNorm scaling by its weight, 1 for one scaling by 1 + weight (Gemma's),
     None for anything else: what one call on a random row gives."""
-    weight, eps = norm.get("weight") if isinstance(norm, nn.Module) else None, None
-    if weight is not None:
-        eps = getattr(norm, "eps", None)
-    if weight is None or not isinstance(eps, float) or set(norm.parameters()) != {"weight"}:
+    if not isinstance(norm, nn.Module) or set(norm.parameters()) != {"weight"} or norm.children():
         return None
-    if weight.ndim != 1 or weight.dtype not in FLOATS or norm.children():
+    weight, eps = norm["weight"], getattr(norm, "eps", None)
+    if not isinstance(eps, float) or weight.ndim != 1 or weight.dtype not in FLOATS:
         return None
     x = mx.random.normal((2, weight.shape[0]), key=mx.random.key(1))
     got = norm(x)
