@@ -43,6 +43,8 @@ def test_stats_show_the_path_the_memory_and_the_prompt_cache(client, http, model
     assert entry["fast_path"]["dense_weight_bytes"] == 0
     # Its decode steps as two native calls a layer (the AVX2 build, as make setup makes it).
     assert entry["fast_path"]["layers_fused"] == 30, entry["fast_path"]["reason"]
+    # Llama's own shape: nothing added to describe, no block left unfused.
+    assert entry["fast_path"]["fused_shape"] == [] and entry["fast_path"]["not_fused"] is None
     assert entry["device"] == "cpu" and entry["warm_up_seconds"] == 0  # warm-up: GPUs only
     assert stats["blas"]["loaded"] and stats["blas"]["path"] == entry["fast_path"]["blas"]
     cache = entry["prompt_cache"]
