@@ -25,17 +25,18 @@ from native import extension  # noqa: E402
 
 CUDA_WHEELS = ("mlx-cuda-13", "mlx-cuda-12")
 
-# A two-layer model with 64-wide heads, in bf16, then in 4 bits with an 8-bit embedding (as
-# mlx-community's models): logits of one row and of left-padded batches against mlx-lm's own
-# model, steps past a cache growth included.
+# A two-layer Llama with 64-wide heads and a Qwen3 with 128-wide ones (its q and k head
+# norms random), in bf16, then in 4 bits with an 8-bit embedding (as mlx-community's
+# models): logits of one row and of left-padded batches against mlx-lm's own model, steps
+# past a cache growth included.
 SELF_TEST = """
 import os, sys
 sys.path.insert(0, sys.argv[1])
 os.environ["MLXLAB_CUDA_DECODE_MAX_BATCH"] = "32"  # every batch the kernels take
 import mlx.core as mx
 import mlx.nn as nn
-from mlx.utils import tree_map
-from mlx_lm.models import llama
+from mlx.utils import tree_flatten, tree_map, tree_unflatten
+from mlx_lm.models import llama, qwen3
 from mlx_lm.models.cache import KVCache
 from inference.engine.acceleration import cuda_decode, fused_projections
 from inference.engine.kv.rows import RowsKVCache
@@ -44,10 +45,15 @@ config = dict(model_type="llama", hidden_size=256, intermediate_size=512, num_hi
               num_attention_heads=4, num_key_value_heads=2, vocab_size=512, rms_norm_eps=1e-5,
               rope_theta=10000.0, tie_word_embeddings=True)
 native = load(sys.argv[2])
-for quantized in (False, True):
+qwen3_config = dict(config, model_type="qwen3", head_dim=128, max_position_embeddings=4096)
+for family, quantized in ((llama, False), (llama, True), (qwen3, False), (qwen3, True)):
     mx.random.seed(18)
-    model = llama.Model(llama.ModelArgs.from_dict(config))
+    model = family.Model(family.ModelArgs.from_dict(config if family is llama else qwen3_config))
     model.update(tree_map(lambda p: p.astype(mx.bfloat16), model.parameters()))
+    model.update(tree_unflatten([(path, 1 + 0.5 * mx.random.normal(a.shape).astype(a.dtype))
+                                 for path, a in tree_flatten(model.parameters())
+                                 if path.endswith("norm.weight")]))
+    own = type(model)
     if quantized:
         nn.quantize(model, class_predicate=lambda path, m: hasattr(m, "to_quantized") and
                     {"group_size": 32 if "embed" in path else 64, "bits": 8 if "embed" in path else 4})
@@ -62,14 +68,14 @@ for quantized in (False, True):
         inputs = mx.array([[0] * pad + p for pad, p in zip(pads, prompts)])
         make = (lambda: KVCache()) if len(prompts) == 1 else (lambda: RowsKVCache(pads))
         ours, theirs = [make() for _ in range(2)], [make() for _ in range(2)]
-        llama.Model.__call__(model, inputs, cache=ours)
-        llama.Model.__call__(model, inputs, cache=theirs)
+        own.__call__(model, inputs, cache=ours)
+        own.__call__(model, inputs, cache=theirs)
         token = inputs[:, -1:]
         for _ in range(6):
-            want = llama.Model.__call__(model, token, cache=theirs).astype(mx.float32)
+            want = own.__call__(model, token, cache=theirs).astype(mx.float32)
             got = model(token, cache=ours).astype(mx.float32)
             error = mx.abs(want - got).max().item() / mx.abs(want).max().item()
-            assert error < 0.05, f"logits differ by {error:.3f} of their largest ({quantized=})"
+            assert error < 0.05, f"logits differ by {error:.3f} of their largest ({own.__module__}, {quantized=})"
             token = mx.argmax(want[:, -1], axis=-1)[:, None]
 print("checked")
 """

@@ -18,7 +18,9 @@ Where the CPU's native paths take the architecture quantized to 4 bits (the fuse
 for every block, or the expert-grouped matmul for a mixture of experts), a 4-bit copy is
 served too, through them: `4-bit batch` and `4-bit drafts`, against mlx-lm's
 `generate_step` on the same 4-bit weights; where the fused layers do not take its blocks,
-the row says why.
+the row says why. `CUDA decode step`: the GPU's one-token step takes the architecture in
+bfloat16, its contract (cuda_decode.Reference) installed as on a GPU, by the blocks'
+description and a check against the model's own code near and far into a sequence.
 
 Each row's tokens must be those of mlx-lm's `generate_step` over the same prompt, on the
 same weights loaded by mlx-lm alone. Where batched rows differ, mlx-lm's own batched loop
@@ -319,10 +321,10 @@ def fast_paths(folder: Path) -> tuple[list[str], str | None]:
     """The native paths this architecture takes when served quantized (4 bits), and why
     not the CPU's fused layers where they do not take every block: those where the fast
     path fuses every block (structure and a check at load: layer_shape.py), the
-    expert-grouped matmul where it has experts, and the CUDA step for mlx-lm's Llama
-    model."""
+    expert-grouped matmul where it has experts, and the CUDA step where it computes the
+    model in bfloat16 (its contract, cuda_decode.Reference, installed as a GPU installs the
+    step: by its description and a check against the model's own code)."""
     import mlx.nn as nn
-    from mlx_lm.models import llama
     from mlx_lm.utils import load_model as mlx_lm_load_model
 
     from inference.engine.acceleration.dense_weights import FastPathOptions, apply_fast_path
@@ -338,9 +340,23 @@ def fast_paths(folder: Path) -> tuple[list[str], str | None]:
     fused = isinstance(layers, list) and 0 < report.layers_fused == len(layers)
     experts = any(type(m) is KernelSwitchLinear for _, m in model.named_modules())
     paths = (["CPU fused layers"] if fused else []) + (["CPU expert matmuls"] if experts else [])
-    if fused and isinstance(model, llama.Model):
+    if _cuda_step_takes(folder):
         paths.append("CUDA decode step")
     return paths, None if fused else (report.not_fused or "not every block fused")
+
+
+def _cuda_step_takes(folder: Path) -> bool:
+    import mlx.core as mx
+    from mlx.utils import tree_map
+    from mlx_lm.utils import load_model as mlx_lm_load_model
+
+    from inference.engine.acceleration import cuda_decode
+
+    model, _ = mlx_lm_load_model(folder)
+    floats = (mx.float32, mx.float16, mx.bfloat16)
+    model.update(tree_map(lambda p: p.astype(mx.bfloat16) if p.dtype in floats else p,
+                          model.parameters()))  # fmt: skip
+    return cuda_decode.install(model, cuda_decode.Reference)
 
 
 def run_matrix(model_types: list[str], processes: int = 2) -> dict[str, dict]:
@@ -398,6 +414,10 @@ def render(results: dict[str, dict]) -> str:
         "`.venv/bin/python -m tests.engine.architecture_matrix --doc`).",
         "",
         f"{served} of {len(results)} served as mlx-lm's `generate_step` computes them.",
+        "Fast paths: the CPU's fused layers and expert matmuls (4-bit copies served through",
+        "them, against mlx-lm on the same weights); `CUDA decode step`: a GPU's one-token",
+        "step takes the architecture in bfloat16 (its contract installed, checked against the",
+        "model's own code).",
         "",
         "| architecture | served | batching | fast paths | notes |",
         "|---|---|---|---|---|",

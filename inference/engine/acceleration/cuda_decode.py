@@ -1,4 +1,4 @@
-"""On an NVIDIA GPU, a dense Llama model's one-token decode step as one MLX primitive.
+"""On an NVIDIA GPU, a dense model's one-token decode step as one MLX primitive.
 
 MLX's CUDA backend spends host time on every kernel of a step (it records each into a new
 CUDA graph), and on an H200 that host work, not the device, bounded a 1B model's decode
@@ -8,8 +8,12 @@ The step in native/cuda_decode is one node of MLX's graph whose evaluation launc
 kernels (five a layer) straight on MLX's stream, so the host's work per step no longer grows
 with the model's kernels.
 
-It takes the steps that feed one token a row to a model whose every layer has fused
-projections (fused_projections.py: bias-free, no active adapter), each matrix plain or
+It takes the steps that feed one token a row to a model whose every layer is Llama's, with
+or without Qwen3's q and k head norms, as layer_shape.describe reads a block (by its parts
+and their behaviour, not its class), and whose own code computes what the step computes
+(checked at install on a few tokens: an embedding or logits scale would show there). Each
+layer's q/k/v and gate/up run fused (fused_projections.fused_weights: bias-free, no active
+adapter), each matrix plain or
 quantized (MLX's affine 4 or 8 bits, groups of 32 or 64; mlx-community's 4-bit models keep
 an 8-bit embedding, say), with plain KV caches (mlx-lm's `KVCache`, or the engine's batch rows: kv/rows.py) in the
 model's dtype, up to the batch the native step takes. Everything else (prefill, verifying
@@ -41,7 +45,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_unflatten
 from mlx_lm.models import llama
-from mlx_lm.models.cache import KVCache
+from mlx_lm.models.cache import KVCache, make_prompt_cache
 
 from labsettings import EngineSettings, engine_settings
 
@@ -49,13 +53,9 @@ from ..kv.rows import RowsKVCache
 from . import fused_projections
 from .adapters import AdapterSlot
 from .cuda_decode_reference import Reference
-from .cuda_decode_weights import (
-    flat,
-    norms_in_the_weights_dtype,
-    rope,
-    rope_freqs,
-    weights_in_order,
-)
+from .cuda_decode_weights import flat, norms_in_the_weights_dtype, rope_freqs, weights_in_order
+from .fused_decode import FAR_POSITION
+from .layer_shape import SEPARATE_MLP, SEPARATE_QKV, Shape, Unfit, describe, norm_offset
 
 log = logging.getLogger(__name__)
 
@@ -82,22 +82,20 @@ def wanted(on_gpu: bool) -> bool:
 class Plan:
     """The native model over one set of fused weights, and the arrays it was made of."""
 
-    def __init__(self, native, model: llama.Model, fused: list[tuple[mx.array, mx.array]]):
-        inner, args = model["model"], model.args
+    def __init__(self, native, model: nn.Module, shape: Shape, fused: list):
+        inner = model["model"]
         layers = inner["layers"]
-        first = layers[0]
-        attention = first["self_attn"]
-        found = rope(first, args)
-        weights = weights_in_order(model, fused)
+        weights = weights_in_order(model, fused, head_norms=bool(shape.qk_norm_eps))
         self.sources = flat(weights)  # identity: a replaced weight means a new plan
         self.tree = Tree(model)
         self.dtype = inner["norm"]["weight"].dtype
-        self.kv_heads, self.head_dim = attention.n_kv_heads, attention.head_dim
+        self.kv_heads, self.head_dim = shape.kv_heads, shape.head_dim
+        found, embedding = shape.rope, inner["embed_tokens"]
         self.native = native.Model(
-            weights, len(layers), args.hidden_size, attention.n_heads, attention.n_kv_heads,
-            attention.head_dim, args.intermediate_size, args.vocab_size,
-            first["input_layernorm"].eps, attention.scale, found.scale, found.base,
-            found.traditional, rope_freqs(found),
+            weights, len(layers), inner["norm"]["weight"].shape[0], shape.heads, shape.kv_heads,
+            shape.head_dim, fused[0][1].weight.shape[0] // 2, embedding["weight"].shape[0],
+            layers[0]["input_layernorm"].eps, shape.scale, found.scale, found.base,
+            found.traditional, rope_freqs(found), shape.qk_norm_eps,
         )  # fmt: skip
         # A bad value of either is a SettingError, a ValueError: the model keeps mlx-lm's step.
         self.max_batch = min(self.native.max_batch(), engine_settings.cuda_decode_max_batch)
@@ -134,48 +132,96 @@ class Tree:
         return self._ids is not None and list(map(id, self._items())) == self._ids
 
 
+# The layers the step computes: Llama's norms and projections, SiLU, RoPE over whole heads;
+# with or without q and k norms on each head (Qwen3's).
+LLAMA_NORMS = ("input_layernorm", None, "post_attention_layernorm", None)
+GPU_PROJECTIONS = (nn.Linear, nn.QuantizedLinear)
+
+
+def shape_of(model: nn.Module) -> Shape | Unfit:
+    """Every layer's Shape (layer_shape.describe) where the step computes it, or why not."""
+    if not isinstance(model, nn.Module) or "model" not in model:
+        return Unfit("a model without a `model` part")
+    inner = model["model"]
+    if _parts(model) - {"model", "lm_head"} or not isinstance(inner, nn.Module):
+        return Unfit("a model of other parts than a text model and its head")
+    if _parts(inner) != {"embed_tokens", "layers", "norm"}:
+        return Unfit("a text model of other parts than embed_tokens, layers and norm")
+    layers = inner["layers"]
+    if not layers or norm_offset(inner["norm"]) != 0.0:
+        return Unfit("a final norm that is not an RMSNorm of its weight")
+    if any(getattr(block, "use_sliding", False) for block in layers):
+        return Unfit("sliding-window layers")
+    if any(type(cache) is not KVCache for cache in make_prompt_cache(model)):
+        return Unfit("caches other than plain KV caches")
+    shapes = [describe(block, getattr(model, "args", None), GPU_PROJECTIONS) for block in layers]
+    shape = next((s for s in shapes if isinstance(s, Unfit)), shapes[0])
+    if isinstance(shape, Unfit):
+        return shape
+    if any(other != shape for other in shapes):
+        return Unfit("layers of different shapes")
+    return _within_the_step(shape)
+
+
+def _parts(module: nn.Module) -> set[str]:
+    """The names of a module's parts that are modules or lists of them (not Llama's list
+    of layer types)."""
+    return {
+        name
+        for name, value in module.items()
+        if isinstance(value, nn.Module)
+        or (isinstance(value, list) and value and all(isinstance(v, nn.Module) for v in value))
+    }
+
+
+def _within_the_step(shape: Shape) -> Shape | Unfit:
+    if shape.norms != LLAMA_NORMS or shape.norm_offset:
+        return Unfit("norms other than Llama's input and post-attention RMSNorms")
+    if shape.qkv != SEPARATE_QKV or shape.qkv_bias:
+        return Unfit("q/k/v projections other than three bias-free ones")
+    if shape.qk_norm_eps and shape.qk_norm_full:
+        return Unfit("q and k norms across all heads")
+    if shape.mlp != SEPARATE_MLP or shape.activation != "silu" or shape.residual_scale != 1.0:
+        return Unfit("an MLP or residual other than Llama's")
+    if shape.rope.dims != shape.head_dim or shape.rope.mscale != 1.0:
+        return Unfit("a RoPE over part of each head, or scaling it")
+    return shape
+
+
 def eligible(model: nn.Module) -> bool:
     """Whether the step computes what this model's one-token steps compute."""
-    if type(model) not in (llama.Model, CudaDecodeModel):
+    shape = shape_of(model)
+    if isinstance(shape, Unfit):
         return False
-    inner = model["model"]
-    layers = inner["layers"]
-    if not layers or any(getattr(block, "use_sliding", False) for block in layers):
-        return False
-    if any(type(block) is not fused_projections.FusedProjectionsBlock for block in layers):
-        return False
-    first = rope(layers[0], model.args)
-    if type(inner["norm"]) is not nn.RMSNorm or first is None:
-        return False
-    for block in layers:
-        norms = (block["input_layernorm"], block["post_attention_layernorm"])
-        if any(type(norm) is not nn.RMSNorm for norm in norms) or rope(block, model.args) != first:
-            return False
+    fused = [fused_projections.fused_weights(block) for block in model["model"]["layers"]]
     try:
-        weights = weights_in_order(model, [block._fused() for block in layers])
+        weights = weights_in_order(model, fused, head_norms=bool(shape.qk_norm_eps))
     except TypeError:  # a matrix the step takes neither plain nor quantized
         return False
-    dtype = inner["norm"]["weight"].dtype
+    dtype = model["model"]["norm"]["weight"].dtype
     # Every array in the model's dtype but a quantized matrix's packed weight.
     floats = [array for entry in weights for array in (entry if len(entry) == 1 else entry[1:])]
     return dtype in (mx.bfloat16, mx.float16) and all(array.dtype == dtype for array in floats)
 
 
-class CudaDecodeModel(llama.Model):
-    """mlx-lm's Llama model whose one-token steps run the native CUDA step.
+class CudaDecodeStep:
+    """A model whose one-token steps run the native CUDA step (mixed into its own class).
 
     Installed by swapping an instance's class: the parameter tree stays mlx-lm's own.
     """
 
+    _mlxlab_own: type  # the model's own class
     _mlxlab_native = None  # the loaded extension
     _mlxlab_plan: Plan | None = None
+    _mlxlab_shape: Shape | None = None
 
-    def __call__(self, inputs: mx.array, cache=None, input_embeddings=None):
-        if input_embeddings is None and cache and inputs.ndim == 2 and inputs.shape[1] == 1:
+    def __call__(self, inputs: mx.array, cache=None, **kwargs):
+        one_token = cache and inputs.ndim == 2 and inputs.shape[1] == 1
+        if one_token and kwargs.get("input_embeddings") is None:
             logits = self._decode(inputs, cache)
             if logits is not None:
                 return logits
-        return super().__call__(inputs, cache=cache, input_embeddings=input_embeddings)
+        return super().__call__(inputs, cache=cache, **kwargs)
 
     def _decode(self, inputs: mx.array, caches: list) -> mx.array | None:
         scanned = _scan(caches)
@@ -225,12 +271,13 @@ class CudaDecodeModel(llama.Model):
             return plan
         fused = []
         for block in self["model"]["layers"]:
-            weights = block._fused()
+            weights = fused_projections.fused_weights(block)
             if weights is None:
                 return None
             fused.append(weights)
+        shape = self._mlxlab_shape
         try:
-            weights = flat(weights_in_order(self, fused))
+            weights = flat(weights_in_order(self, fused, head_norms=bool(shape.qk_norm_eps)))
         except TypeError:  # a matrix the step does not take (given a bias since, say)
             return None
         if (
@@ -238,11 +285,29 @@ class CudaDecodeModel(llama.Model):
             or len(weights) != len(plan.sources)
             or not all(a is b for a, b in zip(weights, plan.sources, strict=True))
         ):
-            plan = Plan(self._mlxlab_native, self, fused)
+            plan = Plan(self._mlxlab_native, self, shape, fused)
             object.__setattr__(self, "_mlxlab_plan", plan)
         else:  # the same weights through other modules (an idle adapter slot, say)
             plan.tree = Tree(self)
         return plan
+
+
+_CLASSES: dict[type, type] = {}
+
+
+def cuda_class(own: type) -> type:
+    """`own` (a model's class) with the native step mixed in, one class for each."""
+    if own not in _CLASSES:
+        body = {
+            "_mlxlab_own": own,
+            "__module__": __name__,
+            "__qualname__": f"CudaDecode{own.__name__}",
+        }
+        _CLASSES[own] = type(f"CudaDecode{own.__name__}", (CudaDecodeStep, own), body)
+    return _CLASSES[own]
+
+
+CudaDecodeModel = cuda_class(llama.Model)
 
 
 def _int32(values: mx.array) -> mx.array:
@@ -299,8 +364,8 @@ def _reserve(cache, column: int) -> None:
 def install(model: nn.Module, native=None) -> bool:
     """Give `model` the CUDA decode step where it computes what the model computes; returns
     whether it did. `native`: the loaded extension (native.cuda_decode.load() by default)."""
-    if type(model) not in (llama.Model, CudaDecodeModel):
-        return False
+    if isinstance(model, CudaDecodeStep):
+        model.__class__ = model._mlxlab_own
     norms = norms_in_the_weights_dtype(model)
     installed = _install(model, native)
     if not installed and norms:
@@ -312,6 +377,10 @@ def install(model: nn.Module, native=None) -> bool:
 
 
 def _install(model: nn.Module, native) -> bool:
+    shape = shape_of(model)
+    if isinstance(shape, Unfit):
+        log.info("the CUDA decode step does not take this model: %s", shape.reason)
+        return False
     if not eligible(model):
         return False
     if native is None and engine_settings.cuda_decode == "reference":
@@ -324,14 +393,47 @@ def _install(model: nn.Module, native) -> bool:
         except StepUnavailable as why:
             log.info("%s", why)
             return False
-    model.__class__ = CudaDecodeModel
+    own = type(model)
+    model.__class__ = cuda_class(own)
     object.__setattr__(model, "_mlxlab_native", native)
     object.__setattr__(model, "_mlxlab_plan", None)
+    object.__setattr__(model, "_mlxlab_shape", shape)
     try:
-        installed = model._plan() is not None
+        installed = model._plan() is not None and _agrees(model, own)
     except ValueError as why:  # a shape the native step lacks (its heads' width, say)
         log.info("the CUDA decode step does not take this model: %s", why)
         installed = False
     if not installed:
-        model.__class__ = llama.Model
+        model.__class__ = own
     return installed
+
+
+def _agrees(model: nn.Module, own: type) -> bool:
+    """Whether two steps give the logits the model's own code gives, after a short prompt
+    and far into a sequence (caches of zeros): what a block's description cannot say (an
+    embedding or logits scale, an attention scale that moves with the position) shows here."""
+    starts = [(mx.array([[1, 2, 3, 4]]), None), (None, FAR_POSITION)]
+    for prompt, far in starts:
+        ours, theirs = make_prompt_cache(model), make_prompt_cache(model)
+        for caches in (ours, theirs):
+            if far is not None:
+                _zeros_to(caches, far, model._mlxlab_plan)
+            else:
+                own.__call__(model, prompt, cache=caches)
+        token = mx.array([[5]])
+        for _ in range(2):
+            got = model(token, cache=ours).astype(mx.float32)
+            want = own.__call__(model, token, cache=theirs).astype(mx.float32)
+            if mx.abs(got - want).max().item() > 0.05 * (1.0 + mx.abs(want).max().item()):
+                log.info("the CUDA decode step does not take this model: its logits differ")
+                return False
+            token = mx.argmax(want[:, -1], axis=-1)[:, None]
+    return True
+
+
+def _zeros_to(caches: list, offset: int, plan: Plan) -> None:
+    """Caches of zero keys and values up to `offset`, as a sequence that far would leave them."""
+    shape = (1, plan.kv_heads, offset + (-offset) % STEP, plan.head_dim)
+    for cache in caches:
+        cache.keys, cache.values = mx.zeros(shape, plan.dtype), mx.zeros(shape, plan.dtype)
+        cache.offset = offset

@@ -2,7 +2,8 @@
 
 `Reference` has the native extension's interface (a `Model` made of the weights in the
 step's order, whose `step` returns the logits and the caches with this step's column
-written) and computes what mlx-lm's Llama computes, on any device: the CPU tests run the
+written) and computes what mlx-lm's Llama computes (and Qwen3's head norms), on any device:
+the CPU tests run the
 model's glue against it, and MLXLAB_CUDA_DECODE=reference serves with it.
 """
 
@@ -20,8 +21,13 @@ class Reference:
 
     class Model:
         def __init__(self, weights, layers, hidden, heads, kv_heads, head_dim, intermediate,
-                     vocab, eps, attention_scale, rope_scale, rope_base, traditional, rope_freqs):  # fmt: skip
+                     vocab, eps, attention_scale, rope_scale, rope_base, traditional, rope_freqs,
+                     qk_norm_eps=0.0):  # fmt: skip
             self.weights, self.layers, self.eps = weights, layers, eps
+            self.qk_eps = qk_norm_eps
+            self.per_layer = 8 if qk_norm_eps else 6  # as the native step reads them
+            if len(weights) != 3 + self.per_layer * layers:
+                raise ValueError("expected 3 weights, then 6 a layer (8 with head norms)")
             self.heads, self.kv_heads, self.dim = heads, kv_heads, head_dim
             self.depths = (hidden, heads * head_dim, hidden, intermediate)  # qkv, o, gate_up, down
             self.scale = attention_scale
@@ -53,15 +59,17 @@ class Reference:
             mask = mask[:, None, None, :]
             out = []
             for layer in range(self.layers):
-                (norm,), qkv, o, (post,), gate_up, down = self.weights[
-                    3 + 6 * layer : 9 + 6 * layer
-                ]
+                start = 3 + self.per_layer * layer
+                (norm,), qkv, o, (post,), gate_up, down = self.weights[start : start + 6]
                 q, k, v = mx.split(_matmul(mx.fast.rms_norm(x, norm, self.eps), qkv, qkv_depth),
                                    [heads * dim, (heads + kv_heads) * dim], axis=-1)  # fmt: skip
-                q = mx.fast.rope(q.reshape(batch, 1, heads, dim).transpose(0, 2, 1, 3), dim,
-                                 offset=positions, **self.rope)  # fmt: skip
-                k = mx.fast.rope(k.reshape(batch, 1, kv_heads, dim).transpose(0, 2, 1, 3), dim,
-                                 offset=positions, **self.rope)  # fmt: skip
+                q, k = q.reshape(batch, 1, heads, dim), k.reshape(batch, 1, kv_heads, dim)
+                if self.qk_eps:  # each head normed before RoPE, as Qwen3's attention does
+                    (q_norm,), (k_norm,) = self.weights[start + 6 : start + 8]
+                    q = mx.fast.rms_norm(q, q_norm, self.qk_eps)
+                    k = mx.fast.rms_norm(k, k_norm, self.qk_eps)
+                q = mx.fast.rope(q.transpose(0, 2, 1, 3), dim, offset=positions, **self.rope)
+                k = mx.fast.rope(k.transpose(0, 2, 1, 3), dim, offset=positions, **self.rope)
                 v = v.reshape(batch, 1, kv_heads, dim).transpose(0, 2, 1, 3)
                 keys = mx.slice_update(caches[2 * layer], k, mx.array([column]), (2,))
                 values = mx.slice_update(caches[2 * layer + 1], v, mx.array([column]), (2,))

@@ -1,7 +1,8 @@
-"""What of a Llama model the CUDA decode step takes, and in which order (cuda_decode.py).
+"""What of a model the CUDA decode step takes, and in which order (cuda_decode.py).
 
 The step reads its weights as one list: the embedding, the final norm, lm_head, then each
-layer's input norm, fused q/k/v, o, post-attention norm, fused gate/up and down; each a
+layer's input norm, fused q/k/v, o, post-attention norm, fused gate/up and down, and its q
+and k head norms where it has them (Qwen3's); each a
 norm's or a plain matrix's one array, or a quantized matrix's packed weight, scales and
 biases (MLX's affine mode, FORMATS). TypeError where a matrix is of a kind the step lacks.
 """
@@ -11,9 +12,8 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
-from mlx_lm.models import llama
 
-from .rope_tables import Rope, rope_of
+from .rope_tables import Rope
 
 # The quantizations the native kernels take, as (group size, bits): MLX's affine mode.
 FORMATS = {(32, 4), (64, 4), (32, 8), (64, 8)}
@@ -36,28 +36,18 @@ def matrix_of(module: nn.Module) -> list[mx.array] | None:
     return [module["weight"], module["scales"], module["biases"]]
 
 
-def rope(block: llama.TransformerBlock, config) -> Rope | None:
-    """The block's RoPE (rope_tables.py, from its module and the model's config `config`)
-    where the step computes it: over whole heads, plain or from a table of periods (Llama
-    3's), with no scale of the rotated part; else None."""
-    attention = block["self_attn"]
-    found = rope_of(attention["rope"], attention.head_dim, config)
-    if isinstance(found, str) or found.dims != attention.head_dim or found.mscale != 1.0:
-        return None
-    return found
-
-
 def rope_freqs(found: Rope) -> mx.array | None:
     """The step's table of periods (MLX's `freqs`), or None for a plain RoPE."""
     return None if found.periods is None else mx.array(found.periods, mx.float32)
 
 
-def weights_in_order(model: llama.Model, fused) -> list[list[mx.array]]:
+def weights_in_order(model: nn.Module, fused, head_norms: bool = False) -> list[list[mx.array]]:
     """The model's weights in the native step's order, each a list (a norm's or a plain
     matrix's one array; a quantized matrix's packed weight, scales and biases), with each
-    layer's fused projections. TypeError where a matrix is of a kind the step lacks."""
+    layer's fused projections, and its q and k head norms with `head_norms`. TypeError
+    where a matrix is of a kind the step lacks."""
     inner = model["model"]
-    head = inner["embed_tokens"] if model.args.tie_word_embeddings else model["lm_head"]
+    head = model["lm_head"] if "lm_head" in model else inner["embed_tokens"]  # tied
     weights = [_taken(inner["embed_tokens"]), [inner["norm"]["weight"]], _taken(head)]
     for block, projections in zip(inner["layers"], fused, strict=True):
         if projections is None or any(p.quantization not in (None, *FORMATS) for p in projections):
@@ -67,6 +57,9 @@ def weights_in_order(model: llama.Model, fused) -> list[list[mx.array]]:
                     _taken(block["self_attn"]["o_proj"]),
                     [block["post_attention_layernorm"]["weight"]], list(gate_up.arrays),
                     _taken(block["mlp"]["down_proj"])]  # fmt: skip
+        if head_norms:
+            attention = block["self_attn"]
+            weights += [[attention["q_norm"]["weight"]], [attention["k_norm"]["weight"]]]
     return weights
 
 

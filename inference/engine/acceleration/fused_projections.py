@@ -92,10 +92,13 @@ def _keys(layer: nn.Module) -> tuple[str, ...]:
     return ("weight", "scales", "biases") if type(layer) is nn.QuantizedLinear else ("weight",)
 
 
-def _sources(block: llama.TransformerBlock) -> list[nn.Module | None]:
+def _sources(block: nn.Module) -> list[nn.Module | None]:
     # Item lookups: a Module's __getattr__ is a Python call, on every layer of every step.
-    attention, mlp = block["self_attn"], block["mlp"]
-    return [_base(attention[name]) for name in ATTENTION] + [_base(mlp[name]) for name in MLP]
+    attention, mlp = block.get("self_attn"), block.get("mlp")
+    if not isinstance(attention, nn.Module) or not isinstance(mlp, nn.Module):
+        return [None]
+    parts = [attention.get(name) for name in ATTENTION] + [mlp.get(name) for name in MLP]
+    return [_base(part) if isinstance(part, nn.Module) else None for part in parts]
 
 
 def eligible(block: nn.Module) -> bool:
@@ -190,24 +193,30 @@ class FusedProjectionsBlock(llama.TransformerBlock):
         return out
 
     def _fused(self) -> tuple[Projection, Projection] | None:
-        """The fused weights while the projections are the ones they were made of."""
-        layers = _sources(self)
-        if any(layer is None for layer in layers):
+        return fused_weights(self)
+
+
+def fused_weights(block: nn.Module) -> tuple[Projection, Projection] | None:
+    """The block's q/k/v and gate/up weights each as one matmul's, while its projections
+    are the ones they were made of (the CUDA decode step reads them from any block with
+    these parts); None where one is not fusable (biased, mixed, an active adapter)."""
+    layers = _sources(block)
+    if any(layer is None for layer in layers):
+        return None
+    built = getattr(block, "_mlxlab_fused", None)
+    arrays = _arrays(layers)
+    if (
+        built is None
+        or len(built[0]) != len(arrays)
+        or not all(a is b for a, b in zip(built[0], arrays, strict=True))
+    ):
+        if not (_fusable(layers[:3]) and _fusable(layers[3:])):
             return None
-        built = self._mlxlab_fused
-        arrays = _arrays(layers)
-        if (
-            built is None
-            or len(built[0]) != len(arrays)
-            or not all(a is b for a, b in zip(built[0], arrays, strict=True))
-        ):
-            if not (_fusable(layers[:3]) and _fusable(layers[3:])):
-                return None
-            attention, mlp = _fuse(layers[:3]), _fuse(layers[3:])
-            built = (attention[0] + mlp[0], attention[1], mlp[1])
-            # Not through Module.__setattr__, which would file the arrays among the parameters.
-            object.__setattr__(self, "_mlxlab_fused", built)
-        return built[1], built[2]
+        attention, mlp = _fuse(layers[:3]), _fuse(layers[3:])
+        built = (attention[0] + mlp[0], attention[1], mlp[1])
+        # Not through Module.__setattr__, which would file the arrays among the parameters.
+        object.__setattr__(block, "_mlxlab_fused", built)
+    return built[1], built[2]
 
 
 def _attention(attention, x: mx.array, qkv: Projection, mask, cache) -> mx.array:

@@ -105,10 +105,13 @@ class Shape:
         return attention + tuple(("mlp", n) for n in self.mlp)
 
 
-def describe(block: nn.Module, config=None) -> Shape | Unfit:
+def describe(
+    block: nn.Module, config=None, kinds: tuple[type, ...] = (KernelLinear,)
+) -> Shape | Unfit:
     """The block's Shape, or why the native layers do not compute it. `config`: the model's
-    arguments (its `args`), which a scaled RoPE is computed from. Its projections must run
-    on the quantized matmul kernel already."""
+    arguments (its `args`), which a scaled RoPE is computed from. Its projections must be
+    of `kinds`: the CPU's quantized matmul kernel's (the default), or on a GPU MLX's
+    Linear and QuantizedLinear."""
     if not isinstance(block, nn.Module):
         return Unfit("the model's layers are not modules")
     called = _arguments(block)
@@ -121,10 +124,10 @@ def describe(block: nn.Module, config=None) -> Shape | Unfit:
     if layout is None:
         extra = sorted(children - {"self_attn", "mlp"})
         return Unfit(f"a block whose other parts ({', '.join(extra)}) are no known norm layout")
-    offsets = {_norm_offset(block[name]) for name in layout if name}
+    offsets = {norm_offset(block[name]) for name in layout if name}
     if len(offsets) != 1 or None in offsets:
         return Unfit("a block's norms are not all RMSNorms of one kind")
-    attention = _attention(block["self_attn"])
+    attention = _attention(block["self_attn"], kinds)
     if isinstance(attention, Unfit):
         return attention
     qkv, (heads, kv_heads), head_dim, qkv_bias = attention
@@ -135,7 +138,7 @@ def describe(block: nn.Module, config=None) -> Shape | Unfit:
     if isinstance(rope, str):
         return Unfit(rope)
     width = block[next(name for name in layout if name)]["weight"].shape[0]
-    mlp = _mlp(block["mlp"], width)
+    mlp = _mlp(block["mlp"], width, kinds)
     if isinstance(mlp, Unfit):
         return mlp
     names, activation = mlp
@@ -179,7 +182,7 @@ def _counts(attention: nn.Module) -> tuple[int, int] | None:
     return (heads, kv_heads) if heads and kv_heads and heads % kv_heads == 0 else None
 
 
-def _attention(attention: nn.Module):
+def _attention(attention: nn.Module, kinds: tuple[type, ...]):
     """(projection names, (heads, kv heads), head size, q/k/v biases) or Unfit."""
     parts = set(attention.children()) - HEAD_NORMS
     counts = _counts(attention)
@@ -195,8 +198,8 @@ def _attention(attention: nn.Module):
     else:
         return Unfit(f"an attention of other parts ({', '.join(sorted(parts))})")
     projections = [attention[n] for n in (*names, "o_proj")]
-    if not all(type(m) is KernelLinear for m in projections):
-        return Unfit("an attention projection off the quantized matmul kernel")
+    if not all(type(m) in kinds for m in projections):
+        return Unfit(f"an attention projection of another kind than {_names(kinds)}")
     head_dim = attention[names[0]]["weight"].shape[0] // rows  # the weight's rows: outputs
     biased = ["bias" in m for m in projections]
     if biased[-1] or len(set(biased[:-1])) != 1 or (biased[0] and names == FUSED_QKV):
@@ -212,7 +215,7 @@ def _head_norms(attention: nn.Module, counts: tuple[int, int], head_dim: int, of
     if not parts >= HEAD_NORMS:
         return Unfit("a norm on q or k alone")
     q, k = attention["q_norm"], attention["k_norm"]
-    if {_norm_offset(q), _norm_offset(k)} != offsets or q.eps != k.eps:
+    if {norm_offset(q), norm_offset(k)} != offsets or q.eps != k.eps:
         return Unfit("q and k norms of another kind than the block's")
     widths = (q.weight.shape[0], k.weight.shape[0])
     if widths == (head_dim, head_dim):
@@ -222,15 +225,15 @@ def _head_norms(attention: nn.Module, counts: tuple[int, int], head_dim: int, of
     return Unfit("q and k norms neither per head nor across all heads")
 
 
-def _mlp(mlp: nn.Module, width: int):
+def _mlp(mlp: nn.Module, width: int, kinds: tuple[type, ...]):
     """(projection names, activation) or Unfit."""
     parts = set(mlp.children())
     if parts not in (set(SEPARATE_MLP), set(FUSED_MLP)):
         return Unfit(f"an MLP of other parts ({', '.join(sorted(parts))})")
     names = SEPARATE_MLP if parts == set(SEPARATE_MLP) else FUSED_MLP
     projections = [mlp[n] for n in names]
-    if not all(type(m) is KernelLinear for m in projections):
-        return Unfit("an MLP projection off the quantized matmul kernel")
+    if not all(type(m) in kinds for m in projections):
+        return Unfit(f"an MLP projection of another kind than {_names(kinds)}")
     if any("bias" in m for m in projections):
         return Unfit("an MLP with biases")
     activation = _activation(mlp, names, width)
@@ -239,7 +242,7 @@ def _mlp(mlp: nn.Module, width: int):
     return names, activation
 
 
-def _norm_offset(norm: nn.Module) -> float | None:
+def norm_offset(norm: nn.Module) -> float | None:
     """0 for an RMSNorm scaling by its weight, 1 for one scaling by 1 + weight (Gemma's),
     None for anything else: what one call on a random row gives."""
     if not isinstance(norm, nn.Module) or set(norm.parameters()) != {"weight"} or norm.children():
@@ -270,6 +273,10 @@ def _activation(mlp: nn.Module, names: tuple[str, ...], width: int) -> str | Non
     }
     best = min(errors, key=errors.get)
     return best if errors[best] <= 1e-5 else None
+
+
+def _names(kinds: tuple[type, ...]) -> str:
+    return " or ".join(kind.__name__ for kind in kinds)
 
 
 def _error(got: mx.array, want: mx.array) -> float:

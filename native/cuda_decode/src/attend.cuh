@@ -13,7 +13,42 @@ struct AttentionArgs {
   const int32_t* column_at;  // where not null, the column in device memory (at_column())
   bool traditional;
   float scale, rope_scale, log2_base;
+  const void* q_norm;  // the layer's head norms (Layer::q_norm), or null
+  const void* k_norm;
+  float qk_eps;
 };
+
+// Each thread below D: its element of a query head and of a key head, each RMS-normed over
+// its head where the layer has head norms (Qwen3's), rounded as mlx-lm's fast rms_norm
+// rounds (x scaled and rounded, then times the weight, rounded). Every thread takes part.
+template <typename T, int D>
+__device__ void head_norms(const T* q_row, const T* k_row, const AttentionArgs& a, float* q_out,
+                           float* k_out) {
+  __shared__ float partial[2][kAttentionThreads / 32];
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const float q = tid < D ? to_float(q_row[tid]) : 0.0f;
+  const float k = tid < D ? to_float(k_row[tid]) : 0.0f;
+  const float q_squares = warp_sum(q * q), k_squares = warp_sum(k * k);
+  if (lane == 0) {
+    partial[0][warp] = q_squares;
+    partial[1][warp] = k_squares;
+  }
+  __syncthreads();
+  float q_total = 0.0f, k_total = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kAttentionThreads / 32; ++i) {
+    q_total += partial[0][i];
+    k_total += partial[1][i];
+  }
+  if (tid < D) {
+    const float q_scale = rsqrtf(q_total / D + a.qk_eps), k_scale = rsqrtf(k_total / D + a.qk_eps);
+    const float q_weight = to_float(static_cast<const T*>(a.q_norm)[tid]);
+    const float k_weight = to_float(static_cast<const T*>(a.k_norm)[tid]);
+    q_out[tid] = rounded<T>(q_weight * rounded<T>(q * q_scale));
+    k_out[tid] = rounded<T>(k_weight * rounded<T>(k * k_scale));
+  }
+  __syncthreads();
+}
 
 // The block's query head of row blockIdx.y after RoPE, scaled, into q; its kv head's new key
 // (after RoPE) and value into new_key and new_value, which the group's first query head
@@ -28,6 +63,13 @@ __device__ size_t prepare(const T* __restrict__ qkv, T* keys, T* values,
   const int head = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
   const int group = a.heads / a.kv_heads, kv = head / group;
   const T* row = qkv + static_cast<size_t>(b) * (a.heads + 2 * a.kv_heads) * D;
+  const T* qr = row + head * D;
+  const T* kr = row + (a.heads + kv) * D;
+  // Where the layer norms its heads, the normed query into q (each thread then turns its
+  // own pair in place) and the normed key into k_normed.
+  __shared__ float k_normed[D];
+  const bool normed = a.q_norm != nullptr;
+  if (normed) head_norms<T, D>(qr, kr, a, q, k_normed);
   if (tid < kHalf) {
     const int i1 = a.traditional ? 2 * tid : tid;
     const int i2 = a.traditional ? 2 * tid + 1 : tid + kHalf;
@@ -37,13 +79,11 @@ __device__ size_t prepare(const T* __restrict__ qkv, T* keys, T* values,
                                : exp2f(-(static_cast<float>(tid) / kHalf) * a.log2_base);
     const float theta = a.rope_scale * static_cast<float>(positions[b]) * inv_freq;
     const float c = cosf(theta), s = sinf(theta);
-    const T* qr = row + head * D;
-    float x1 = to_float(qr[i1]), x2 = to_float(qr[i2]);
+    float x1 = normed ? q[i1] : to_float(qr[i1]), x2 = normed ? q[i2] : to_float(qr[i2]);
     q[i1] = a.scale * rounded<T>(x1 * c - x2 * s);
     q[i2] = a.scale * rounded<T>(x1 * s + x2 * c);
-    const T* kr = row + (a.heads + kv) * D;
-    x1 = to_float(kr[i1]);
-    x2 = to_float(kr[i2]);
+    x1 = normed ? k_normed[i1] : to_float(kr[i1]);
+    x2 = normed ? k_normed[i2] : to_float(kr[i2]);
     new_key[i1] = from_float<T>(x1 * c - x2 * s);
     new_key[i2] = from_float<T>(x1 * s + x2 * c);
   }

@@ -237,13 +237,24 @@ cudaError_t launch_embed(const Shape& s, const Pointers& p, void* x, cudaStream_
   return cudaErrorInvalidValue;
 }
 
+AttentionArgs attention_args(const Shape& s, const Pointers& p) {
+  return AttentionArgs{s.heads,     s.kv_heads,      s.capacity,      s.column,
+                       p.column_at, s.traditional,   s.attention_scale, s.rope_scale,
+                       s.log2_base, nullptr,         nullptr,         s.qk_eps};
+}
+
+// A layer's attention arguments: the step's, with the layer's head norms.
+AttentionArgs for_layer(AttentionArgs args, const Layer& layer) {
+  args.q_norm = layer.q_norm;
+  args.k_norm = layer.k_norm;
+  return args;
+}
+
 template <typename T, int B, int D>
 cudaError_t step(const Shape& s, const Pointers& p, cudaStream_t stream) {
   const Scratch t = carve(s, p.scratch);
   const int qkv_rows = (s.heads + 2 * s.kv_heads) * D;
-  const AttentionArgs args{s.heads,         s.kv_heads,     s.capacity,  s.column,
-                           p.column_at,     s.traditional,  s.attention_scale, s.rope_scale,
-                           s.log2_base};
+  const AttentionArgs args = attention_args(s, p);
   const int n = s.batch;
   cudaError_t error = launch_embed<T>(s, p, t.x, stream);
   auto keep = [&error](cudaError_t e) {
@@ -255,7 +266,7 @@ cudaError_t step(const Shape& s, const Pointers& p, cudaStream_t stream) {
     keep(launch(attend<T, D>, dim3(s.heads, n), kAttentionThreads, 0, stream, overlap(s),
                 static_cast<const T*>(t.qkv), static_cast<T*>(layer.keys),
                 static_cast<T*>(layer.values), static_cast<T*>(t.attention), p.positions,
-                p.first_columns, p.rope_freqs, args));
+                p.first_columns, p.rope_freqs, for_layer(args, layer)));
     keep(launch_matvec<T, B, kResidual, false>(s, stream, layer.o, t.attention, nullptr, t.x,
                                                s.hidden, s.heads * D));
     keep(launch_matvec<T, B, kSwiglu, true>(s, stream, layer.gate_up, t.x, layer.post_norm,
@@ -275,9 +286,7 @@ template <typename T, int D>
 cudaError_t step_gemm(const Shape& s, const Pointers& p, cudaStream_t stream) {
   const Scratch t = carve(s, p.scratch);
   const int n = s.batch, qkv_rows = (s.heads + 2 * s.kv_heads) * D;
-  const AttentionArgs args{s.heads,         s.kv_heads,     s.capacity,  s.column,
-                           p.column_at,     s.traditional,  s.attention_scale, s.rope_scale,
-                           s.log2_base};
+  const AttentionArgs args = attention_args(s, p);
   cudaError_t error = launch_embed<T>(s, p, t.x, stream);
   auto keep = [&error](cudaError_t e) {
     if (error == cudaSuccess) error = e;
@@ -300,7 +309,7 @@ cudaError_t step_gemm(const Shape& s, const Pointers& p, cudaStream_t stream) {
     keep(launch(attend_chunked<T, D>, dim3(s.heads, n), kAttentionThreads, 0, stream, false,
                 static_cast<const T*>(t.qkv), static_cast<T*>(layer.keys),
                 static_cast<T*>(layer.values), static_cast<T*>(t.attention), p.positions,
-                p.first_columns, p.rope_freqs, args));
+                p.first_columns, p.rope_freqs, for_layer(args, layer)));
     matmul(layer.o, t.attention, t.out, s.hidden, s.heads * D);
     norm(layer.post_norm);
     matmul(layer.gate_up, t.normed, t.wide, 2 * s.intermediate, s.hidden);

@@ -1,4 +1,5 @@
-// A whole one-token decode step of a Llama model on an NVIDIA GPU.
+// A whole one-token decode step of a model of Llama's layer (with or without Qwen3's q and k
+// head norms) on an NVIDIA GPU.
 // Plain CUDA over raw device pointers: nothing here knows MLX.
 #pragma once
 
@@ -28,6 +29,9 @@ struct Layer {
   const void* post_norm;  // (hidden)
   Matrix gate_up;  // (2 intermediate, hidden): gate rows, then up rows
   Matrix down;  // (hidden, intermediate)
+  // Each query and key head's RMSNorm weight, before RoPE (Qwen3's), or null: no such norms.
+  const void* q_norm = nullptr;  // (head_dim)
+  const void* k_norm = nullptr;
   void* keys;  // (batch, kv_heads, capacity, head_dim)
   void* values;
 };
@@ -38,6 +42,7 @@ struct Shape {
   bool half;  // float16 activations (and plain weights); bfloat16 otherwise
   bool traditional;  // RoPE on adjacent pairs (else on the two halves of a head)
   float eps, attention_scale, rope_scale, log2_base;
+  float qk_eps;  // the q and k head norms' epsilon (where the layers have them)
   size_t shared_limit;  // the most shared memory a block may have on this GPU
   int tensor_rows;  // from this many rows a batch the matvecs run on tensor cores
   int overlap_rows;  // below this many rows, each kernel starts while the one before ends

@@ -39,6 +39,7 @@ using namespace nb::literals;
 namespace {
 
 constexpr int kWeightsPerLayer = 6;  // input norm, qkv, o, post norm, gate_up, down
+constexpr int kHeadNorms = 2;  // then, where the layers norm their heads: q norm, k norm
 constexpr int kFirstLayer = 3;  // after the embedding, the final norm and lm_head
 // Measured on an H200 (docs/BENCHMARKS.md): tensor cores led from 4 rows (3,117 against
 // 2,372 tok/s) and trailed at 2 (1,484 against 1,690); overlapping kernels gained up to 8
@@ -324,6 +325,10 @@ class DecodeStep : public mx::Primitive {
       layer.post_norm = single();
       layer.gate_up = matrix();
       layer.down = matrix();
+      if (shape_.qk_eps > 0.0f) {
+        layer.q_norm = single();
+        layer.k_norm = single();
+      }
       layer.keys = mx::gpu_ptr<void>(outputs[1 + 2 * l]);
       layer.values = mx::gpu_ptr<void>(outputs[2 + 2 * l]);
     }
@@ -353,14 +358,17 @@ class DecodeStep : public mx::Primitive {
   std::shared_ptr<Replay> replay_;
 };
 
-// Entry `entry`'s (rows, depth) in the step's order, or (0, hidden) for a norm.
-std::pair<int, int> weight_shape(int entry, const cd::Shape& s) {
+// Entry `entry`'s (rows, depth) in the step's order, or (0, width) for a norm; `per_layer`
+// entries a layer.
+std::pair<int, int> weight_shape(int entry, const cd::Shape& s, int per_layer) {
   if (entry < kFirstLayer) return entry == 1 ? std::pair{0, s.hidden} : std::pair{s.vocab, s.hidden};
-  switch ((entry - kFirstLayer) % kWeightsPerLayer) {
+  switch ((entry - kFirstLayer) % per_layer) {
     case 1: return {(s.heads + 2 * s.kv_heads) * s.head_dim, s.hidden};  // qkv
     case 2: return {s.hidden, s.heads * s.head_dim};  // o
     case 4: return {2 * s.intermediate, s.hidden};  // gate_up
     case 5: return {s.hidden, s.intermediate};  // down
+    case 6:
+    case 7: return {0, s.head_dim};  // the q and k head norms
     default: return {0, s.hidden};  // a norm
   }
 }
@@ -400,10 +408,12 @@ class Model {
   Model(std::vector<std::vector<mx::array>> weights, int layers, int hidden, int heads,
         int kv_heads, int head_dim, int intermediate, int vocab, float eps,
         float attention_scale, float rope_scale, float rope_base, bool traditional,
-        std::optional<mx::array> freqs)
+        std::optional<mx::array> freqs, float qk_norm_eps)
       : layers_(layers) {
-    if (static_cast<int>(weights.size()) != kFirstLayer + kWeightsPerLayer * layers) {
-      throw std::invalid_argument("expected 3 + 6 weights a layer");
+    if (qk_norm_eps < 0.0f) throw std::invalid_argument("a negative head norm epsilon");
+    const int per_layer = kWeightsPerLayer + (qk_norm_eps > 0.0f ? kHeadNorms : 0);
+    if (static_cast<int>(weights.size()) != kFirstLayer + per_layer * layers) {
+      throw std::invalid_argument("expected 3 weights, then 6 a layer (8 with head norms)");
     }
     dtype_ = weights[1].at(0).dtype();  // the final norm's: the activations'
     if (dtype_ != mx::bfloat16 && dtype_ != mx::float16) {
@@ -420,7 +430,7 @@ class Model {
     auto held = std::make_shared<Weights>();
     bool quantized = false;
     for (size_t entry = 0; entry < weights.size(); ++entry) {
-      const auto [rows, depth] = weight_shape(static_cast<int>(entry), s);
+      const auto [rows, depth] = weight_shape(static_cast<int>(entry), s, per_layer);
       formats->push_back(read_format(weights[entry], rows, depth, dtype_));
       quantized = quantized || formats->back().bits != 0;
       held->insert(held->end(), weights[entry].begin(), weights[entry].end());
@@ -435,6 +445,7 @@ class Model {
     s.half = dtype_ == mx::float16;
     s.traditional = traditional;
     s.eps = eps;
+    s.qk_eps = qk_norm_eps;
     s.attention_scale = attention_scale;
     s.rope_scale = rope_scale;
     // std::log2 of the float base, as MLX's RoPE passes it to its kernel.
@@ -548,15 +559,16 @@ class Model {
 }  // namespace
 
 NB_MODULE(_cuda_decode, m) {
-  m.doc() = "MLX Lab's one-token decode step of a Llama model, for MLX's CUDA backend";
+  m.doc() = "MLX Lab's one-token decode step of a model of Llama's layer, for MLX's CUDA backend";
   nb::class_<Model>(m, "Model")
       .def(nb::init<std::vector<std::vector<mx::array>>, int, int, int, int, int, int, int, float,
-                    float, float, float, bool, std::optional<mx::array>>(),
+                    float, float, float, bool, std::optional<mx::array>, float>(),
            "weights"_a, "layers"_a, "hidden"_a, "heads"_a, "kv_heads"_a, "head_dim"_a,
            "intermediate"_a, "vocab"_a, "eps"_a, "attention_scale"_a, "rope_scale"_a,
-           "rope_base"_a, "traditional"_a, "rope_freqs"_a.none(),
+           "rope_base"_a, "traditional"_a, "rope_freqs"_a.none(), "qk_norm_eps"_a = 0.0f,
            "weights: embedding, final norm, lm_head, then each layer's input norm, q/k/v, o, "
-           "post-attention norm, gate/up and down; each [array] (a norm, a plain matrix) or "
+           "post-attention norm, gate/up and down (and its q and k head norms where "
+           "qk_norm_eps > 0, Qwen3's); each [array] (a norm, a plain matrix) or "
            "[packed, scales, biases] (MLX's affine quantization: 4 or 8 bits, groups of 32 "
            "or 64).")
       .def("max_batch", &Model::max_batch)
