@@ -142,7 +142,7 @@ def test_which_models_take_it():
         nn.quantize(model, group_size=group, bits=bits, mode=mode)
         fused_projections.fuse_projections(model)
         assert cuda_decode.eligible(model) is takes, (bits, group, mode)
-        assert cuda_decode.install(model, Counting) is takes
+        assert bool(cuda_decode.install(model, Counting)) is takes
         assert type(model) is (cuda_decode.CudaDecodeModel if takes else llama.Model)
 
 
@@ -336,8 +336,8 @@ def test_qwen3_takes_the_step_with_its_head_norms(kind):
 
 def test_models_the_step_does_not_compute_keep_their_own_code():
     gemma = _tiny("gemma3_text")
-    assert "final norm" in cuda_decode.shape_of(gemma).reason  # Gemma's: 1 + weight
-    assert not cuda_decode.install(gemma, Counting)
+    installed = cuda_decode.install(gemma, Counting)
+    assert not installed and "final norm" in installed.why_not  # Gemma's: 1 + weight
     assert type(gemma).__module__ == "mlx_lm.models.gemma3_text"
 
     class Scaled(llama.Model):  # a model whose code adds to what its layers say: a logits scale
@@ -347,8 +347,27 @@ def test_models_the_step_does_not_compute_keep_their_own_code():
     scaled = _fused_bf16(3)
     scaled.__class__ = Scaled
     assert not isinstance(cuda_decode.shape_of(scaled), cuda_decode.Unfit)
-    assert not cuda_decode.install(scaled, Counting)  # the install's check against its code
+    installed = cuda_decode.install(scaled, Counting)  # the install's check against its code
+    assert not installed and "logits differ" in installed.why_not
     assert type(scaled) is Scaled
+
+
+def test_the_load_report_says_whether_the_step_took_the_model(monkeypatch, tmp_path):
+    # /stats shows it (the fast path's report): the step, or why MLX's graph runs the steps.
+    from inference.engine import load_model
+    from inference.engine.acceleration.dense_weights import FastPathOptions
+    from tests.architecture_models import DEFAULT_TOKENIZER_DIR, build_folder
+
+    monkeypatch.setenv(fused_projections.VARIABLE, "force")
+    monkeypatch.setenv(cuda_decode.VARIABLE, "reference")
+    off = FastPathOptions(enabled=False)  # the CPU's own kernels stay out of it
+    default = load_model(DEFAULT_TOKENIZER_DIR, fast_path=off)  # the default model's folder
+    assert default.fast_path.gpu_step == "CUDA decode step"
+    folder = build_folder("gemma3_text", tmp_path / "gemma", DEFAULT_TOKENIZER_DIR)
+    gemma = load_model(folder, fast_path=off)
+    assert gemma.fast_path.gpu_step == (
+        "MLX's graph: a final norm that is not an RMSNorm of its weight"
+    )
 
 
 def _native_step():

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from itertools import chain
 
 import mlx.core as mx
@@ -361,28 +362,40 @@ def _reserve(cache, column: int) -> None:
         cache.keys, cache.values = mx.contiguous(keys), mx.contiguous(values)
 
 
-def install(model: nn.Module, native=None) -> bool:
+@dataclass(frozen=True)
+class Installed:
+    """Whether install() gave a model the step (its truth), and if not why."""
+
+    why_not: str | None = None
+
+    def __bool__(self) -> bool:
+        return self.why_not is None
+
+
+def install(model: nn.Module, native=None) -> Installed:
     """Give `model` the CUDA decode step where it computes what the model computes; returns
-    whether it did. `native`: the loaded extension (native.cuda_decode.load() by default)."""
+    whether it did, and why not. `native`: the loaded extension (native.cuda_decode.load()
+    by default)."""
     if isinstance(model, CudaDecodeStep):
         model.__class__ = model._mlxlab_own
     norms = norms_in_the_weights_dtype(model)
     installed = _install(model, native)
-    if not installed and norms:
-        model.update(tree_unflatten(norms))  # as it came
+    if not installed:
+        log.info("the CUDA decode step does not take this model: %s", installed.why_not)
+        if norms:
+            model.update(tree_unflatten(norms))  # as it came
     elif norms:
         log.info("the CUDA decode step runs the model's %d float32 norms in %s, as its other "
                  "weights", len(norms), model["model"]["norm"]["weight"].dtype)  # fmt: skip
     return installed
 
 
-def _install(model: nn.Module, native) -> bool:
+def _install(model: nn.Module, native) -> Installed:
     shape = shape_of(model)
     if isinstance(shape, Unfit):
-        log.info("the CUDA decode step does not take this model: %s", shape.reason)
-        return False
+        return Installed(shape.reason)
     if not eligible(model):
-        return False
+        return Installed("a weight of a kind or dtype the step does not read")
     if native is None and engine_settings.cuda_decode == "reference":
         native = Reference
     if native is None:
@@ -391,21 +404,22 @@ def _install(model: nn.Module, native) -> bool:
         try:
             native = load()
         except StepUnavailable as why:
-            log.info("%s", why)
-            return False
+            return Installed(str(why))
     own = type(model)
     model.__class__ = cuda_class(own)
     object.__setattr__(model, "_mlxlab_native", native)
     object.__setattr__(model, "_mlxlab_plan", None)
     object.__setattr__(model, "_mlxlab_shape", shape)
     try:
-        installed = model._plan() is not None and _agrees(model, own)
-    except ValueError as why:  # a shape the native step lacks (its heads' width, say)
-        log.info("the CUDA decode step does not take this model: %s", why)
-        installed = False
-    if not installed:
+        if model._plan() is None:
+            why = "a layer whose projections do not fuse (biased or mixed)"
+        else:
+            why = None if _agrees(model, own) else "its logits differ from the model's own code's"
+    except ValueError as error:  # a shape the native step lacks (its heads' width, say)
+        why = str(error)
+    if why is not None:
         model.__class__ = own
-    return installed
+    return Installed(why)
 
 
 def _agrees(model: nn.Module, own: type) -> bool:
@@ -425,7 +439,6 @@ def _agrees(model: nn.Module, own: type) -> bool:
             got = model(token, cache=ours).astype(mx.float32)
             want = own.__call__(model, token, cache=theirs).astype(mx.float32)
             if mx.abs(got - want).max().item() > 0.05 * (1.0 + mx.abs(want).max().item()):
-                log.info("the CUDA decode step does not take this model: its logits differ")
                 return False
             token = mx.argmax(want[:, -1], axis=-1)[:, None]
     return True

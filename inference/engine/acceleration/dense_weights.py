@@ -67,6 +67,9 @@ class FastPathReport:
     fused_shape: tuple[str, ...] = ()  # what the fused blocks add to Llama's
     not_fused: str | None = None  # why some or all blocks keep mlx-lm's code
     kv_cache: str | None = None  # the fused layers' KV cache type: "float16" or "float32"
+    # On a GPU: "CUDA decode step" where the native step takes the model's one-token steps,
+    # else why MLX's own graph runs them (cuda_decode.install); None off a GPU.
+    gpu_step: str | None = None
 
 
 class DenseLinear(nn.Module):

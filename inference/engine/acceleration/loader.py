@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from mlx_lm import load
@@ -48,7 +48,9 @@ def load_model(path: str | Path, *, fast_path: FastPathOptions | None = None) ->
     if fused_projections.wanted(on_gpu()):
         fused_projections.fuse_projections(model)
         if cuda_decode.wanted(on_gpu()):
-            cuda_decode.install(model)
+            installed = cuda_decode.install(model)
+            step = "CUDA decode step" if installed else f"MLX's graph: {installed.why_not}"
+            report = replace(report, gpu_step=step)
     if compiled_mlp.wanted(on_gpu()):
         compiled_mlp.compile_mlp_halves(model)
     return LoadedModel(
