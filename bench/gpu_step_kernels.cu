@@ -1,7 +1,8 @@
 // The CUDA decode step's kernels alone: no MLX, no Python.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o step_kernels bench/gpu_step_kernels.cu \
-//        native/cuda_decode/src/kernels.cu native/cuda_decode/src/gemm.cpp -lcublasLt
+//        native/cuda_decode/src/kernels.cu native/cuda_decode/src/step_*.cu \
+//        native/cuda_decode/src/gemm.cpp -lcublasLt
 //   ./step_kernels [batches, default 1,8,16,32] [tensor_rows, default 3] [overlap_rows, 16]
 //                  [gemm_rows, 16]
 //

@@ -12,6 +12,7 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import time
@@ -95,7 +96,8 @@ def cmake(source: Path, build_dir: Path, log: Path, root: Path, *defines: str) -
         ["cmake", "-S", str(source), "-B", str(build_dir / "cmake"),
          f"-DPython_EXECUTABLE={sys.executable}", f"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY={build_dir}",
          *defines],
-        ["cmake", "--build", str(build_dir / "cmake"), "-j2"],
+        # Every core: the CUDA step's instances are files of their own, one a core.
+        ["cmake", "--build", str(build_dir / "cmake"), f"-j{os.cpu_count() or 2}"],
     ]  # fmt: skip
     with log.open("w") as out:
         for step in steps:

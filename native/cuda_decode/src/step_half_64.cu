@@ -1,0 +1,7 @@
+// The step for half models with 64-wide heads (step_body.cuh), in a file of its own so that
+// the build compiles the instances in parallel.
+#include "step_body.cuh"
+
+namespace mlxlab::cuda_decode {
+STEP_INSTANCE(__half, 64);
+}  // namespace mlxlab::cuda_decode
