@@ -25,8 +25,8 @@ from native import extension  # noqa: E402
 
 CUDA_WHEELS = ("mlx-cuda-13", "mlx-cuda-12")
 
-# A two-layer Llama with 64-wide heads and a Qwen3 with 128-wide ones (its q and k head
-# norms random), in bf16, then in 4 bits with an 8-bit embedding (as mlx-community's
+# A two-layer Llama with 64-wide heads, a Qwen3 with 128-wide ones (its q and k head norms
+# random) and a Qwen2 (q/k/v biases), in bf16, then in 4 bits with an 8-bit embedding (as mlx-community's
 # models): logits of one row and of left-padded batches against mlx-lm's own model, steps
 # past a cache growth included.
 SELF_TEST = """
@@ -36,7 +36,7 @@ os.environ["MLXLAB_CUDA_DECODE_MAX_BATCH"] = "32"  # every batch the kernels tak
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_map, tree_unflatten
-from mlx_lm.models import llama, qwen3
+from mlx_lm.models import llama, qwen2, qwen3
 from mlx_lm.models.cache import KVCache
 from inference.engine.acceleration import cuda_decode, fused_projections
 from inference.engine.kv.rows import RowsKVCache
@@ -45,10 +45,11 @@ config = dict(model_type="llama", hidden_size=256, intermediate_size=512, num_hi
               num_attention_heads=4, num_key_value_heads=2, vocab_size=512, rms_norm_eps=1e-5,
               rope_theta=10000.0, tie_word_embeddings=True)
 native = load(sys.argv[2])
-qwen3_config = dict(config, model_type="qwen3", head_dim=128, max_position_embeddings=4096)
-for family, quantized in ((llama, False), (llama, True), (qwen3, False), (qwen3, True)):
+configs = {llama: config, qwen2: dict(config, model_type="qwen2"),
+           qwen3: dict(config, model_type="qwen3", head_dim=128, max_position_embeddings=4096)}
+for family, quantized in [(family, q) for family in configs for q in (False, True)]:
     mx.random.seed(18)
-    model = family.Model(family.ModelArgs.from_dict(config if family is llama else qwen3_config))
+    model = family.Model(family.ModelArgs.from_dict(configs[family]))
     model.update(tree_map(lambda p: p.astype(mx.bfloat16), model.parameters()))
     model.update(tree_unflatten([(path, 1 + 0.5 * mx.random.normal(a.shape).astype(a.dtype))
                                  for path, a in tree_flatten(model.parameters())

@@ -311,17 +311,26 @@ def _own_greedy(model, prompts, tokens):
         model.__class__ = installed
 
 
+# What each family adds to Llama's layer, which the step reads after each layer's other
+# weights: Qwen3's RMSNorm on each query and key head before RoPE, Qwen2's q/k/v biases.
+FAMILIES = {
+    "qwen3": ({"head_dim": 32, "tie_word_embeddings": True}, ("q/k head norms",)),
+    "qwen2": ({"tie_word_embeddings": True}, ("q/k/v biases",)),
+}
+
+
 @pytest.mark.parametrize("kind", ["bf16", "4-bit"])
-def test_qwen3_takes_the_step_with_its_head_norms(kind):
-    # Qwen3 is Llama's layer with an RMSNorm on each query and key head before RoPE: the
-    # step reads those norms after each layer's other weights, and 64 greedy tokens of two
-    # rows batched are mlx-lm's own model's.
-    model = _tiny("qwen3", kind=kind, head_dim=32, tie_word_embeddings=True)
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_families_beyond_llama_take_the_step(family, kind):
+    # 64 greedy tokens of two rows batched are mlx-lm's own model's, and each step's logits.
+    changes, extras = FAMILIES[family]
+    model = _tiny(family, kind=kind, **changes)
     Counting.calls = 0
     assert cuda_decode.install(model, Counting)
-    assert type(model)._mlxlab_own.__module__ == "mlx_lm.models.qwen3"
-    assert model._mlxlab_plan.native.qk_eps == 1e-5
-    assert model._mlxlab_shape.extras == ("q/k head norms",)
+    assert type(model)._mlxlab_own.__module__ == f"mlx_lm.models.{family}"
+    assert model._mlxlab_shape.extras == extras
+    native = model._mlxlab_plan.native
+    assert (native.qk_eps, native.qkv_bias) == ((1e-5, False) if family == "qwen3" else (0, True))
     prompts = [[5, 6, 7, 8, 9], [10, 11]]
     assert greedy(model, prompts, 64) == _own_greedy(model, prompts, 64)
     assert Counting.calls > 64
@@ -446,8 +455,10 @@ def test_a_step_replayed_from_a_cuda_graph_is_the_step_launched_kernel_by_kernel
 
 @pytest.mark.skipif(_native_step() is None, reason="needs an NVIDIA GPU and the built CUDA step")
 @pytest.mark.parametrize("kind", ["bf16", "4-bit"])
-def test_the_native_step_is_qwen3s_on_a_gpu(kind):
-    model = _tiny("qwen3", kind=kind, head_dim=128, tie_word_embeddings=True)
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_the_native_step_is_each_familys_on_a_gpu(family, kind):
+    changes = {**FAMILIES[family][0], "head_dim": 128, "hidden_size": 256}
+    model = _tiny(family, kind=kind, **changes)
     assert cuda_decode.install(model, _native_step())
     prompts = [[3] * 4, list(range(5, 20))]
     ours, theirs = _prefill(model, prompts, True), _prefill(model, prompts, True)

@@ -9,10 +9,10 @@ kernels (five a layer) straight on MLX's stream, so the host's work per step no 
 with the model's kernels.
 
 It takes the steps that feed one token a row to a model whose every layer is Llama's, with
-or without Qwen3's q and k head norms, as layer_shape.describe reads a block (by its parts
+or without Qwen3's q and k head norms and Qwen2's q/k/v biases, as layer_shape.describe reads a block (by its parts
 and their behaviour, not its class), and whose own code computes what the step computes
 (checked at install on a few tokens: an embedding or logits scale would show there). Each
-layer's q/k/v and gate/up run fused (fused_projections.fused_weights: bias-free, no active
+layer's q/k/v and gate/up run fused (fused_projections.fused_weights: no active
 adapter), each matrix plain or
 quantized (MLX's affine 4 or 8 bits, groups of 32 or 64; mlx-community's 4-bit models keep
 an 8-bit embedding, say), with plain KV caches (mlx-lm's `KVCache`, or the engine's batch rows: kv/rows.py) in the
@@ -86,7 +86,7 @@ class Plan:
     def __init__(self, native, model: nn.Module, shape: Shape, fused: list):
         inner = model["model"]
         layers = inner["layers"]
-        weights = weights_in_order(model, fused, head_norms=bool(shape.qk_norm_eps))
+        weights = weights_in_order(model, fused, **_entries(shape))
         self.sources = flat(weights)  # identity: a replaced weight means a new plan
         self.tree = Tree(model)
         self.dtype = inner["norm"]["weight"].dtype
@@ -96,7 +96,7 @@ class Plan:
             weights, len(layers), inner["norm"]["weight"].shape[0], shape.heads, shape.kv_heads,
             shape.head_dim, fused[0][1].weight.shape[0] // 2, embedding["weight"].shape[0],
             layers[0]["input_layernorm"].eps, shape.scale, found.scale, found.base,
-            found.traditional, rope_freqs(found), shape.qk_norm_eps,
+            found.traditional, rope_freqs(found), shape.qk_norm_eps, shape.qkv_bias,
         )  # fmt: skip
         # A bad value of either is a SettingError, a ValueError: the model keeps mlx-lm's step.
         self.max_batch = min(self.native.max_batch(), engine_settings.cuda_decode_max_batch)
@@ -134,7 +134,7 @@ class Tree:
 
 
 # The layers the step computes: Llama's norms and projections, SiLU, RoPE over whole heads;
-# with or without q and k norms on each head (Qwen3's).
+# with or without q and k norms on each head (Qwen3's) and q/k/v biases (Qwen2's).
 LLAMA_NORMS = ("input_layernorm", None, "post_attention_layernorm", None)
 GPU_PROJECTIONS = (nn.Linear, nn.QuantizedLinear)
 
@@ -178,8 +178,8 @@ def _parts(module: nn.Module) -> set[str]:
 def _within_the_step(shape: Shape) -> Shape | Unfit:
     if shape.norms != LLAMA_NORMS or shape.norm_offset:
         return Unfit("norms other than Llama's input and post-attention RMSNorms")
-    if shape.qkv != SEPARATE_QKV or shape.qkv_bias:
-        return Unfit("q/k/v projections other than three bias-free ones")
+    if shape.qkv != SEPARATE_QKV:
+        return Unfit("q/k/v projections other than three")
     if shape.qk_norm_eps and shape.qk_norm_full:
         return Unfit("q and k norms across all heads")
     if shape.mlp != SEPARATE_MLP or shape.activation != "silu" or shape.residual_scale != 1.0:
@@ -189,6 +189,11 @@ def _within_the_step(shape: Shape) -> Shape | Unfit:
     return shape
 
 
+def _entries(shape: Shape) -> dict:
+    """What each layer's weights hold besides Llama's (weights_in_order's flags)."""
+    return {"head_norms": bool(shape.qk_norm_eps), "qkv_bias": shape.qkv_bias}
+
+
 def eligible(model: nn.Module) -> bool:
     """Whether the step computes what this model's one-token steps compute."""
     shape = shape_of(model)
@@ -196,7 +201,7 @@ def eligible(model: nn.Module) -> bool:
         return False
     fused = [fused_projections.fused_weights(block) for block in model["model"]["layers"]]
     try:
-        weights = weights_in_order(model, fused, head_norms=bool(shape.qk_norm_eps))
+        weights = weights_in_order(model, fused, **_entries(shape))
     except TypeError:  # a matrix the step takes neither plain nor quantized
         return False
     dtype = model["model"]["norm"]["weight"].dtype
@@ -278,7 +283,7 @@ class CudaDecodeStep:
             fused.append(weights)
         shape = self._mlxlab_shape
         try:
-            weights = flat(weights_in_order(self, fused, head_norms=bool(shape.qk_norm_eps)))
+            weights = flat(weights_in_order(self, fused, **_entries(shape)))
         except TypeError:  # a matrix the step does not take (given a bias since, say)
             return None
         if (

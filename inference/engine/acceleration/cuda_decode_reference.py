@@ -2,7 +2,8 @@
 
 `Reference` has the native extension's interface (a `Model` made of the weights in the
 step's order, whose `step` returns the logits and the caches with this step's column
-written) and computes what mlx-lm's Llama computes (and Qwen3's head norms), on any device:
+written) and computes what mlx-lm's Llama computes (and Qwen3's head norms, Qwen2's q/k/v biases), on
+any device:
 the CPU tests run the
 model's glue against it, and MLXLAB_CUDA_DECODE=reference serves with it.
 """
@@ -22,12 +23,13 @@ class Reference:
     class Model:
         def __init__(self, weights, layers, hidden, heads, kv_heads, head_dim, intermediate,
                      vocab, eps, attention_scale, rope_scale, rope_base, traditional, rope_freqs,
-                     qk_norm_eps=0.0):  # fmt: skip
+                     qk_norm_eps=0.0, qkv_bias=False):  # fmt: skip
             self.weights, self.layers, self.eps = weights, layers, eps
-            self.qk_eps = qk_norm_eps
-            self.per_layer = 8 if qk_norm_eps else 6  # as the native step reads them
+            self.qk_eps, self.qkv_bias = qk_norm_eps, qkv_bias
+            # As the native step reads them: 6 a layer, then 2 head norms, then a q/k/v bias.
+            self.per_layer = 6 + (2 if qk_norm_eps else 0) + (1 if qkv_bias else 0)
             if len(weights) != 3 + self.per_layer * layers:
-                raise ValueError("expected 3 weights, then 6 a layer (8 with head norms)")
+                raise ValueError("expected 3 weights, then 6 a layer (and its norms, its bias)")
             self.heads, self.kv_heads, self.dim = heads, kv_heads, head_dim
             self.depths = (hidden, heads * head_dim, hidden, intermediate)  # qkv, o, gate_up, down
             self.scale = attention_scale
@@ -61,8 +63,9 @@ class Reference:
             for layer in range(self.layers):
                 start = 3 + self.per_layer * layer
                 (norm,), qkv, o, (post,), gate_up, down = self.weights[start : start + 6]
-                q, k, v = mx.split(_matmul(mx.fast.rms_norm(x, norm, self.eps), qkv, qkv_depth),
-                                   [heads * dim, (heads + kv_heads) * dim], axis=-1)  # fmt: skip
+                bias = self.weights[start + self.per_layer - 1][0] if self.qkv_bias else None
+                projected = _matmul(mx.fast.rms_norm(x, norm, self.eps), qkv, qkv_depth, bias)
+                q, k, v = mx.split(projected, [heads * dim, (heads + kv_heads) * dim], axis=-1)
                 q, k = q.reshape(batch, 1, heads, dim), k.reshape(batch, 1, kv_heads, dim)
                 if self.qk_eps:  # each head normed before RoPE, as Qwen3's attention does
                     (q_norm,), (k_norm,) = self.weights[start + 6 : start + 8]
@@ -92,11 +95,13 @@ def _format(matrix: list[mx.array], depth: int) -> dict:
     return dict(group_size=depth // scales.shape[-1], bits=32 * packed.shape[-1] // depth)
 
 
-def _matmul(x: mx.array, matrix: list[mx.array], depth: int) -> mx.array:
-    """x times a matrix's transpose, as mlx-lm's Linear or QuantizedLinear computes it."""
+def _matmul(x: mx.array, matrix: list[mx.array], depth: int, bias=None) -> mx.array:
+    """x times a matrix's transpose (plus `bias`), as mlx-lm's Linear or QuantizedLinear
+    computes it."""
     if len(matrix) == 1:
-        return x @ matrix[0].T
-    return mx.quantized_matmul(x, *matrix, transpose=True, **_format(matrix, depth))
+        return x @ matrix[0].T if bias is None else mx.addmm(bias, x, matrix[0].T)
+    out = mx.quantized_matmul(x, *matrix, transpose=True, **_format(matrix, depth))
+    return out if bias is None else out + bias
 
 
 def _embed(matrix: list[mx.array], tokens: mx.array, hidden: int) -> mx.array:

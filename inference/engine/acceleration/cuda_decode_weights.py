@@ -1,8 +1,9 @@
 """What of a model the CUDA decode step takes, and in which order (cuda_decode.py).
 
 The step reads its weights as one list: the embedding, the final norm, lm_head, then each
-layer's input norm, fused q/k/v, o, post-attention norm, fused gate/up and down, and its q
-and k head norms where it has them (Qwen3's); each a
+layer's input norm, fused q/k/v, o, post-attention norm, fused gate/up and down, its q
+and k head norms where it has them (Qwen3's), and its q/k/v biases, fused, where it has
+them (Qwen2's); each a
 norm's or a plain matrix's one array, or a quantized matrix's packed weight, scales and
 biases (MLX's affine mode, FORMATS). TypeError where a matrix is of a kind the step lacks.
 """
@@ -41,11 +42,14 @@ def rope_freqs(found: Rope) -> mx.array | None:
     return None if found.periods is None else mx.array(found.periods, mx.float32)
 
 
-def weights_in_order(model: nn.Module, fused, head_norms: bool = False) -> list[list[mx.array]]:
-    """The model's weights in the native step's order, each a list (a norm's or a plain
-    matrix's one array; a quantized matrix's packed weight, scales and biases), with each
-    layer's fused projections, and its q and k head norms with `head_norms`. TypeError
-    where a matrix is of a kind the step lacks."""
+def weights_in_order(
+    model: nn.Module, fused, head_norms: bool = False, qkv_bias: bool = False
+) -> list[list[mx.array]]:
+    """The model's weights in the native step's order, each a list (a norm's, a bias's or
+    a plain matrix's one array; a quantized matrix's packed weight, scales and biases), with
+    each layer's fused projections, its q and k head norms with `head_norms` and its fused
+    q/k/v bias with `qkv_bias`. TypeError where a matrix is of a kind the step lacks, or a
+    layer's biases are not so."""
     inner = model["model"]
     head = model["lm_head"] if "lm_head" in model else inner["embed_tokens"]  # tied
     weights = [_taken(inner["embed_tokens"]), [inner["norm"]["weight"]], _taken(head)]
@@ -53,6 +57,8 @@ def weights_in_order(model: nn.Module, fused, head_norms: bool = False) -> list[
         if projections is None or any(p.quantization not in (None, *FORMATS) for p in projections):
             raise TypeError("projections the CUDA decode step does not take")
         qkv, gate_up = projections
+        if gate_up.bias is not None or (qkv.bias is not None) != qkv_bias:
+            raise TypeError("biases the CUDA decode step does not add")
         weights += [[block["input_layernorm"]["weight"]], list(qkv.arrays),
                     _taken(block["self_attn"]["o_proj"]),
                     [block["post_attention_layernorm"]["weight"]], list(gate_up.arrays),
@@ -60,6 +66,8 @@ def weights_in_order(model: nn.Module, fused, head_norms: bool = False) -> list[
         if head_norms:
             attention = block["self_attn"]
             weights += [[attention["q_norm"]["weight"]], [attention["k_norm"]["weight"]]]
+        if qkv_bias:
+            weights.append([qkv.bias])
     return weights
 
 

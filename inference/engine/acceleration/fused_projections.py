@@ -13,9 +13,9 @@ least efficient).
 The fused weights are the concatenation of mlx-lm's, and each projection's own weight
 becomes a view into it, so the model holds the weights once and its parameter tree stays
 mlx-lm's. Quantized projections fuse the same way (packed weights, scales and biases: each
-row's groups are its own) where the fused ones share one quantization. A projection that
-is neither (biased, mixed quantizations, an adapter slot with an active adapter) runs
-mlx-lm's block; a weight replaced since (a reload, an update) is fused again on the next
+row's groups are its own) where the fused ones share one quantization, and their biases
+(Qwen2's q, k and v) into one where each has one. Projections that are neither (mixed
+quantizations or biases, an adapter slot with an active adapter) run mlx-lm's block; a weight replaced since (a reload, an update) is fused again on the next
 call. With MLXLAB_DECODE_KERNELS set (off by default),
 their one-token decode steps also run decode_kernels.py's custom CUDA kernels.
 """
@@ -49,13 +49,13 @@ def wanted(on_gpu: bool) -> bool:
 
 
 def _base(layer: nn.Module) -> nn.Module | None:
-    """The bias-free Linear (plain or affine-quantized) under a layer, or None where
-    mlx-lm's block must run."""
+    """The Linear (plain or affine-quantized, with or without a bias) under a layer, or
+    None where mlx-lm's block must run."""
     if type(layer) is AdapterSlot:
         if layer.active:
             return None
         layer = layer.base
-    if "bias" in layer or layer["weight"].ndim != 2:
+    if layer["weight"].ndim != 2:
         return None
     if type(layer) is nn.Linear:
         return layer
@@ -70,26 +70,35 @@ def _quantization(layer: nn.Module) -> tuple[int, int] | None:
 
 
 class Projection:
-    """One fused matmul's weight: plain, or packed with its scales and biases."""
+    """One fused matmul's weight (plain, or packed with its scales and biases) and its
+    layers' biases, where they have them (Qwen2's q, k and v)."""
 
-    def __init__(self, arrays: tuple[mx.array, ...], quantization: tuple[int, int] | None):
-        self.arrays, self.quantization = arrays, quantization
+    def __init__(
+        self,
+        arrays: tuple[mx.array, ...],
+        quantization: tuple[int, int] | None,
+        bias: mx.array | None = None,
+    ):
+        self.arrays, self.quantization, self.bias = arrays, quantization, bias
 
     @property
     def weight(self) -> mx.array:
         return self.arrays[0]
 
     def __call__(self, x: mx.array) -> mx.array:
+        """As MLX's Linear and QuantizedLinear compute it, the bias included."""
         if self.quantization is None:
+            if self.bias is not None:
+                return mx.addmm(self.bias, x, self.arrays[0].T)
             return x @ self.arrays[0].T
         group_size, bits = self.quantization
-        return mx.quantized_matmul(
-            x, *self.arrays, transpose=True, group_size=group_size, bits=bits
-        )
+        out = mx.quantized_matmul(x, *self.arrays, transpose=True, group_size=group_size, bits=bits)
+        return out if self.bias is None else out + self.bias
 
 
 def _keys(layer: nn.Module) -> tuple[str, ...]:
-    return ("weight", "scales", "biases") if type(layer) is nn.QuantizedLinear else ("weight",)
+    keys = ("weight", "scales", "biases") if type(layer) is nn.QuantizedLinear else ("weight",)
+    return (*keys, "bias") if "bias" in layer else keys
 
 
 def _sources(block: nn.Module) -> list[nn.Module | None]:
@@ -109,8 +118,13 @@ def eligible(block: nn.Module) -> bool:
 
 
 def _fusable(layers: list[nn.Module]) -> bool:
-    """Whether the layers are plain or quantized alike: one matmul computes all of them."""
-    return all(_quantization(layer) == _quantization(layers[0]) for layer in layers)
+    """Whether the layers are plain or quantized alike, each biased or none: one matmul
+    computes all of them."""
+    first = layers[0]
+    return all(
+        _quantization(layer) == _quantization(first) and ("bias" in layer) == ("bias" in first)
+        for layer in layers
+    )
 
 
 def _fuse(layers: list[nn.Module]) -> tuple[tuple[mx.array, ...], Projection]:
@@ -127,7 +141,8 @@ def _fuse(layers: list[nn.Module]) -> tuple[tuple[mx.array, ...], Projection]:
         fused.append(whole)
     views = _arrays(layers)
     mx.eval(fused, views)
-    return views, Projection(tuple(fused), quantization)
+    bias = fused.pop() if "bias" in layers[0] else None
+    return views, Projection(tuple(fused), quantization, bias)
 
 
 def _arrays(layers: list[nn.Module]) -> tuple[mx.array, ...]:
@@ -199,7 +214,7 @@ class FusedProjectionsBlock(llama.TransformerBlock):
 def fused_weights(block: nn.Module) -> tuple[Projection, Projection] | None:
     """The block's q/k/v and gate/up weights each as one matmul's, while its projections
     are the ones they were made of (the CUDA decode step reads them from any block with
-    these parts); None where one is not fusable (biased, mixed, an active adapter)."""
+    these parts); None where one is not fusable (mixed, an active adapter)."""
     layers = _sources(block)
     if any(layer is None for layer in layers):
         return None
@@ -252,7 +267,7 @@ def fuse_projections(model: nn.Module) -> int:
             object.__setattr__(block, "_mlxlab_kernels", None)
             object.__setattr__(block, "_mlxlab_next", None)
             object.__setattr__(block, "_mlxlab_pre", None)
-            if block._fused() is None:  # biased, mixed: mlx-lm's block as it was
+            if block._fused() is None:  # mixed, adapted: mlx-lm's block as it was
                 block.__class__ = llama.TransformerBlock
                 continue
             count += 1  # fused now, not on a request

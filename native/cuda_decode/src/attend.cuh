@@ -16,18 +16,28 @@ struct AttentionArgs {
   const void* q_norm;  // the layer's head norms (Layer::q_norm), or null
   const void* k_norm;
   float qk_eps;
+  const void* qkv_bias;  // the layer's q/k/v biases (Layer::qkv_bias), or null
 };
+
+// Element i of a projected head (`at` in the fused q/k/v row) plus its bias where the layer
+// has one, rounded as mlx-lm's biased projection rounds its output.
+template <typename T>
+__device__ __forceinline__ float projected(const T* row, const AttentionArgs& a, int at) {
+  const float value = to_float(row[at]);
+  if (a.qkv_bias == nullptr) return value;
+  return rounded<T>(value + to_float(static_cast<const T*>(a.qkv_bias)[at]));
+}
 
 // Each thread below D: its element of a query head and of a key head, each RMS-normed over
 // its head where the layer has head norms (Qwen3's), rounded as mlx-lm's fast rms_norm
 // rounds (x scaled and rounded, then times the weight, rounded). Every thread takes part.
 template <typename T, int D>
-__device__ void head_norms(const T* q_row, const T* k_row, const AttentionArgs& a, float* q_out,
-                           float* k_out) {
+__device__ void head_norms(const T* row, int q_at, int k_at, const AttentionArgs& a,
+                           float* q_out, float* k_out) {
   __shared__ float partial[2][kAttentionThreads / 32];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const float q = tid < D ? to_float(q_row[tid]) : 0.0f;
-  const float k = tid < D ? to_float(k_row[tid]) : 0.0f;
+  const float q = tid < D ? projected(row, a, q_at + tid) : 0.0f;
+  const float k = tid < D ? projected(row, a, k_at + tid) : 0.0f;
   const float q_squares = warp_sum(q * q), k_squares = warp_sum(k * k);
   if (lane == 0) {
     partial[0][warp] = q_squares;
@@ -63,13 +73,12 @@ __device__ size_t prepare(const T* __restrict__ qkv, T* keys, T* values,
   const int head = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
   const int group = a.heads / a.kv_heads, kv = head / group;
   const T* row = qkv + static_cast<size_t>(b) * (a.heads + 2 * a.kv_heads) * D;
-  const T* qr = row + head * D;
-  const T* kr = row + (a.heads + kv) * D;
+  const int q_at = head * D, k_at = (a.heads + kv) * D, v_at = (a.heads + a.kv_heads + kv) * D;
   // Where the layer norms its heads, the normed query into q (each thread then turns its
   // own pair in place) and the normed key into k_normed.
   __shared__ float k_normed[D];
   const bool normed = a.q_norm != nullptr;
-  if (normed) head_norms<T, D>(qr, kr, a, q, k_normed);
+  if (normed) head_norms<T, D>(row, q_at, k_at, a, q, k_normed);
   if (tid < kHalf) {
     const int i1 = a.traditional ? 2 * tid : tid;
     const int i2 = a.traditional ? 2 * tid + 1 : tid + kHalf;
@@ -79,15 +88,16 @@ __device__ size_t prepare(const T* __restrict__ qkv, T* keys, T* values,
                                : exp2f(-(static_cast<float>(tid) / kHalf) * a.log2_base);
     const float theta = a.rope_scale * static_cast<float>(positions[b]) * inv_freq;
     const float c = cosf(theta), s = sinf(theta);
-    float x1 = normed ? q[i1] : to_float(qr[i1]), x2 = normed ? q[i2] : to_float(qr[i2]);
+    float x1 = normed ? q[i1] : projected(row, a, q_at + i1);
+    float x2 = normed ? q[i2] : projected(row, a, q_at + i2);
     q[i1] = a.scale * rounded<T>(x1 * c - x2 * s);
     q[i2] = a.scale * rounded<T>(x1 * s + x2 * c);
-    x1 = normed ? k_normed[i1] : to_float(kr[i1]);
-    x2 = normed ? k_normed[i2] : to_float(kr[i2]);
+    x1 = normed ? k_normed[i1] : projected(row, a, k_at + i1);
+    x2 = normed ? k_normed[i2] : projected(row, a, k_at + i2);
     new_key[i1] = from_float<T>(x1 * c - x2 * s);
     new_key[i2] = from_float<T>(x1 * s + x2 * c);
   }
-  if (tid < D) new_value[tid] = row[(a.heads + a.kv_heads + kv) * D + tid];
+  if (tid < D) new_value[tid] = from_float<T>(projected(row, a, v_at + tid));
   __syncthreads();
   const size_t base = (static_cast<size_t>(b) * a.kv_heads + kv) * a.capacity * D;
   if (head % group == 0 && tid < D) {

@@ -1,5 +1,5 @@
 // A whole one-token decode step of a model of Llama's layer (with or without Qwen3's q and k
-// head norms) on an NVIDIA GPU.
+// head norms and Qwen2's q/k/v biases) on an NVIDIA GPU.
 // Plain CUDA over raw device pointers: nothing here knows MLX.
 #pragma once
 
@@ -32,6 +32,8 @@ struct Layer {
   // Each query and key head's RMSNorm weight, before RoPE (Qwen3's), or null: no such norms.
   const void* q_norm = nullptr;  // (head_dim)
   const void* k_norm = nullptr;
+  // The fused q/k/v rows' biases (Qwen2's), or null: none.
+  const void* qkv_bias = nullptr;  // ((heads + 2 kv_heads) * head_dim)
   void* keys;  // (batch, kv_heads, capacity, head_dim)
   void* values;
 };
@@ -43,6 +45,7 @@ struct Shape {
   bool traditional;  // RoPE on adjacent pairs (else on the two halves of a head)
   float eps, attention_scale, rope_scale, log2_base;
   float qk_eps;  // the q and k head norms' epsilon (where the layers have them)
+  bool qkv_bias;  // the layers' q/k/v projections have biases
   size_t shared_limit;  // the most shared memory a block may have on this GPU
   int tensor_rows;  // from this many rows a batch the matvecs run on tensor cores
   int overlap_rows;  // below this many rows, each kernel starts while the one before ends

@@ -40,6 +40,7 @@ namespace {
 
 constexpr int kWeightsPerLayer = 6;  // input norm, qkv, o, post norm, gate_up, down
 constexpr int kHeadNorms = 2;  // then, where the layers norm their heads: q norm, k norm
+constexpr int kQkvBias = 1;  // then, where their q/k/v projections have biases: those
 constexpr int kFirstLayer = 3;  // after the embedding, the final norm and lm_head
 // Measured on an H200 (docs/BENCHMARKS.md): tensor cores led from 4 rows (3,117 against
 // 2,372 tok/s) and trailed at 2 (1,484 against 1,690); overlapping kernels gained up to 8
@@ -329,6 +330,7 @@ class DecodeStep : public mx::Primitive {
         layer.q_norm = single();
         layer.k_norm = single();
       }
+      if (shape_.qkv_bias) layer.qkv_bias = single();
       layer.keys = mx::gpu_ptr<void>(outputs[1 + 2 * l]);
       layer.values = mx::gpu_ptr<void>(outputs[2 + 2 * l]);
     }
@@ -358,11 +360,13 @@ class DecodeStep : public mx::Primitive {
   std::shared_ptr<Replay> replay_;
 };
 
-// Entry `entry`'s (rows, depth) in the step's order, or (0, width) for a norm; `per_layer`
-// entries a layer.
+// Entry `entry`'s (rows, depth) in the step's order, or (0, width) for a norm or a bias;
+// `per_layer` entries a layer.
 std::pair<int, int> weight_shape(int entry, const cd::Shape& s, int per_layer) {
   if (entry < kFirstLayer) return entry == 1 ? std::pair{0, s.hidden} : std::pair{s.vocab, s.hidden};
-  switch ((entry - kFirstLayer) % per_layer) {
+  const int index = (entry - kFirstLayer) % per_layer;
+  if (s.qkv_bias && index == per_layer - 1) return {0, (s.heads + 2 * s.kv_heads) * s.head_dim};
+  switch (index) {
     case 1: return {(s.heads + 2 * s.kv_heads) * s.head_dim, s.hidden};  // qkv
     case 2: return {s.hidden, s.heads * s.head_dim};  // o
     case 4: return {2 * s.intermediate, s.hidden};  // gate_up
@@ -408,18 +412,20 @@ class Model {
   Model(std::vector<std::vector<mx::array>> weights, int layers, int hidden, int heads,
         int kv_heads, int head_dim, int intermediate, int vocab, float eps,
         float attention_scale, float rope_scale, float rope_base, bool traditional,
-        std::optional<mx::array> freqs, float qk_norm_eps)
+        std::optional<mx::array> freqs, float qk_norm_eps, bool qkv_bias)
       : layers_(layers) {
     if (qk_norm_eps < 0.0f) throw std::invalid_argument("a negative head norm epsilon");
-    const int per_layer = kWeightsPerLayer + (qk_norm_eps > 0.0f ? kHeadNorms : 0);
+    const int per_layer = kWeightsPerLayer + (qk_norm_eps > 0.0f ? kHeadNorms : 0) +
+                          (qkv_bias ? kQkvBias : 0);
     if (static_cast<int>(weights.size()) != kFirstLayer + per_layer * layers) {
-      throw std::invalid_argument("expected 3 weights, then 6 a layer (8 with head norms)");
+      throw std::invalid_argument("expected 3 weights, then 6 a layer (and its norms, its bias)");
     }
     dtype_ = weights[1].at(0).dtype();  // the final norm's: the activations'
     if (dtype_ != mx::bfloat16 && dtype_ != mx::float16) {
       throw std::invalid_argument("the CUDA decode step takes bfloat16 or float16 weights");
     }
     cd::Shape& s = shape_;
+    s.qkv_bias = qkv_bias;  // before weight_shape reads it
     s.hidden = hidden;
     s.heads = heads;
     s.kv_heads = kv_heads;
@@ -562,13 +568,15 @@ NB_MODULE(_cuda_decode, m) {
   m.doc() = "MLX Lab's one-token decode step of a model of Llama's layer, for MLX's CUDA backend";
   nb::class_<Model>(m, "Model")
       .def(nb::init<std::vector<std::vector<mx::array>>, int, int, int, int, int, int, int, float,
-                    float, float, float, bool, std::optional<mx::array>, float>(),
+                    float, float, float, bool, std::optional<mx::array>, float, bool>(),
            "weights"_a, "layers"_a, "hidden"_a, "heads"_a, "kv_heads"_a, "head_dim"_a,
            "intermediate"_a, "vocab"_a, "eps"_a, "attention_scale"_a, "rope_scale"_a,
            "rope_base"_a, "traditional"_a, "rope_freqs"_a.none(), "qk_norm_eps"_a = 0.0f,
+           "qkv_bias"_a = false,
            "weights: embedding, final norm, lm_head, then each layer's input norm, q/k/v, o, "
-           "post-attention norm, gate/up and down (and its q and k head norms where "
-           "qk_norm_eps > 0, Qwen3's); each [array] (a norm, a plain matrix) or "
+           "post-attention norm, gate/up and down (then its q and k head norms where "
+           "qk_norm_eps > 0, Qwen3's, and its q/k/v biases where qkv_bias, Qwen2's); each "
+           "[array] (a norm, a bias, a plain matrix) or "
            "[packed, scales, biases] (MLX's affine quantization: 4 or 8 bits, groups of 32 "
            "or 64).")
       .def("max_batch", &Model::max_batch)

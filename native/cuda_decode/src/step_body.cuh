@@ -227,15 +227,25 @@ cudaError_t launch_embed(const Shape& s, const Pointers& p, void* x, cudaStream_
 }
 
 AttentionArgs attention_args(const Shape& s, const Pointers& p) {
-  return AttentionArgs{s.heads,     s.kv_heads,      s.capacity,      s.column,
-                       p.column_at, s.traditional,   s.attention_scale, s.rope_scale,
-                       s.log2_base, nullptr,         nullptr,         s.qk_eps};
+  AttentionArgs a{};
+  a.heads = s.heads;
+  a.kv_heads = s.kv_heads;
+  a.capacity = s.capacity;
+  a.column = s.column;
+  a.column_at = p.column_at;
+  a.traditional = s.traditional;
+  a.scale = s.attention_scale;
+  a.rope_scale = s.rope_scale;
+  a.log2_base = s.log2_base;
+  a.qk_eps = s.qk_eps;
+  return a;
 }
 
-// A layer's attention arguments: the step's, with the layer's head norms.
+// A layer's attention arguments: the step's, with the layer's head norms and q/k/v biases.
 AttentionArgs for_layer(AttentionArgs args, const Layer& layer) {
   args.q_norm = layer.q_norm;
   args.k_norm = layer.k_norm;
+  args.qkv_bias = layer.qkv_bias;
   return args;
 }
 
