@@ -132,8 +132,10 @@ def engine_side(
     avx512: bool = True,
     threads: int | None = None,
     int16: bool | None = None,
+    model: Path = MODEL,
 ) -> dict:
-    """MLX Lab's engine in this process, as a model worker runs it, prompt cache off;
+    """MLX Lab's engine in this process, as a model worker runs it, prompt cache off, on
+    `model` (the default model's folder unless given);
     `int8`: the kernel's opt-in int8 activations (MLXLAB_QMM_INT8, llama.cpp's trick);
     `int16`: int16 activations on or off (MLXLAB_QMM_INT16), else the kernel's setting;
     `avx512` False: the AVX2 tiles on a CPU that has AVX-512 (MLXLAB_QMM_AVX512=0);
@@ -144,7 +146,7 @@ def engine_side(
     from inference.engine.caching.prompt_cache import PromptCacheConfig
 
     config = EngineConfig(max_batch_size=8, prompt_cache=PromptCacheConfig(max_entries=0))
-    engine = Engine(lambda: load_model(MODEL), config=config).start()
+    engine = Engine(lambda: load_model(model), config=config).start()
     kernel = quantized_kernel.kernel_module()
     kernel.set_int8_activations(int8)
     default_int16 = kernel.int16_activations()
