@@ -244,6 +244,8 @@ def main() -> int:
         failed = True
     if bench_script("llama_cpp", "One stream against llama.cpp on the same GGUF file") != 0:
         failed = True
+    if bench_script("llama_cpp_qwen3", "Qwen3's shape against llama.cpp, the same weights") != 0:
+        failed = True
     if bench_script("durability", "A model worker's restart: the prompt cache on disk") != 0:
         failed = True
     if bench_script("families", "One stream per model family: fused layers against mlx-lm's") != 0:
