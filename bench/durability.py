@@ -34,9 +34,8 @@ import sys
 import time
 import uuid
 
-import httpx
 from conversation import QUESTIONS, stream_messages, system_prompt
-from servers import ROOT, mlxlab_spec, running
+from servers import ROOT, mlxlab_spec, running, status
 from workload import WARMUP_PROMPT, client_for
 
 OUT = ROOT / "var" / "bench" / "durability.json"
@@ -44,12 +43,12 @@ TURN_TOKENS = 16
 
 
 def worker(url: str, model: str) -> dict | None:
-    report = httpx.get(f"{url}/engine", timeout=10).json()
+    report = status(url, "/engine")
     return next((w for w in report["workers"] if w["model"] == model), None)
 
 
 def prompt_cache(url: str, model: str) -> dict:
-    return httpx.get(f"{url}/stats", timeout=10).json()["models"][model]["prompt_cache"]
+    return status(url, "/stats")["models"][model]["prompt_cache"]
 
 
 def restart_worker(url: str, model: str) -> float:

@@ -22,6 +22,26 @@ MODEL_NAME = "smollm2-135m-instruct"
 MODEL_DIR = ROOT / "var" / "models" / MODEL_NAME
 READY_TIMEOUT = 180.0
 
+# /health's detail, /stats and /engine are for staff. A staff session, made in the lab's fresh
+# database before it starts, reads them (a key would close the open API the bench uses); its
+# key lands beside the database.
+STAFF_SESSION = """
+import os
+from pathlib import Path
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+from django.contrib.auth.models import User
+from django.contrib.sessions.backends.db import SessionStore
+user = User.objects.create_user("bench-status", is_staff=True)
+session = SessionStore()
+session[SESSION_KEY] = str(user.pk)
+session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+session.create()
+Path(os.environ["MLXLAB_DB_PATH"]).with_name("staff-session").write_text(session.session_key)
+"""
+# The staff session of each running server, by its URL (status()).
+STATUS_COOKIES: dict[str, dict[str, str]] = {}
+
 
 @dataclass(frozen=True)
 class ServerSpec:
@@ -32,6 +52,8 @@ class ServerSpec:
     is_ready: Callable[[dict], bool]
     env: Callable[[Path], dict[str, str]] = lambda home: {}  # extra variables, given a temp dir
     setup: list[list[str]] = field(default_factory=list)  # run once before starting
+    # Cookies that read the server's status, given the temp dir, once setup has run.
+    status_cookies: Callable[[Path], dict[str, str]] = lambda home: {}
     cwd: Path = ROOT  # the tree it runs from (bench/ab.py: another commit's checkout)
 
 
@@ -68,7 +90,9 @@ def mlxlab_spec(tree: Path = ROOT, label: str = "MLX Lab") -> ServerSpec:
             # The speculative bench's draft model (bench/draft_model.py), made once.
             [sys.executable, str(ROOT / "bench" / "draft_model.py")],
             [*manage, "add_model", str(DRAFT_DIR), "--name", DRAFT_NAME],
+            [*manage, "shell", "-c", STAFF_SESSION],
         ],
+        status_cookies=lambda home: {"sessionid": (home / "staff-session").read_text().strip()},
     )
 
 
@@ -112,6 +136,7 @@ def running(spec: ServerSpec, log_path: Path) -> Iterator[tuple[str, int]]:
                 stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         url = f"http://127.0.0.1:{port}"
+        STATUS_COOKIES[url] = spec.status_cookies(home)
         wait_until_ready(spec, url, process, log_path)
         yield url, process.pid
     finally:
@@ -126,12 +151,18 @@ def wait_until_ready(spec: ServerSpec, url: str, process: subprocess.Popen, log:
         if process.poll() is not None:
             raise RuntimeError(f"{spec.label} exited early (code {process.returncode}); see {log}")
         try:
-            if spec.is_ready(httpx.get(f"{url}/health", timeout=2).json()):
+            if spec.is_ready(status(url, "/health", timeout=2)):
                 return
         except (httpx.HTTPError, ValueError):
             pass
         time.sleep(0.3)
     raise RuntimeError(f"{spec.label} not ready after {READY_TIMEOUT:.0f}s; see {log}")
+
+
+def status(url: str, path: str, timeout: float = 10) -> dict:
+    """`/health`, `/stats` or `/engine` of a running server, read as its staff session."""
+    cookies = STATUS_COOKIES.get(url, {})
+    return httpx.get(f"{url}{path}", cookies=cookies, timeout=timeout).json()
 
 
 def stop(process: subprocess.Popen) -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from labsettings import lab_settings
 
 from .models import LanguageModel
+from .protocol.embedding_folder import EmbeddingSupport, embedding_support
 
 if TYPE_CHECKING:
     from .gguf.convert import Progress
@@ -22,6 +23,18 @@ def model_named(name: str) -> LanguageModel | None:
 async def amodel_named(name: str) -> LanguageModel | None:
     """The registry entry called `name`, or None (for async views)."""
     return await LanguageModel.objects.filter(name=name).afirst()
+
+
+def model_embedding_support(record: LanguageModel) -> EmbeddingSupport:
+    """Whether the model embeds (and how) or chats, read from its folder's files: they
+    say so, and a registry row made before embeddings were served says nothing."""
+    return embedding_support(record.path)
+
+
+def model_capabilities(record: LanguageModel) -> list[str]:
+    """What the model serves: ["chat"] (chat and text completions, Responses, Messages) or
+    ["embeddings"]; none for a folder whose embedding modules are not served here."""
+    return list(model_embedding_support(record).capabilities)
 
 
 def model_exists(name: str) -> bool:

@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from .api.access import caller_id
+from .api.embeddings_render import embeddings_body
+from .api.embeddings_request import parse_embeddings
 from .api.endpoints import api_endpoint
 from .api.openai_render import ChatRenderer, CompletionRenderer
 from .api.openai_request import parse_chat_completion, parse_completion, parse_json_body
 from .api.surfaces import OPENAI
 from .chat.plan import plan_generation
+from .embeddings import embed
 from .engines import supervisor
 from .errors import ApiError, model_not_found
-from .model_registry import amodel_named
+from .model_registry import amodel_named, model_capabilities
 from .models import LanguageModel
 from .sampling_defaults import sampling_defaults
 from .serve import serve
+from .workers.streams import EngineUnavailable, WorkerStopped
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +59,23 @@ async def completions(request: HttpRequest) -> HttpResponse:
     return await _serve(request, renderer_class=CompletionRenderer, parse=parse_completion)
 
 
+@api_endpoint("POST")
+async def embeddings(request: HttpRequest) -> HttpResponse:
+    try:
+        call = parse_embeddings(parse_json_body(request.body))
+        record, embedded = await embed(call)
+    except ApiError as error:
+        return error.response()
+    except (EngineUnavailable, WorkerStopped) as error:
+        log.warning("%s: %s", call.model, error.message)
+        return OPENAI.unavailable(error.message, error.state)
+    # Thousands of vectors make megabytes of JSON: encoded off the event loop.
+    body = await asyncio.to_thread(
+        embeddings_body, embedded, model=record.name, encoding_format=call.encoding_format
+    )
+    return HttpResponse(body, content_type="application/json")
+
+
 def _model_object(record: LanguageModel) -> dict:
     return {
         "id": record.name,
@@ -61,6 +83,8 @@ def _model_object(record: LanguageModel) -> dict:
         "created": int(record.created_at.timestamp()),
         "owned_by": "mlxlab",
         "context_length": record.context_length,
+        # An extension, as LM Studio and Ollama list theirs: "chat" or "embeddings".
+        "capabilities": model_capabilities(record),
     }
 
 

@@ -2,6 +2,9 @@
 
 They never wait on a busy worker for long: a worker that does not answer within
 two seconds is reported as unreachable, and the web process keeps answering.
+
+Their detail (pids, socket paths, memory, the BLAS library, every user's counters) is for
+staff: a stranger's /health says `status` and `in_flight`, and /stats and /engine are a 403.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import time
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, JsonResponse
 
+from .api.access import caller_is_staff
 from .api.endpoints import api_endpoint
 from .engines import default_model_name, supervisor
 from .response_store import response_store_stats
@@ -72,7 +76,7 @@ async def _live(model: str):
         return None
 
 
-@api_endpoint("GET")
+@api_endpoint("GET", staff=True)
 async def engine(request: HttpRequest) -> JsonResponse:
     return JsonResponse(await engine_report())
 
@@ -90,20 +94,16 @@ async def health(request: HttpRequest) -> JsonResponse:
     ready = [w["model"] for w in workers if w["state"] == "ready"]
     # Healthy while any worker can serve, or none has failed yet (one starts on demand).
     healthy = bool(ready) or all(w["state"] == "starting" for w in workers)
-    return JsonResponse(
-        {
-            "status": "ok" if healthy else "degraded",
-            "isolated": True,
-            "engine": report,
-            "workers": workers,
-            "models_loaded": sorted(ready),
-            "in_flight": sum(len(w.streams) for w in supervisor().resident()),
-        },
-        status=200 if healthy else 503,
-    )
+    body = {
+        "status": "ok" if healthy else "degraded",
+        "in_flight": sum(len(w.streams) for w in supervisor().resident()),
+    }
+    if await caller_is_staff(request):
+        body.update(isolated=True, engine=report, workers=workers, models_loaded=sorted(ready))
+    return JsonResponse(body, status=200 if healthy else 503)
 
 
-@api_endpoint("GET")
+@api_endpoint("GET", staff=True)
 async def stats(request: HttpRequest) -> JsonResponse:
     report = await engine_report()
     ready = [w for w in supervisor().resident() if w.state == "ready"]

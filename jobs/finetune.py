@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from access.server_paths import confined_path
+
 from .context import JobContext, JobParamsError, JobResult
 from .finetune_data import check_dataset
 from .params import (
@@ -25,6 +27,8 @@ from .params import (
 )
 
 FINE_TUNE_TYPES = ("lora", "dora", "full")
+# Every refusal of a dataset.path reads the same, so it tells nothing of the server's files.
+DATASET_PATH_REFUSED = "dataset.path must name a folder inside MLXLAB_IMPORT_ROOTS"
 # mlx.optimizers.schedulers whose arguments are numbers (join_schedules takes schedules),
 # spelled out so validating imports no MLX.
 SCHEDULES = ("cosine_decay", "exponential_decay", "linear_schedule", "step_decay")
@@ -265,8 +269,7 @@ def _dataset(dataset) -> tuple[dict, Path]:
     if "job" in dataset:
         return {"job": str(dataset["job"])}, dataset_job_folder(dataset["job"])
     path = dataset["path"]
-    if not isinstance(path, str) or not Path(path).is_absolute():
-        raise JobParamsError("dataset.path must be an absolute folder path")
-    if not Path(path).is_dir():
-        raise JobParamsError(f"dataset.path {path} is not a folder")
-    return {"path": path}, Path(path)
+    folder = confined_path(path, kind="folder")
+    if folder is None:
+        raise JobParamsError(DATASET_PATH_REFUSED)
+    return {"path": path}, folder

@@ -133,8 +133,13 @@ def run(ctx: JobContext) -> JobResult:
 
 def _make_servable(ctx: JobContext, plan, made: Path, share: float) -> None:
     params = ctx.params
+    encoder = plan.format != "gguf" and _is_encoder(plan.folder)
+    if encoder and params["quantize"]:
+        raise JobFailed("an encoder embedding model is served as it is: pull it without quantize")
     if plan.format == "gguf":
         _import_gguf(ctx, plan.folder / plan.gguf_file, made, share)
+    elif encoder:  # mlx-embeddings loads transformers' weights as they are
+        shutil.move(plan.folder, made)
     elif params["quantize"]:
         _convert(ctx, plan.folder, made, params, share)
     elif plan.format == "transformers":
@@ -143,6 +148,13 @@ def _make_servable(ctx: JobContext, plan, made: Path, share: float) -> None:
     else:  # MLX already: served as it came (a rename where the two share a disk)
         shutil.move(plan.folder, made)
     _keep_serving_files(plan.folder, made)
+
+
+def _is_encoder(folder: Path) -> bool:
+    from inference.protocol.embedding_folder import ENCODER, embedding_support
+
+    spec = embedding_support(folder).spec
+    return spec is not None and spec.backend == ENCODER
 
 
 def _convert(ctx: JobContext, source: Path, made: Path, params: dict, share: float) -> None:
@@ -174,10 +186,16 @@ def _import_gguf(ctx: JobContext, gguf: Path, made: Path, share: float) -> None:
 
 
 def _keep_serving_files(source: Path, made: Path) -> None:
-    # mlx-lm's convert writes config, tokenizer and weights; the model's sampling defaults
-    # and a separate chat template would be lost without this.
+    # mlx-lm's convert writes config, tokenizer and weights; the model's sampling defaults,
+    # a separate chat template and an embedding model's pooling (without which it would
+    # be served as a chat model) would be lost without this.
+    from publishing.hub_repos import SENTENCE_TRANSFORMERS_FILES
+
     if not source.is_dir():
         return
-    for name in ("generation_config.json", "chat_template.jinja"):
+    kept = [p.relative_to(source) for p in source.rglob("*.json")]
+    kept = [p for p in kept if SENTENCE_TRANSFORMERS_FILES.fullmatch(p.as_posix())]
+    for name in (Path("generation_config.json"), Path("chat_template.jinja"), *kept):
         if (source / name).is_file() and not (made / name).exists():
+            (made / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(source / name, made / name)

@@ -50,7 +50,7 @@ class ModelDetailApi(APIView):
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT, **errors(403, 404)}, summary="One model")
     def get(self, request: Request, name: str) -> Response:
-        return Response(model_details(record_or_404(name)))
+        return Response(model_details(record_or_404(name), staff=request.user.is_staff))
 
     @extend_schema(
         request=OpenApiTypes.OBJECT,
@@ -70,7 +70,7 @@ class ModelDetailApi(APIView):
                 model_set_draft(record=record, draft_name=draft)
             except DraftRefused as error:
                 raise ValidationError({"detail": str(error)}) from None
-        return Response(model_details(record))
+        return Response(model_details(record, staff=True))
 
     @extend_schema(
         responses={200: OpenApiTypes.OBJECT, **errors(403, 404, 409)},

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from django.db import close_old_connections
 
+from access.server_paths import confined_path
 from inference.gguf.header import GGUFImportError
 from inference.model_registry import model_exists, model_import_gguf, model_name_from
 
@@ -47,22 +48,18 @@ def import_status(import_id: str) -> ImportStatus | None:
     return _imports.get(import_id)
 
 
-def _check(path: Path, name: str) -> None:
-    if not path.is_absolute():
-        raise ImportRefused("path must be an absolute path on the server")
-    if not path.is_file():
-        raise ImportRefused(f"no file at {path}")
-    if path.suffix.lower() != ".gguf":
-        raise ImportRefused("path must name a .gguf file")
-    if model_exists(name):
-        raise ImportRefused(f"a model named {name!r} already exists")
+# Whatever is wrong with the path, the answer is this: it tells nothing of the server's files.
+PATH_REFUSED = "path must name a .gguf file inside MLXLAB_IMPORT_ROOTS"
 
 
 def start_import(path_text: str, name: str | None) -> ImportStatus:
     """Check the request now (clear errors at once), then convert on a thread."""
-    path = Path(path_text)
-    name = name or model_name_from(path)
-    _check(path, name)
+    path = confined_path(path_text, kind="file", suffix=".gguf")
+    if path is None:
+        raise ImportRefused(PATH_REFUSED)
+    name = name or model_name_from(Path(path_text))
+    if model_exists(name):
+        raise ImportRefused(f"a model named {name!r} already exists")
     status = ImportStatus(id=uuid.uuid4().hex, path=str(path), name=name)
     with _lock:
         if any(s.status == "running" and s.name == name for s in _imports.values()):

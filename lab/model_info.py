@@ -70,14 +70,34 @@ def _disk_bytes(record: LanguageModel) -> int:
     return disk_bytes(folder) if folder.is_dir() else 0
 
 
-def model_details(record: LanguageModel) -> dict:
+def model_details(record: LanguageModel, *, staff: bool) -> dict:
+    """What the models page shows of one model. Where the install keeps things is for staff:
+    others see the folder under the models directory at most, and a config without
+    absolute paths (a converted model's `_name_or_path` may name the converting host's)."""
     folder = Path(record.path)
     template = chat_template(folder)
+    config = _json_file(folder / "config.json")
     return {
         **model_summary(record),
-        "path": record.path,
-        "config": _json_file(folder / "config.json"),
+        "path": record.path if staff else _relative_path(folder),
+        "config": config if staff else _without_absolute_paths(config),
         "chat_template": template,
         "supports_thinking": supports_thinking(template),
         "defaults": sampling_defaults(folder),
     }
+
+
+def _relative_path(folder: Path) -> str | None:
+    models = lab_settings.models_dir.resolve()
+    resolved = folder.resolve()
+    return str(resolved.relative_to(models)) if resolved.is_relative_to(models) else None
+
+
+def _without_absolute_paths(value: object) -> object:
+    if isinstance(value, dict):
+        return {key: _without_absolute_paths(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_without_absolute_paths(item) for item in value]
+    if isinstance(value, str) and Path(value).is_absolute():
+        return None
+    return value

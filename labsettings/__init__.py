@@ -168,6 +168,15 @@ class LabSettings(EngineSettings, WorkerSettings):
         "MLXLAB_CORS_ALLOWED_ORIGINS", parse_list, (),
         "Browser origins allowed to call the API (comma-separated).",
     )  # fmt: skip
+    # Login throttling (django-axes, mlxlab/settings.py): by username and address together.
+    login_failure_limit: int = setting(
+        "MLXLAB_LOGIN_FAILURE_LIMIT", parse_int, 5,
+        "Failed logins of one username from one address before that pair is locked out.",
+    )  # fmt: skip
+    login_lockout_seconds: int = setting(
+        "MLXLAB_LOGIN_LOCKOUT_SECONDS", parse_int, 900,
+        "How long such a lockout lasts; the admin site can lift it sooner.",
+    )  # fmt: skip
 
     # Bounds on what a request may ask (docs/API.md, "Limits").
     max_request_bytes: int = setting(
@@ -208,6 +217,15 @@ class LabSettings(EngineSettings, WorkerSettings):
     max_tokens_limit: int = setting(
         "MLXLAB_MAX_TOKENS_LIMIT", parse_int, 0,
         "The most tokens one request may ask for; 0: only the context length limits it.",
+    )  # fmt: skip
+    # /v1/embeddings, as OpenAI bounds it: 2,048 inputs, 8,192 tokens each (the model's
+    # context bounds an input too).
+    embedding_max_inputs: int = setting(
+        "MLXLAB_EMBEDDING_MAX_INPUTS", parse_int, 2048, "Inputs of one embeddings request."
+    )
+    embedding_max_input_tokens: int = setting(
+        "MLXLAB_EMBEDDING_MAX_INPUT_TOKENS", parse_int, 8192,
+        "Tokens of one embeddings input; an input beyond this or its model's context is a 400.",
     )  # fmt: skip
     grammar: bool = setting(
         "MLXLAB_GRAMMAR", parse_bool, True,

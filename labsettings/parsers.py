@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 TRUE = frozenset({"1", "true", "yes", "on"})
@@ -77,6 +79,16 @@ def switch(*modes: str) -> Callable[[str], str]:
 def parse_list(text: str) -> tuple[str, ...]:
     """Comma-separated; blanks dropped."""
     return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def parse_paths(text: str) -> tuple[Path, ...]:
+    """Colon-separated folders, as PATH is; blanks dropped. Relative ones are refused: a
+    root that moved with the working directory would confine nothing."""
+    paths = tuple(Path(item.strip()) for item in text.split(os.pathsep) if item.strip())
+    relative = [str(path) for path in paths if not path.is_absolute()]
+    if relative:
+        raise ValueError(f"not an absolute path: {relative[0]}")
+    return paths
 
 
 def parse_key_digests(text: str) -> tuple[str, ...]:

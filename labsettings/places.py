@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .rows import Table, setting, under_var
+from .parsers import parse_paths
+from .rows import Derived, Table, setting, under_var
 
 # The checkout: var/ lives in it unless MLXLAB_VAR_DIR says otherwise.
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -33,6 +34,13 @@ class PlaceSettings(Table):
     uploads_dir: Path = setting(
         "MLXLAB_UPLOADS_DIR", Path, under_var("uploads"),
         "Files uploaded for dataset jobs, until a job reads them.",
+    )  # fmt: skip
+    # Checked with symlinks resolved (access/server_paths.py).
+    import_roots: tuple[Path, ...] = setting(
+        "MLXLAB_IMPORT_ROOTS", parse_paths,
+        Derived(lambda values: (values["var_dir"] / "imports",), "var_dir/imports"),
+        "Folders (colon-separated; empty: none) whose files staff may name by server path, "
+        "links resolved: a GGUF to import, a finetune's dataset folder.",
     )  # fmt: skip
     worker_socket_dir: Path = setting(
         "MLXLAB_WORKER_SOCKET_DIR", Path, under_var("run"),

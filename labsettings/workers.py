@@ -65,6 +65,12 @@ class WorkerSettings(PlaceSettings):
     prefill_step_size: int = setting(
         "MLXLAB_PREFILL_STEP_SIZE", parse_int, 512, "Prompt tokens per prefill step."
     )
+    # An embedding model's worker (engine/embedding/batching.py): inputs sorted by length
+    # and padded within buckets; this bounds one forward pass's memory.
+    embedding_batch_tokens: int = setting(
+        "MLXLAB_EMBEDDING_BATCH_TOKENS", parse_int, 16384,
+        "Padded tokens in one forward pass of an embedding model (a longer input runs alone).",
+    )  # fmt: skip
     warm_up: str = setting(
         "MLXLAB_WARM_UP", one_of("auto", "on", "off"), "auto",
         "Compile a worker's serving shapes before it is ready; auto: on a GPU only.",

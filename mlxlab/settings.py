@@ -1,10 +1,12 @@
 """Settings for MLX Lab. Every knob can be set from the environment."""
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
 from corsheaders.defaults import default_headers
+from csp.constants import NONE, SELF
 
 from labsettings import LabSettings
 
@@ -53,6 +55,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",  # the API docs page's JS and CSS, served locally (no CDN)
     "corsheaders",
     "channels",
+    "axes",  # login throttling: failed attempts and lockouts, listed in the admin
     "access",  # API keys and the shared /api plumbing; the apps below build on it
     "inference",
     "lab",
@@ -71,6 +74,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes asks: turns a lockout into a 429
 ]
 
 ROOT_URLCONF = "mlxlab.urls"
@@ -116,6 +121,40 @@ else:
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# django-axes first: it refuses a locked-out login before any password is checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Locked out is a username from one address, never the username everywhere: a stranger
+# who guesses at `admin` locks out only their own address, and only for the cool-off.
+# The admin site lists lockouts ("Access attempts"); `manage.py axes_reset` clears them.
+AXES_FAILURE_LIMIT = MLXLAB.login_failure_limit
+AXES_COOLOFF_TIME = timedelta(seconds=MLXLAB.login_lockout_seconds)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+# The address is the connection's (REMOTE_ADDR), never a header a client may forge; behind
+# a reverse proxy, Daphne's --proxy-headers sets it from the proxy's X-Forwarded-For.
+AXES_IPWARE_META_PRECEDENCE_ORDER = ("REMOTE_ADDR",)
+
+# The lab's pages run only their own files: no inline script, no other origin. Styles too
+# need no 'unsafe-inline': no template has a style attribute, and the scripts set sizes
+# through element.style, which a policy does not govern. The favicon is a data: URL; the
+# chat's websocket is same-origin, which 'self' covers (CSP level 3).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -167,7 +206,8 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": MLXLAB.log_level},
-    "loggers": {"django.request": {"level": "ERROR"}},
+    # django-axes says at every start which lockout it applies; its lockouts still log.
+    "loggers": {"django.request": {"level": "ERROR"}, "axes.apps": {"level": "WARNING"}},
 }
 
 # Our middleware answers oversized bodies with a 413; Django's own check (a 400) never fires first.
@@ -217,9 +257,9 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "OAS_VERSION": "3.1.0",  # JSON Schema proper: type lists for nullable fields, const
     "SERVE_INCLUDE_SCHEMA": False,
-    # The contract is public: no credentials needed to read it (and a bad one is not a 401).
-    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
-    "SERVE_AUTHENTICATION": [],
+    # Behind login as the rest of /api is: a key or a session (REST_FRAMEWORK's classes).
+    "SERVE_PERMISSIONS": ["access.permissions.LoggedIn"],
+    "SERVE_AUTHENTICATION": None,
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "inference.openapi.hooks.add_inference_api",

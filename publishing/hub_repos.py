@@ -29,6 +29,11 @@ SERVING_FILES = re.compile(
     r"|[^/]*\.tiktoken|tiktoken\.model"
     r"|[^/]*\.safetensors|model\.safetensors\.index\.json"
 )
+# What makes a folder an embedding model: sentence-transformers' modules and the Pooling
+# module's config (inference/protocol/embedding_folder.py reads them).
+SENTENCE_TRANSFORMERS_FILES = re.compile(
+    r"(modules|config_sentence_transformers|sentence_bert_config)\.json|\d+_Pooling/config\.json"
+)
 # Mistral's repos carry the original checkpoint beside the transformers one: not both.
 ORIGINAL_CHECKPOINT = re.compile(r"consolidated[^/]*\.safetensors")
 # The quantization in a GGUF file's name, as llama.cpp's tools name them.
@@ -105,8 +110,14 @@ def gguf_files(files: list[RepoFile]) -> list[dict]:
 
 
 def serving_files(files: list[RepoFile]) -> list[RepoFile]:
-    """The files a safetensors model is served from, top-level only."""
-    chosen = [f for f in files if "/" not in f.path and SERVING_FILES.fullmatch(f.path)]
+    """The files a safetensors model is served from: top-level ones, and an embedding
+    model's Pooling config."""
+    chosen = [
+        f
+        for f in files
+        if ("/" not in f.path and SERVING_FILES.fullmatch(f.path))
+        or SENTENCE_TRANSFORMERS_FILES.fullmatch(f.path)
+    ]
     weights = [f for f in chosen if f.path.endswith(".safetensors")]
     if any(not ORIGINAL_CHECKPOINT.fullmatch(f.path) for f in weights):
         chosen = [f for f in chosen if not ORIGINAL_CHECKPOINT.fullmatch(f.path)]

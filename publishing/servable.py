@@ -1,4 +1,5 @@
-"""Whether the installed mlx-lm can load a model, from its config.json alone.
+"""Whether the installed mlx-lm (or mlx-embeddings, for an encoder embedding model) can
+load a model, from its config.json alone.
 
 Read without importing mlx-lm (which loads MLX): the architectures are the modules
 under `mlx_lm/models/` that define a `Model`, and the aliases are mlx-lm's public
@@ -14,6 +15,8 @@ import importlib.metadata
 import importlib.util
 import threading
 from pathlib import Path
+
+from inference.protocol.embedding_folder import is_encoder_config
 
 # Searches describe repos on several threads; building the tables once at a time keeps
 # ast.parse, which is not safe to run concurrently, to one thread.
@@ -80,11 +83,12 @@ def mlx_lm_module(config: dict) -> str | None:
 
 
 def architecture_problem(config: dict) -> str | None:
-    """Why the installed mlx-lm cannot load a model with this config, or None if it can."""
+    """Why neither the installed mlx-lm nor, for an encoder, mlx-embeddings can load a
+    model with this config, or None if one can."""
     module = mlx_lm_module(config)
     if module is None:
         return "its config.json names no model_type"
-    if module not in loadable_model_types():
+    if module not in loadable_model_types() and not is_encoder_config(config):
         model_type = config.get("model_type")
         return f"model_type '{model_type}' is not supported by mlx-lm {mlx_lm_version()}"
     return None

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -126,6 +126,14 @@ class LiveServer:
     process: subprocess.Popen
     log_path: Path
     env: dict
+    # A staff user's session in the server's database: /stats, /engine and /health's
+    # detail are for staff, whether or not the API is open.
+    staff_cookies: dict = field(default_factory=dict)
+
+    def staff_client(self, **options) -> httpx.Client:
+        """A client that reads the status endpoints as a staff user, with no key (one
+        would close an open API for the whole server)."""
+        return httpx.Client(base_url=self.url, cookies=self.staff_cookies, **options)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -142,6 +150,32 @@ def _manage(env: dict, *args: str) -> None:
     subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True)
 
 
+# Run in a server's database: a staff user who reads status (made once), and a new
+# session of theirs, whose key is printed.
+STAFF_SESSION = """
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+from django.contrib.auth.models import User
+from django.contrib.sessions.backends.db import SessionStore
+user = User.objects.filter(username="status-reader").first()
+user = user or User.objects.create_user("status-reader", is_staff=True)
+session = SessionStore()
+session[SESSION_KEY] = str(user.pk)
+session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+session.create()
+print(session.session_key)
+"""
+
+
+def staff_session(env: dict) -> dict[str, str]:
+    """The cookies of a new staff session in the database of a server started with `env`."""
+    made = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", STAFF_SESSION],
+        cwd=ROOT, env=env, check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    return {"sessionid": made.stdout.strip().splitlines()[-1]}
+
+
 def start_daphne(
     home: Path, env: dict, label: str = "daphne", *, wait_for_model: bool = True
 ) -> LiveServer:
@@ -154,7 +188,7 @@ def start_daphne(
              "mlxlab.asgi:application"],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
-    server = LiveServer(f"http://127.0.0.1:{port}", process, log_path, env)
+    server = LiveServer(f"http://127.0.0.1:{port}", process, log_path, env, staff_session(env))
     try:
         _wait_until_ready(server, DEFAULT_MODEL if wait_for_model else None)
     except BaseException:
@@ -205,6 +239,23 @@ def test_sampling():
     override = override_settings(MLXLAB=settings.MLXLAB.replace(**values))
     override.enable()
     yield
+    override.disable()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def import_roots(test_sampling, tmp_path_factory) -> tuple[Path, ...]:
+    """The tests name GGUF files and dataset folders in pytest's temporary folders, and the
+    embedded default model's GGUF: those are the import roots here and in every server and
+    worker the tests start (they inherit this environment)."""
+    from django.conf import settings
+
+    from inference.management.commands.ensure_default_model import embedded_gguf
+
+    roots = (tmp_path_factory.getbasetemp(), embedded_gguf().parent)
+    os.environ["MLXLAB_IMPORT_ROOTS"] = os.pathsep.join(str(root) for root in roots)
+    override = override_settings(MLXLAB=settings.MLXLAB.replace(import_roots=roots))
+    override.enable()
+    yield roots
     override.disable()
 
 
@@ -293,7 +344,9 @@ def _wait_until_ready(server: LiveServer, model: str | None, timeout: float = 12
         if server.process.poll() is not None:
             pytest.fail(f"daphne exited early:\n{server.log()}")
         try:
-            health = httpx.get(f"{server.url}/health", timeout=2).json()
+            health = httpx.get(
+                f"{server.url}/health", cookies=server.staff_cookies, timeout=2
+            ).json()
             if model is None or model in health.get("models_loaded", []):
                 return
         except httpx.HTTPError:

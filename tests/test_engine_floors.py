@@ -2,7 +2,8 @@
 
 From the bottom: the protocol (what crosses to the web side), then `kv` (the batch's KV
 caches, in a layout the engine owns), `acceleration` (loading
-a model, its native fast paths), `drafts` (where drafted tokens come from), `prompting`
+a model, its native fast paths), `embedding` (embedding models: batched, pooled), `drafts`
+(where drafted tokens come from), `prompting`
 (a call made a request: template, grammar, output parsing), `caching` (KV, prompt and
 checkpoint caches, durable on disk), `loop` (the batch and its steps) and `process` (the
 worker process around an engine). A floor that imports one above it would make a circle.
@@ -15,7 +16,7 @@ import ast
 import inference.engine as engine_package
 from tests.conftest import ROOT
 
-FLOORS = ["kv", "acceleration", "drafts", "prompting", "caching", "loop", "process"]
+FLOORS = ["kv", "acceleration", "embedding", "drafts", "prompting", "caching", "loop", "process"]
 ENGINE = ROOT / "inference" / "engine"
 
 

@@ -60,6 +60,10 @@ def sample(name: str) -> tuple[str, object]:
         {"big": "tcp://127.0.0.1:7001", "small": "ipc:///run/small.sock"},
     )
     special["worker_secret"] = (" a-secret-of-24-characters ", "a-secret-of-24-characters")
+    special["import_roots"] = (
+        "/srv/lab/imports: :/data/ggufs",
+        (Path("/srv/lab/imports"), Path("/data/ggufs")),
+    )
     special["kv_bits"] = ("4", 4)
     special["kv_group_size"] = ("32", 32)
     special["kv_by_model"] = (
@@ -182,6 +186,7 @@ def test_the_documented_defaults():
         "models_dir": var / "models",
         "artifacts_dir": var / "artifacts",
         "uploads_dir": var / "uploads",
+        "import_roots": (var / "imports",),
         "worker_socket_dir": var / "run",
         "log_level": "INFO",
         "default_model": "smollm2-135m-instruct",
@@ -194,6 +199,7 @@ def test_the_documented_defaults():
         "template_render_seconds": 10,
         "max_batch_size": 8,
         "prefill_step_size": 512,
+        "embedding_batch_tokens": 16384,
         "warm_up": "auto",
         "kernel_cache_dir": var / "kernels",
         "workers": {},
@@ -251,6 +257,8 @@ def test_the_documented_defaults():
         "static_key_user": "api-service",
         "allow_open_network_api": False,
         "cors_allowed_origins": (),
+        "login_failure_limit": 5,
+        "login_lockout_seconds": 900,
         "max_request_bytes": 8 * MIB,
         "max_upload_bytes": 64 * MIB,
         "max_request_bytes_by_path": {"/api/": MIB, "/api/datasets/uploads": 64 * MIB},
@@ -263,6 +271,8 @@ def test_the_documented_defaults():
         "max_schema_bytes": 64 * 1024,
         "max_n": 8,
         "max_tokens_limit": 0,
+        "embedding_max_inputs": 2048,
+        "embedding_max_input_tokens": 8192,
         "grammar": True,
         "grammar_compile_seconds": 10,
         "grammar_cache_mb": 256,

@@ -2,7 +2,8 @@
 
 With no key configured at all the API is open (as mlx_lm.server is), and
 `runlab` then refuses to listen beyond loopback unless told to. Nothing here is
-cached, so a revoked key stops working on its next request.
+cached, so a revoked key stops working on its next request. The status endpoints'
+detail asks more: a staff user (`caller_is_staff`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,15 @@ from ..errors import ApiError
 def unauthorized(message: str) -> ApiError:
     # OpenAI answers a missing or wrong key with this type and code.
     return ApiError(message, status=401, type="invalid_request_error", code="invalid_api_key")
+
+
+def staff_only() -> ApiError:
+    return ApiError(
+        "Only staff users, or their API keys, may read this.",
+        status=403,
+        type="permission_error",
+        code="staff_only",
+    )
 
 
 MISSING_KEY = (
@@ -55,3 +65,18 @@ async def api_access_error(request: HttpRequest) -> ApiError | None:
     if user.is_authenticated and user.is_active and csrf_passes(request):
         return None
     return unauthorized(MISSING_KEY)
+
+
+async def caller_is_staff(request: HttpRequest) -> bool:
+    """Whether a staff user calls: through a valid key of theirs, else a logged-in session.
+
+    A static key acts for the non-staff service user, so it never is; nor is anyone on an
+    open API without a key, since "open" is about inference, not the server's innards.
+    """
+    check = getattr(request, "api_key", None)
+    if check is None and (raw := presented_key(request)) is not None:
+        check = await acheck_key(raw)
+    if check is not None and check.ok:
+        return check.key is not None and check.key.user.is_staff
+    user = await request.auser()
+    return bool(user.is_authenticated and user.is_active and user.is_staff)

@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from ..errors import ApiError
-from .access import api_access_error
+from .access import api_access_error, caller_is_staff, staff_only
 
 ErrorRenderer = Callable[[ApiError], HttpResponse]
 
@@ -24,13 +24,17 @@ def method_not_allowed(
 
 
 def api_endpoint(
-    *methods: str, render_error: ErrorRenderer = ApiError.response, public: bool = False
+    *methods: str,
+    render_error: ErrorRenderer = ApiError.response,
+    public: bool = False,
+    staff: bool = False,
 ):
     """An async API view: no CSRF (its clients are programs), its methods, a 405 otherwise.
 
     Unless `public`, it needs an API key once any exists (a 401 otherwise; see
-    api/access.py). `render_error` gives the 401, 405 and 413 (body_limits.py)
-    their protocol's shape (OpenAI's by default).
+    api/access.py); with `staff`, a staff user's key or session besides (a 403).
+    `render_error` gives the 401, 403, 405 and 413 (body_limits.py) their protocol's
+    shape (OpenAI's by default).
     """
 
     def wrap(view):
@@ -41,6 +45,8 @@ def api_endpoint(
                 response = render_error(denied)
                 response["WWW-Authenticate"] = 'Bearer realm="mlxlab"'
                 return response
+            if staff and not await caller_is_staff(request):
+                return render_error(staff_only())
             if request.method not in methods:
                 return method_not_allowed(request, ", ".join(methods), render_error)
             return await view(request, *args, **kwargs)

@@ -14,8 +14,9 @@ from labsettings import lab_settings
 from ..adapter_registry import resolve_adapters
 from ..engines import model_record
 from ..errors import ApiError
-from ..model_registry import amodel_named
+from ..model_registry import amodel_named, model_embedding_support
 from ..models import LanguageModel
+from ..protocol.embedding_folder import CHAT
 from ..protocol.sampling import KVScheme, SamplingParams
 from ..protocol.wire import ChatInput, GenerateCall
 from ..sampling_defaults import resolve, sampling_defaults
@@ -53,6 +54,18 @@ def _check_max_tokens(request: ChatCall) -> None:
     limit = lab_settings.max_tokens_limit
     if limit and request.max_tokens is not None and request.max_tokens > limit:
         raise ApiError(f"max_tokens must be at most {limit} on this server", param="max_tokens")
+
+
+def _check_chat_model(record: LanguageModel) -> None:
+    """A generation request for a model that only embeds is a 400 naming it."""
+    support = model_embedding_support(record)
+    if CHAT not in support.capabilities:
+        reason = support.problem or "it serves /v1/embeddings only"
+        raise ApiError(
+            f"The model '{record.name}' is an embedding model: {reason}",
+            param="model",
+            code="model_not_supported",
+        )
 
 
 def cache_scope(caller: str) -> str:
@@ -107,6 +120,7 @@ async def plan_generation(
     """
     _check_max_tokens(request)
     record = await model_record(request.model)
+    _check_chat_model(record)
     adapters = await resolve_adapters(request.adapter, record.name)
     defaults = sampling_defaults(record.path)
     thinking = request.template_kwargs.get("enable_thinking")

@@ -91,6 +91,7 @@ ENGINE_UNAVAILABLE_ERROR = obj(
 ERROR_MEANINGS = {
     400: "Invalid request: the message names the first invalid field",
     401: "An API key is required (once any exists) and was missing, wrong or revoked",
+    403: "Only a staff user's key or session may call this",
     404: "Unknown model, stored response or endpoint",
     405: "Method not allowed (see the Allow header)",
     413: "Request body larger than the limit for this path",

@@ -14,7 +14,14 @@ from access.api_keys import keys_exist
 from access.authentication import BEARER, X_API_KEY
 from labsettings import lab_settings
 
-from . import anthropic_paths, openai_paths, responses_paths, status_paths, streams
+from . import (
+    anthropic_paths,
+    embeddings_paths,
+    openai_paths,
+    responses_paths,
+    status_paths,
+    streams,
+)
 from .common import ANTHROPIC_ERROR, ENGINE_UNAVAILABLE_ERROR, OPENAI_ERROR, Schema
 
 SECURITY_SCHEMES = {
@@ -33,6 +40,7 @@ def inference_paths(*, limit: int, default_model: str) -> tuple[dict, dict]:
     """(paths, schema components) of /v1, /health, /stats and /engine."""
     paths: dict[str, Schema] = {
         **openai_paths.paths(default_model),
+        **embeddings_paths.paths(default_model),
         **responses_paths.paths(default_model),
         **anthropic_paths.paths(default_model),
         **status_paths.paths(),
@@ -42,6 +50,7 @@ def inference_paths(*, limit: int, default_model: str) -> tuple[dict, dict]:
         "AnthropicError": ANTHROPIC_ERROR,
         "EngineUnavailableError": ENGINE_UNAVAILABLE_ERROR,
         **openai_paths.components(limit),
+        **embeddings_paths.components(),
         **responses_paths.components(limit),
         **anthropic_paths.components(limit),
         **status_paths.components(),
@@ -65,9 +74,10 @@ def add_inference_api(result: dict, generator, request, public) -> dict:
     except DatabaseError:  # `manage.py spectacular` without a database: it may be open
         open_api = True
     security = _security(open_api=open_api)
-    for path_item in paths.values():
+    for path, path_item in paths.items():
         for operation in path_item.values():
-            operation.setdefault("security", security)
+            staff_only = path in status_paths.STAFF_ONLY
+            operation.setdefault("security", _security(open_api=False) if staff_only else security)
     result["paths"] = {**paths, **result.get("paths", {})}
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
     clashes = set(schemas) & set(components)

@@ -1,4 +1,5 @@
-"""/v1/chat/completions, /v1/completions and /v1/models as OpenAPI operations."""
+"""/v1/chat/completions, /v1/completions and /v1/models as OpenAPI operations
+(/v1/embeddings: embeddings_paths.py)."""
 
 from __future__ import annotations
 
@@ -115,6 +116,13 @@ MODEL = obj(
         "created": {"type": "integer"},
         "owned_by": {"type": "string"},
         "context_length": {"type": "integer"},
+        "capabilities": {
+            "description": "What the model serves: chat (chat and text completions, "
+            "Responses, Messages) or embeddings (/v1/embeddings); empty for a folder whose "
+            "embedding modules this server does not serve.",
+            "type": "array",
+            "items": {"enum": ["chat", "embeddings"]},
+        },
         "defaults": {
             "description": "Retrieve only: what a request gets for each sampling field it "
             "leaves out, and where each value came from (the server's MLXLAB_DEFAULT_*, the "

@@ -1,4 +1,4 @@
-"""/health and /stats as OpenAPI operations."""
+"""/health, /stats and /engine as OpenAPI operations."""
 
 from __future__ import annotations
 
@@ -62,6 +62,7 @@ ENGINE = obj(
     ("isolated", "state", "pid", "restarts", "socket", "model", "last_exit", "workers"),
 )
 
+# A stranger gets `status` and `in_flight`; a staff user's key or session, the rest too.
 HEALTH = obj(
     {
         "status": {"enum": ["ok", "degraded"]},
@@ -71,7 +72,7 @@ HEALTH = obj(
         "in_flight": {"type": "integer"},
         "models_loaded": {"type": "array", "items": {"type": "string"}},
     },
-    ("status", "isolated", "engine", "workers", "in_flight", "models_loaded"),
+    ("status", "in_flight"),
 )
 
 STATS = obj(
@@ -94,12 +95,16 @@ def components() -> dict[str, Schema]:
     return {"Health": HEALTH, "Stats": STATS, "Engine": ENGINE, "Worker": WORKER}
 
 
+# For staff only, whether or not the API is open.
+STAFF_ONLY = ("/stats", "/engine")
+
+
 def paths() -> dict[str, Schema]:
     return {
         "/health": {
             "get": {
                 "operationId": "health",
-                "summary": "Liveness: needs no key",
+                "summary": "Liveness: needs no key; the detail is for staff",
                 "tags": ["status"],
                 "security": [{}],
                 "responses": {
@@ -112,22 +117,22 @@ def paths() -> dict[str, Schema]:
         "/stats": {
             "get": {
                 "operationId": "stats",
-                "summary": "Tokens generated, decode speed, memory",
+                "summary": "Tokens generated, decode speed, memory (staff)",
                 "tags": ["status"],
                 "responses": {
                     "200": {"description": "Statistics", "content": json_content(ref("Stats"))},
-                    **errors("OpenAIError"),
+                    **errors("OpenAIError", 403),
                 },
             }
         },
         "/engine": {
             "get": {
                 "operationId": "engine",
-                "summary": "The model workers: the default model's, then every resident one",
+                "summary": "The model workers: the default model's, then every resident one (staff)",
                 "tags": ["status"],
                 "responses": {
                     "200": {"description": "Engine report", "content": json_content(ref("Engine"))},
-                    **errors("OpenAIError"),
+                    **errors("OpenAIError", 403),
                 },
             }
         },

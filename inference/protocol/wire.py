@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from .adapters import AdapterRef
+from .embeddings import EmbedCall, Embedded
 from .events import Failed, Finished, ReasoningDelta, TextDelta, ToolCall
 from .grammar import GrammarSpec
 from .sampling import KVScheme, SamplingParams
@@ -104,6 +105,8 @@ EVENT_KINDS: dict[type, str] = {
 }
 PAYLOADS: dict[str, type] = {
     "generate": GenerateCall,
+    "embed": EmbedCall,
+    "embedded": Embedded,
     "cancel": Empty,
     "report": Empty,
     "accepted": Accepted,
@@ -119,6 +122,11 @@ _bodies = {kind: msgspec.msgpack.Decoder(payload) for kind, payload in PAYLOADS.
 
 class WireError(ValueError):
     """A frame that is not a message of this protocol."""
+
+
+# What a web process asks of a worker, and the kind of the message that carries each.
+WorkerCall = GenerateCall | EmbedCall
+CALL_KINDS: dict[type, str] = {GenerateCall: "generate", EmbedCall: "embed"}
 
 
 def encode(kind: str, request_id: int, payload: object = Empty()) -> bytes:

@@ -131,6 +131,19 @@ class RequestStream:
                 raise RuntimeError(payload.message)
             self._early.append(payload)
 
+    async def reply(self) -> object:
+        """The one message that answers a call with no stream (an embeddings call): its
+        payload. Raises Rejected, WorkerStopped, or RuntimeError for a Failed event."""
+        kind, payload = await self._queue.get()
+        self.ended = True
+        if kind == "rejected":
+            raise Rejected(payload)
+        if kind == STOPPED:
+            raise WorkerStopped(payload, self.worker_state())
+        if isinstance(payload, Failed):
+            raise RuntimeError(payload.message)
+        return payload
+
     async def events(self) -> AsyncIterator[Event]:
         """The events until Finished or Failed; a dead worker raises WorkerStopped."""
         try:

@@ -50,8 +50,9 @@ class Supervisor(Residency, RemoteWorkers):
     def call(self, coroutine) -> Future:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
 
-    async def open(self, model: str, path: str, call: wire.GenerateCall, *, size_bytes=0):
-        """Send `call` to the model's worker (starting it if needed); its RequestStream.
+    async def open(self, model: str, path: str, call: wire.WorkerCall, *, size_bytes=0):
+        """Send `call` (a generation or an embeddings call) to the model's worker, starting
+        it if needed; its RequestStream.
 
         Raises EngineUnavailable when no worker can take it in time.
         """
@@ -121,11 +122,11 @@ class Supervisor(Residency, RemoteWorkers):
             worker.streams.pop(request_id, None)
             return
         stream.worker_state = lambda: worker.state
-        stream.count_only = call.count_only
+        stream.count_only = getattr(call, "count_only", False)
         stream.cancel = lambda: self.loop.call_soon_threadsafe(
             self._cancel, worker, socket, request_id
         )
-        frame = wire.encode("generate", request_id, call)
+        frame = wire.encode(wire.CALL_KINDS[type(call)], request_id, call)
         if worker.remote:
             self._send_remote(worker, socket, frame)
         else:

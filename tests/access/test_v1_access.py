@@ -23,7 +23,10 @@ OPERATIONS = [
     ("POST", "/v1/messages", {"model": DEFAULT_MODEL, "max_tokens": 1, "messages": CHAT}, 200),
     ("POST", "/v1/messages/count_tokens", {"model": DEFAULT_MODEL, "messages": CHAT}, 200),
     ("GET", "/stats", None, 200),
+    ("GET", "/engine", None, 200),
 ]
+# The server's innards are for staff: any other valid key is a 403 there.
+STAFF_ONLY = {"/stats", "/engine"}
 REFUSED = ["none", "wrong", "revoked", "inactive"]
 ALLOWED = ["member", "staff", "static"]
 
@@ -54,6 +57,10 @@ def call(secured_server, method: str, path: str, body, key: str | None) -> httpx
 def test_each_endpoint_and_credential(secured_server, method, path, body, status, case):
     response = call(secured_server, method, path, body, credential(secured_server, case))
     if case in ALLOWED:
+        if path in STAFF_ONLY and case != "staff":
+            assert response.status_code == 403, response.text
+            assert response.json()["error"]["code"] == "staff_only"
+            return
         assert response.status_code == status, response.text
         return
     assert response.status_code == 401, response.text

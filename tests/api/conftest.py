@@ -35,5 +35,12 @@ def http(lab_server) -> httpx.Client:
 
 
 @pytest.fixture(scope="session")
+def staff_http(lab_server) -> httpx.Client:
+    """/stats, /engine and /health's detail, read as a staff user."""
+    with lab_server.staff_client(timeout=120) as session:
+        yield session
+
+
+@pytest.fixture(scope="session")
 def model() -> str:
     return DEFAULT_MODEL

@@ -129,9 +129,10 @@ def test_the_ring_answers_the_greedy_prompt_with_the_single_host_text(ring_lab, 
     text = _greedy(server.url)
     assert "Paris" in text
     assert text == _greedy(lab_server.url)  # the session's single-host worker
-    stats = httpx.get(f"{server.url}/stats", timeout=30).json()
+    staff = server.staff_cookies  # /stats and /engine are for staff
+    stats = httpx.get(f"{server.url}/stats", cookies=staff, timeout=30).json()
     assert stats["models"][DEFAULT_MODEL]["distributed"] == {"backend": "ring", "ranks": RANKS}
-    (worker,) = httpx.get(f"{server.url}/engine", timeout=30).json()["workers"]
+    (worker,) = httpx.get(f"{server.url}/engine", cookies=staff, timeout=30).json()["workers"]
     assert worker["remote"] is True and worker["pid"] == ranks.current[0].pid
 
 

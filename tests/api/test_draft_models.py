@@ -37,7 +37,9 @@ def staff(lab_server, drafts) -> httpx.Client:
         yield session
 
 
-def test_a_draft_model_keeps_the_reply_beside_plain_requests(run_async, http, model, drafts):
+def test_a_draft_model_keeps_the_reply_beside_plain_requests(
+    run_async, http, model, drafts, staff_http
+):
     common = {"model": model, "messages": ASK, "max_tokens": TOKENS, "temperature": 0}
 
     async def scenario(client):
@@ -56,8 +58,8 @@ def test_a_draft_model_keeps_the_reply_beside_plain_requests(run_async, http, mo
     assert details.accepted_prediction_tokens <= drafted.usage.completion_tokens
     assert plain.usage.completion_tokens_details is None
     # The draft runs inside the target's worker: no worker of its own.
-    assert DRAFT_MODEL not in http.get("/health").json()["models_loaded"]
-    speculative = http.get("/stats").json()["models"][model]["speculative"]
+    assert DRAFT_MODEL not in staff_http.get("/health").json()["models_loaded"]
+    speculative = staff_http.get("/stats").json()["models"][model]["speculative"]
     assert [folder.rsplit("/", 1)[-1] for folder in speculative["draft_models"]] == [DRAFT_MODEL]
     assert speculative["drafted_tokens"] >= speculative["accepted_tokens"] > 0
     assert speculative["fast_forwarded_tokens"] >= 0

@@ -37,7 +37,7 @@ def lab(tmp_path_factory, model_folder, redis_url):
 
 
 def prompt_cache(lab: Lab, model: str = DEFAULT_MODEL) -> dict:
-    return lab.http.get("/stats").json()["models"][model]["prompt_cache"]
+    return lab.staff.get("/stats").json()["models"][model]["prompt_cache"]
 
 
 def restart(lab: Lab, model: str = DEFAULT_MODEL) -> dict:

@@ -66,7 +66,7 @@ def test_the_request_then_the_model_then_the_server(settings):
 QUANTIZED = {"kv_bits": 8, "kv_group_size": 64, "quantized_kv_start": 0, "max_tokens": 4}
 
 
-def test_quantized_requests_are_served_on_every_surface(http, model):
+def test_quantized_requests_are_served_on_every_surface(http, model, staff_http):
     chat = http.post("/v1/chat/completions", json={"model": model, "messages": HI, **QUANTIZED})
     assert chat.status_code == 200, chat.text
     assert chat.json()["usage"]["completion_tokens"] >= 1
@@ -80,7 +80,7 @@ def test_quantized_requests_are_served_on_every_surface(http, model):
         json={"model": model, "input": "Hi", "max_output_tokens": 4, "store": False, **quantized},
     )
     assert responses.status_code == 200, responses.text
-    stats = http.get("/stats").json()
+    stats = staff_http.get("/stats").json()
     kv = stats["models"][model]["kv_cache"]
     assert kv["by_scheme"]["8-bit/64"]["peak_bytes"] > 0
     assert kv["by_scheme"]["4-bit/64"]["peak_bytes"] > 0

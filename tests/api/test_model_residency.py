@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-import httpx
 import pytest
 
 from tests.api.test_model_workers import SECOND, THIRD, _copy
@@ -22,7 +21,7 @@ def lab(tmp_path_factory, model_folder, redis_url):
         _manage(env, "add_model", str(_copy(model_folder, home / name)), "--name", name)
     server = start_daphne(home, env, "residency-daphne")
     try:
-        with httpx.Client(base_url=server.url, timeout=120) as client:
+        with server.staff_client(timeout=120) as client:  # /engine is for staff
             yield client
     finally:
         server.stop()

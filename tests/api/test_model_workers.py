@@ -48,11 +48,12 @@ class Lab:
         self.server = server
         self.url = server.url
         self.http = httpx.Client(base_url=server.url, timeout=120)
+        self.staff = server.staff_client(timeout=120)  # /engine and /stats are for staff
         self.openai = openai.OpenAI(base_url=f"{server.url}/v1", api_key="k", max_retries=0)
         self.anthropic = anthropic.Anthropic(base_url=server.url, api_key="k", max_retries=0)
 
     def engine(self) -> dict:
-        return self.http.get("/engine").json()
+        return self.staff.get("/engine").json()
 
     def worker(self, model: str) -> dict | None:
         return next((w for w in self.engine()["workers"] if w["model"] == model), None)

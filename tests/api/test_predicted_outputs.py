@@ -117,7 +117,7 @@ def test_streamed_usage_reports_the_prediction_tokens(client, model):
     assert details.accepted_prediction_tokens <= usage.completion_tokens
 
 
-def test_the_completions_surface_drafts_by_prompt_lookup(http, model):
+def test_the_completions_surface_drafts_by_prompt_lookup(http, model, staff_http):
     body = {"model": model, "prompt": "1, 2, 3, 4, 5, 6, 7,", "max_tokens": 24}
     plain = http.post("/v1/completions", json={**body, "temperature": 0}).json()
     drafted = http.post(
@@ -126,7 +126,7 @@ def test_the_completions_surface_drafts_by_prompt_lookup(http, model):
     assert drafted["choices"][0]["text"] == plain["choices"][0]["text"]
     details = drafted["usage"]["completion_tokens_details"]
     assert details["accepted_prediction_tokens"] > 0
-    stats = http.get("/stats").json()["models"][model]["speculative"]
+    stats = staff_http.get("/stats").json()["models"][model]["speculative"]
     assert stats["drafted_tokens"] >= stats["accepted_tokens"] > 0
     assert 0 < stats["acceptance_rate"] <= 1
 
@@ -160,7 +160,7 @@ def test_bad_draft_fields_are_400s_in_each_protocols_shape(http, model):
     assert responses.json()["error"]["param"] == "draft_model"
 
 
-def test_a_schema_s_forced_tokens_are_counted_as_fast_forwarded(client, http, model):
+def test_a_schema_s_forced_tokens_are_counted_as_fast_forwarded(client, http, model, staff_http):
     schema = {
         "type": "object",
         "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
@@ -177,7 +177,7 @@ def test_a_schema_s_forced_tokens_are_counted_as_fast_forwarded(client, http, mo
     reference = client.chat.completions.create(**common, logprobs=True)  # never fast-forwarded
     assert forwarded.choices[0].message.content == reference.choices[0].message.content
     assert forwarded.usage.completion_tokens_details.fast_forwarded_tokens > 0
-    speculative = http.get("/stats").json()["models"][model]["speculative"]
+    speculative = staff_http.get("/stats").json()["models"][model]["speculative"]
     assert speculative["fast_forwarded_tokens"] >= (
         forwarded.usage.completion_tokens_details.fast_forwarded_tokens
     )

@@ -30,12 +30,12 @@ def test_the_second_turn_of_a_conversation_reports_cached_tokens(client, model):
     assert usage.prompt_tokens_details.cached_tokens < usage.prompt_tokens
 
 
-def test_stats_show_the_path_the_memory_and_the_prompt_cache(client, http, model):
-    before = http.get("/stats").json()["models"][model]["prompt_cache"]
+def test_stats_show_the_path_the_memory_and_the_prompt_cache(client, http, model, staff_http):
+    before = staff_http.get("/stats").json()["models"][model]["prompt_cache"]
     prompt = f"Request {uuid.uuid4().hex[:8]}: count to three."
     for _ in range(2):
         client.completions.create(model=model, prompt=prompt, max_tokens=2)
-    stats = http.get("/stats").json()
+    stats = staff_http.get("/stats").json()
     entry = stats["models"][model]
     # The quantized kernel (make setup builds it): weights stay quantized, none dense.
     assert entry["fast_path"]["path"] == "kernel", entry["fast_path"]["reason"]
@@ -56,15 +56,17 @@ def test_stats_show_the_path_the_memory_and_the_prompt_cache(client, http, model
     assert memory["prompt_cache_bytes"] == sum(m["prompt_cache"]["bytes"] for m in models)
 
 
-def test_a_named_session_keeps_its_last_turn_and_serves_the_next(client, http, model):
+def test_a_named_session_keeps_its_last_turn_and_serves_the_next(client, http, model, staff_http):
     """prompt_cache_key (OpenAI) and session_id (mlx-bun) name one session each."""
-    before = http.get("/stats").json()["models"][model]["prompt_cache"]["sessions"]
+    before = staff_http.get("/stats").json()["models"][model]["prompt_cache"]["sessions"]
     session = f"agent-{uuid.uuid4().hex[:8]}"
     messages = [_system(), {"role": "user", "content": "Name a colour."}]
     first = client.chat.completions.create(
         model=model, messages=messages, max_tokens=6, extra_body={"session_id": session}
     )
-    assert http.get("/stats").json()["models"][model]["prompt_cache"]["sessions"] == before + 1
+    assert (
+        staff_http.get("/stats").json()["models"][model]["prompt_cache"]["sessions"] == before + 1
+    )
     messages += [
         {"role": "assistant", "content": first.choices[0].message.content},
         {"role": "user", "content": "And another?"},
@@ -74,7 +76,9 @@ def test_a_named_session_keeps_its_last_turn_and_serves_the_next(client, http, m
     )
     assert second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens
     # The second turn replaced the first: still one entry for the session.
-    assert http.get("/stats").json()["models"][model]["prompt_cache"]["sessions"] == before + 1
+    assert (
+        staff_http.get("/stats").json()["models"][model]["prompt_cache"]["sessions"] == before + 1
+    )
 
 
 def test_a_session_name_must_be_a_short_string(http, model):

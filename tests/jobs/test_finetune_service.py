@@ -11,7 +11,7 @@ import pytest
 
 from inference.model_registry import model_register
 from jobs.context import JobCancelled, JobParamsError
-from jobs.finetune import run, validate
+from jobs.finetune import DATASET_PATH_REFUSED, run, validate
 from jobs.models import Job
 from tests.jobs.conftest import TRAIN_QUESTIONS, TRAINED_ANSWER
 from tests.jobs.recording_context import RecordingContext
@@ -83,8 +83,8 @@ def bad_dataset_job(kind: str, status: str, folder: Path) -> dict:
         ({"model": None}, "model is required"),
         ({"dataset": None}, "dataset is required"),
         ({"dataset": "/tmp"}, "dataset must be"),
-        ({"dataset": {"path": "relative/folder"}}, "dataset.path must be an absolute"),
-        ({"dataset": {"path": "/no/such/folder"}}, "is not a folder"),
+        ({"dataset": {"path": "relative/folder"}}, DATASET_PATH_REFUSED),
+        ({"dataset": {"path": "/no/such/folder"}}, DATASET_PATH_REFUSED),
         ({"dataset": {"job": "not-a-uuid"}}, "dataset.job must be a job id"),
         ({"dataset": {"job": "6f1c3f53-0000-4000-8000-000000000000"}}, "does not exist"),
         ({"fine_tune_type": "qlora"}, "fine_tune_type must be one of lora, dora, full"),
@@ -135,6 +135,23 @@ def test_validate_rejects_dataset_jobs(base, tiny_dataset_folder, kind, status, 
     dataset = bad_dataset_job(kind, status, tiny_dataset_folder)
     with pytest.raises(JobParamsError, match=re.escape(reason)):
         validate({**base, "dataset": dataset})
+
+
+def test_a_dataset_path_outside_the_import_roots_is_refused_alike(tiny, tmp_path, settings):
+    """Issue 56: dataset.path could be any folder on the server. Now it must lie in
+    MLXLAB_IMPORT_ROOTS once links are resolved, and every refusal reads the same."""
+    root, outside = tmp_path / "root", dataset_folder(tmp_path / "outside")
+    inside = dataset_folder(root / "data")
+    (root / "link").symlink_to(outside)
+    settings.MLXLAB = settings.MLXLAB.replace(import_roots=(root,))
+    refused = [outside, tmp_path / "missing", root / "link", root / ".." / "outside"]
+    for folder in refused:
+        with pytest.raises(JobParamsError) as raised:
+            validate({"model": TINY, "dataset": {"path": str(folder)}})
+        assert str(raised.value) == DATASET_PATH_REFUSED, folder
+    assert validate({"model": TINY, "dataset": {"path": str(inside)}})["dataset_path"] == str(
+        inside
+    )
 
 
 def test_validate_rejects_a_valid_set_smaller_than_a_batch(tiny, tmp_path):

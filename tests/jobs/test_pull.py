@@ -85,9 +85,9 @@ def repos(hub, model_folder, float16_folder, gguf_path, tiny_model_folder) -> di
         "bartowski/smol-gguf": hub.add_model_repo(
             "bartowski/smol-gguf", {gguf_path.name: gguf_path.read_bytes()} | readme
         ),
-        "someone/smol-bert": hub.add_model_repo(
-            "someone/smol-bert",
-            repo_files(tiny_model_folder, model_type="bert"),
+        "someone/smol-whisper": hub.add_model_repo(
+            "someone/smol-whisper",
+            repo_files(tiny_model_folder, model_type="whisper"),
             downloads=10**6,
         ),  # fmt: skip
     }
@@ -143,13 +143,15 @@ def test_search_lists_mlx_repos_first_and_says_what_is_servable(repos, client):
     assert answer.status_code == 200, answer.text
     found = answer.json()["results"]
     ids = [r["id"] for r in found]
-    assert ids.index("mlx-community/smol-pull") < ids.index("someone/smol-bert")
+    assert ids.index("mlx-community/smol-pull") < ids.index("someone/smol-whisper")
     by_id = {r["id"]: r for r in found}
     assert by_id["mlx-community/smol-pull"]["servable"] is True
     assert by_id["mlx-community/smol-pull"]["format"] == "mlx"
     assert by_id["mlx-community/smol-pull"]["size_bytes"] > 90_000_000
-    bert = by_id["someone/smol-bert"]
-    assert bert["servable"] is False and "bert" in bert["reason"] and "mlx-lm" in bert["reason"]
+    # An architecture neither mlx-lm nor (as an encoder) mlx-embeddings loads.
+    whisper = by_id["someone/smol-whisper"]
+    assert whisper["servable"] is False
+    assert "whisper" in whisper["reason"] and "mlx-lm" in whisper["reason"]
     gguf = by_id["bartowski/smol-gguf"]
     assert gguf["format"] == "gguf" and gguf["gguf_files"][0]["quantization"] == "Q4_1"
     assert gguf["gguf_files"][0]["importable"] is True
@@ -158,10 +160,10 @@ def test_search_lists_mlx_repos_first_and_says_what_is_servable(repos, client):
 
 
 def test_an_architecture_mlx_lm_cannot_load_is_refused_before_downloading(jobs_lab, hub, client):
-    job = jobs_lab.wait_job(pull(client, repo_id="someone/smol-bert")["id"])
+    job = jobs_lab.wait_job(pull(client, repo_id="someone/smol-whisper")["id"])
     assert job["status"] == "failed"
-    assert "model_type 'bert' is not supported by mlx-lm 0.32" in job["error"]
-    assert hub.bytes_served.get(("someone/smol-bert", "model.safetensors"), 0) == 0
+    assert "model_type 'whisper' is not supported by mlx-lm 0.32" in job["error"]
+    assert hub.bytes_served.get(("someone/smol-whisper", "model.safetensors"), 0) == 0
 
 
 def test_a_disk_without_room_is_refused(jobs_lab, hub, client, tiny_model_folder):

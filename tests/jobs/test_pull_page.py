@@ -12,7 +12,8 @@ from playwright.sync_api import Page, expect
 
 REPO = "mlx-community/tiny-page-test"
 NAME = "tiny-page-test"  # the pull's default name: the repo's, lower-cased
-BERT_REPO = "google/tiny-page-bert"
+# An architecture neither mlx-lm nor mlx-embeddings loads.
+WHISPER_REPO = "openai/tiny-page-whisper"
 # Slow enough that the ~13 MB download takes a few seconds, so its progress can be seen.
 THROTTLE = 4_000_000
 
@@ -26,12 +27,16 @@ def tiny_safetensors() -> bytes:
 def seed_repos(hub, tiny_model_folder) -> None:
     files = {path.name: path.read_bytes() for path in tiny_model_folder.iterdir() if path.is_file()}
     hub.add_model_repo(REPO, files, library_name="mlx", downloads=12, likes=3)
-    bert_config = {"model_type": "bert", "architectures": ["BertModel"], "hidden_size": 4}
-    bert_files = {
-        "config.json": json.dumps(bert_config).encode(),
+    whisper_config = {
+        "model_type": "whisper",
+        "architectures": ["WhisperForConditionalGeneration"],
+        "d_model": 4,
+    }
+    whisper_files = {
+        "config.json": json.dumps(whisper_config).encode(),
         "model.safetensors": tiny_safetensors(),
     }
-    hub.add_model_repo(BERT_REPO, bert_files, library_name="transformers")
+    hub.add_model_repo(WHISPER_REPO, whisper_files, library_name="transformers")
 
 
 def models_row(page: Page, name: str):
@@ -50,10 +55,10 @@ def test_search_pull_chat_update_and_delete(staff_page: Page, hub, tiny_model_fo
     expect(mlx.locator(".hub-servable .badge")).to_have_text("servable")
     expect(mlx.locator(".hub-meta")).to_contain_text(re.compile(r"size [\d.]+ MB"))
     expect(mlx.locator(".hub-result-head")).to_contain_text("mlx")
-    bert = page.locator(f".hub-result[data-repo='{BERT_REPO}']")
-    expect(bert.locator(".hub-servable")).to_contain_text("not servable")
-    expect(bert.locator(".hub-reason")).to_contain_text("bert")
-    expect(bert.get_by_role("button", name="Pull")).to_be_disabled()
+    whisper = page.locator(f".hub-result[data-repo='{WHISPER_REPO}']")
+    expect(whisper.locator(".hub-servable")).to_contain_text("not servable")
+    expect(whisper.locator(".hub-reason")).to_contain_text("whisper")
+    expect(whisper.get_by_role("button", name="Pull")).to_be_disabled()
 
     # A phone's width: the panel's cards wrap instead of overflowing.
     page.set_viewport_size({"width": 390, "height": 844})

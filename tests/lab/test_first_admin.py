@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 from django.contrib.auth import authenticate
+from django.test import RequestFactory
 
 from lab.first_admin import credentials_path, ensure_first_admin
 from tests.conftest import ROOT
@@ -21,7 +22,8 @@ def test_made_once_with_an_owner_only_file(db, tmp_path):
     path = credentials_path(tmp_path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert path.read_text() == f"username: {username}\npassword: {password}\n"
-    user = authenticate(username=username, password=password)
+    # With a request, as a login has one (login throttling reads its address).
+    user = authenticate(RequestFactory().post("/login"), username=username, password=password)
     assert user is not None and user.is_staff and user.is_superuser
     assert len(password) >= 20
     assert ensure_first_admin(tmp_path) is None  # a user exists: nothing new, nothing shown

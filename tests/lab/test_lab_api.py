@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
@@ -9,7 +10,9 @@ import pytest
 from django.test import Client
 
 from inference.management.commands.ensure_default_model import embedded_gguf
+from inference.model_registry import model_register
 from inference.models import LanguageModel
+from lab.model_imports import PATH_REFUSED
 from lab.models import Conversation, Message, Preset
 from tests.conftest import DEFAULT_MODEL, THINKING_MODEL
 
@@ -139,6 +142,43 @@ def test_models_list_and_details(client, registered_models):
     assert client.get("/api/models/nope").status_code == 404
 
 
+def strings(value) -> list[str]:
+    if isinstance(value, dict):
+        return [text for item in value.values() for text in strings(item)]
+    if isinstance(value, list):
+        return [text for item in value for text in strings(item)]
+    return [value] if isinstance(value, str) else []
+
+
+def test_a_member_sees_no_absolute_path_of_the_install(
+    client, staff_client, registered_models, model_folder, settings, tmp_path
+):
+    """Issue 56: /api/models/{name} gave anyone the model's absolute folder."""
+    # A converted model's config may carry the converting host's folder.
+    copy = tmp_path / "models" / "copy"
+    copy.mkdir(parents=True)
+    for item in model_folder.iterdir():
+        (copy / item.name).symlink_to(item)
+    (copy / "config.json").unlink()
+    config = {**json.loads((model_folder / "config.json").read_text()), "_name_or_path": "/x/y"}
+    (copy / "config.json").write_text(json.dumps(config))
+    settings.MLXLAB = settings.MLXLAB.replace(models_dir=tmp_path / "models")
+    model_register(name="copy", path=copy)
+    answers = [client.get("/api/models")]
+    answers += [client.get(f"/api/models/{name}") for name in (DEFAULT_MODEL, THINKING_MODEL)]
+    answers.append(client.get("/api/models/copy"))
+    for answer in answers:
+        assert answer.status_code == 200
+        shown = strings(answer.json())
+        assert not [text for text in shown if text.startswith("/")], shown
+        assert str(settings.BASE_DIR) not in answer.content.decode()
+    assert answers[-1].json()["path"] == "copy"  # under the models folder: its place there
+    assert answers[2].json()["path"] is None  # elsewhere: nothing
+    assert answers[-1].json()["config"]["_name_or_path"] is None
+    staff = staff_client.get("/api/models/copy").json()
+    assert staff["path"] == str(copy) and staff["config"]["_name_or_path"] == "/x/y"
+
+
 def test_model_management_is_staff_only(client, registered_models):
     assert client.post(f"/api/models/{DEFAULT_MODEL}/unload").status_code == 403
     answer = client.post("/api/models/import", {"path": "/x.gguf"}, "application/json")
@@ -149,9 +189,9 @@ def test_model_management_is_staff_only(client, registered_models):
     "body, detail",
     [
         ({}, "path required"),
-        ({"path": "relative.gguf"}, "path must be an absolute path on the server"),
-        ({"path": "/no/such/file.gguf"}, "no file at /no/such/file.gguf"),
-        ({"path": __file__}, "path must name a .gguf file"),
+        ({"path": "relative.gguf"}, PATH_REFUSED),
+        ({"path": "/no/such/file.gguf"}, PATH_REFUSED),
+        ({"path": __file__}, PATH_REFUSED),
         ({"path": str(embedded_gguf()), "name": DEFAULT_MODEL}, "already exists"),
         ({"path": str(embedded_gguf()), "name": "bad name!"}, "name must use only"),
     ],
@@ -159,6 +199,23 @@ def test_model_management_is_staff_only(client, registered_models):
 def test_import_refusals(staff_client, registered_models, body, detail):
     answer = staff_client.post("/api/models/import", body, "application/json")
     assert answer.status_code == 400 and detail in answer.json()["detail"]
+
+
+def test_an_import_outside_the_roots_is_refused_alike(staff_client, settings, tmp_path):
+    """Issue 56: the import told whether a server path existed, and followed a *.gguf link
+    anywhere. Outside MLXLAB_IMPORT_ROOTS (links resolved) every answer is the same."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "model.gguf").write_bytes(b"GGUF" + b"\0" * 64)
+    (root / "link.gguf").symlink_to(outside / "model.gguf")
+    settings.MLXLAB = settings.MLXLAB.replace(import_roots=(root,))
+    answers = [
+        staff_client.post("/api/models/import", {"path": str(path)}, "application/json")
+        for path in (outside / "model.gguf", outside / "missing.gguf", root / "link.gguf")
+    ]
+    assert [a.status_code for a in answers] == [400, 400, 400]
+    assert [a.json() for a in answers] == [{"detail": PATH_REFUSED}] * 3
 
 
 @pytest.mark.django_db(transaction=True)  # the import thread writes through its own connection

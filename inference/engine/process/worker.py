@@ -293,6 +293,11 @@ class WorkerServer:
             self.prepare_queue.put((client, request_id, payload))
         elif kind == "cancel":
             self._cancel((client, request_id))
+        elif kind == "embed":  # the web side sends these only to embedding models' workers
+            refusal = wire.Rejected(
+                f"The model '{self.model}' cannot create embeddings", param="model"
+            )
+            self._send(client, wire.encode("rejected", request_id, refusal))
         elif kind == "report":
             with contextlib.suppress(zmq.ZMQError):  # EHOSTUNREACH: the asker is gone
                 router.send_multipart([client, wire.encode("status", request_id, self.report())])

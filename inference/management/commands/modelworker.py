@@ -14,9 +14,11 @@ from inference.engine.acceleration.accelerator import use_kernel_cache
 from inference.engine.acceleration.dense_weights import FastPathOptions
 from inference.engine.caching.checkpoints import CheckpointConfig
 from inference.engine.caching.prompt_cache import PromptCacheConfig
+from inference.engine.process.embedding_worker import EmbeddingWorkerServer
 from inference.engine.process.worker import WorkerServer
 from inference.engine.prompting.prompt import PromptLimits
 from inference.model_registry import model_named
+from inference.protocol.embedding_folder import embedding_support
 from labsettings import lab_settings
 from labsettings.parsers import reaches_beyond_loopback
 
@@ -61,7 +63,8 @@ def prompt_limits() -> PromptLimits:
 
 class Command(BaseCommand):
     help = (
-        "Serve one registered model at ADDRESS (ipc:///path.sock or tcp://host:port). "
+        "Serve one registered model at ADDRESS (ipc:///path.sock or tcp://host:port): a chat "
+        "model's engine, or an embedding model's (its folder says which). "
         "Beyond loopback, MLXLAB_WORKER_SECRET is required: only peers holding it are served."
     )
 
@@ -100,6 +103,16 @@ class Command(BaseCommand):
                 secret=secret if listen.startswith("tcp://") else "",
                 link_timeout=lab_settings.worker_link_timeout_seconds,
                 padded_dir=lab_settings.var_dir / "sharded",
+            ).serve_forever()  # fmt: skip
+            return
+        embedding = embedding_support(path).spec
+        if embedding is not None:
+            EmbeddingWorkerServer(
+                model=model, path=path, spec=embedding, address=listen,
+                batch_tokens=lab_settings.embedding_batch_tokens,
+                exit_with_parent=options["exit_with_parent"],
+                secret=secret if listen.startswith("tcp://") else "",
+                link_timeout=lab_settings.worker_link_timeout_seconds,
             ).serve_forever()  # fmt: skip
             return
         fast_path = fast_path_options()

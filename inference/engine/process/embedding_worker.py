@@ -1,0 +1,240 @@
+"""The worker of an embedding model: one thread that reads the socket and runs the model.
+
+An embeddings call is one answer, not a stream, so a single loop serves it: it reads what
+came in, then embeds every waiting call's inputs together (calls that arrive together
+share forward passes, as one call's inputs do), and between forward passes answers status
+reports and notes cancels and new calls. It speaks the worker protocol (wire.py): `embed`
+in, `embedded` (or `rejected`, or a Failed event) out; `generate` is refused, as the web
+side already does for a model that only embeds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import mlx.core as mx
+import zmq
+
+from ...protocol import link, wire
+from ...protocol.embedding_folder import EmbeddingSpec
+from ...protocol.embeddings import EmbedCall, Embedded
+from ...protocol.events import Failed
+from ..acceleration.accelerator import device_name
+from ..acceleration.cpu_fast_path import blas_state
+from ..embedding.embedder import Embedder, InputRejected
+from ..embedding.models import load_embedding_model
+
+log = logging.getLogger(__name__)
+
+POLL_MS = 500
+
+
+def _exit(signum, frame) -> None:
+    raise SystemExit(0)
+
+
+@dataclass(eq=False)  # one call is itself, however alike two calls' fields are
+class _Waiting:
+    client: bytes
+    request_id: int
+    call: EmbedCall
+    inputs: list[list[int]] | None = None
+
+
+class EmbeddingWorkerServer:
+    """Serves one embedding model at `address` (ipc://path or tcp://host:port) until SIGTERM."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        path: str | Path,
+        spec: EmbeddingSpec,
+        address: str,
+        batch_tokens: int,
+        exit_with_parent: bool = False,
+        secret: str = "",
+        link_timeout: float = 6.0,
+    ) -> None:
+        self.model = model
+        self.path = Path(path)
+        self.spec = spec
+        self.address = address
+        self.batch_tokens = batch_tokens
+        self.parent = os.getppid() if exit_with_parent else None
+        self.secret = secret
+        self.link_timeout = link_timeout
+        self.waiting: list[_Waiting] = []
+        self.running: list[_Waiting] = []  # the calls of the forward passes under way
+        self.counts = {"completed": 0, "rejected": 0, "failed": 0, "cancelled": 0}
+        self.seconds = 0.0
+
+    def serve_forever(self) -> None:
+        signal.signal(signal.SIGTERM, _exit)
+        loaded = load_embedding_model(self.path, self.spec)
+        self.embedder = Embedder(loaded, name=self.model, batch_tokens=self.batch_tokens)
+        context = zmq.Context()
+        router = context.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        authenticator = link.secure_server(context, router, self.secret) if self.secret else None
+        if self.address.startswith("tcp://"):
+            link.heartbeat(router, self.link_timeout)
+        router.bind(self.address)
+        log.info("embedding worker for %s serving at %s (pid %d)",
+                 self.model, self.address, os.getpid())  # fmt: skip
+        try:
+            while True:
+                if self.waiting:
+                    self._embed_waiting(router)
+                elif router.poll(POLL_MS):
+                    self._read(router)
+                self._check_parent()
+        except SystemExit:
+            pass
+        finally:
+            router.close(0)
+            if authenticator is not None:
+                authenticator.stop()
+            context.term()
+            if self.address.startswith("ipc://"):
+                Path(self.address.removeprefix("ipc://")).unlink(missing_ok=True)
+
+    def _check_parent(self) -> None:
+        if self.parent is not None and os.getppid() != self.parent:
+            log.warning("the supervisor is gone; embedding worker for %s exits", self.model)
+            raise SystemExit(0)
+
+    # -- the socket ---------------------------------------------------------------------
+
+    def _read(self, router) -> None:
+        """Everything that has come in, without waiting."""
+        while router.poll(0):
+            client, frame = router.recv_multipart()
+            try:
+                kind, request_id, payload = wire.decode(frame)
+            except wire.WireError as error:
+                log.warning("dropped a malformed frame: %s", error)
+                continue
+            if kind == "report":
+                self._send(router, client, "status", request_id, self.report())
+            elif kind == "embed":
+                self.waiting.append(_Waiting(client, request_id, payload))
+            elif kind == "cancel":
+                self._cancel(client, request_id)
+            elif kind == "generate":
+                refusal = wire.Rejected(
+                    f"The model '{self.model}' is an embedding model: it serves /v1/embeddings "
+                    "only",
+                    param="model",
+                    code="model_not_supported",
+                )
+                self._send(router, client, "rejected", request_id, refusal)
+
+    def _cancel(self, client: bytes, request_id: int) -> None:
+        for calls in (self.waiting, self.running):
+            kept = [c for c in calls if (c.client, c.request_id) != (client, request_id)]
+            self.counts["cancelled"] += len(calls) - len(kept)
+            calls[:] = kept
+
+    @staticmethod
+    def _send(router, client: bytes, kind: str, request_id: int, payload) -> None:
+        try:
+            router.send_multipart([client, wire.encode(kind, request_id, payload)])
+        except zmq.ZMQError as error:  # the asker is gone
+            log.debug("could not answer request %s: %s", request_id, error)
+
+    def _send_event(self, router, call: _Waiting, event) -> None:
+        try:
+            router.send_multipart([call.client, wire.encode_event(call.request_id, event)])
+        except zmq.ZMQError as error:
+            log.debug("could not answer request %s: %s", call.request_id, error)
+
+    # -- embedding ----------------------------------------------------------------------
+
+    def _embed_waiting(self, router) -> None:
+        """Every waiting call's inputs checked, then embedded in shared forward passes."""
+        self.running, self.waiting = self.waiting, []
+        for call in list(self.running):
+            try:
+                call.inputs = self.embedder.inputs_of(call.call)
+            except InputRejected as error:
+                self.counts["rejected"] += 1
+                rejected = wire.Rejected(error.message, param="input", code=error.code)
+                self._send(router, call.client, "rejected", call.request_id, rejected)
+                self.running.remove(call)
+            except Exception as error:  # the tokenizer failed: the web side answers 500
+                log.exception("tokenizing request %s failed", call.request_id)
+                self.counts["failed"] += 1
+                self._send_event(router, call, Failed(f"tokenizing failed: {error}"))
+                self.running.remove(call)
+        if not self.running:
+            return
+        batch = list(self.running)  # a cancel while the passes run drops one from running
+        inputs = [tokens for call in batch for tokens in call.inputs]
+        started = time.monotonic()
+        try:
+            vectors = self.embedder.vectors(inputs, between=lambda: self._read(router))
+        except Exception as error:  # a bug or the model's failure: the web side answers 500
+            log.exception("embedding %d inputs failed", len(inputs))
+            failed = Failed(f"embedding failed: {error}")
+            for call in self.running:
+                self.counts["failed"] += 1
+                self._send_event(router, call, failed)
+            self.running = []
+            return
+        self.seconds += time.monotonic() - started
+        offset = 0
+        for call in batch:
+            rows = vectors[offset : offset + len(call.inputs)]
+            offset += len(call.inputs)
+            if call not in self.running:
+                continue  # cancelled while its forward passes ran
+            embedded = Embedded(
+                vectors=self.embedder.finish(rows, call.call.dimensions),
+                prompt_tokens=sum(len(tokens) for tokens in call.inputs),
+            )
+            self.counts["completed"] += 1
+            self._send(router, call.client, "embedded", call.request_id, embedded)
+        self.running = []
+
+    def report(self) -> wire.WorkerStatus:
+        stats = self.embedder.stats
+        padding = 1 - stats.tokens / stats.padded_tokens if stats.padded_tokens else 0.0
+        return wire.WorkerStatus(
+            model=self.model,
+            pid=os.getpid(),
+            in_flight=len(self.waiting) + len(self.running),
+            active_bytes=mx.get_active_memory(),
+            cache_bytes=mx.get_cache_memory(),
+            peak_bytes=mx.get_peak_memory(),
+            stats={
+                "requests_completed": self.counts["completed"],
+                "requests_failed": self.counts["failed"],
+                "requests_cancelled": self.counts["cancelled"],
+                "requests_rejected": self.counts["rejected"],
+                "prompt_tokens": stats.tokens,
+                "generated_tokens": 0,
+                "embeddings": {
+                    **asdict(self.spec),
+                    "inputs": stats.inputs,
+                    "forward_passes": stats.forward_passes,
+                    "padded_tokens": stats.padded_tokens,
+                    "padding_share": round(padding, 4),
+                    "seconds": round(self.seconds, 3),
+                    "batch_tokens": self.batch_tokens,
+                },
+                # What a generation worker reports and an embedding model has none of (as
+                # a distributed rank reports them): /stats sums these over the models.
+                "fast_path": {"dense_weight_bytes": 0, "quantized_weight_bytes": 0},
+                "prompt_cache": {"enabled": False, "entries": 0, "bytes": 0},
+                "kv_cache": {"bytes": 0},
+                "context_length": self.embedder.model.context_length,
+                "blas": asdict(blas_state()),
+                "device": device_name(),
+            },
+        )

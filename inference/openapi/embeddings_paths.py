@@ -1,0 +1,113 @@
+"""/v1/embeddings as an OpenAPI operation (inference/api/embeddings_*.py).
+
+The input bounds are the server's (MLXLAB_EMBEDDING_MAX_INPUTS and
+MLXLAB_EMBEDDING_MAX_INPUT_TOKENS), so the schema says what this server takes.
+"""
+
+from __future__ import annotations
+
+from labsettings import lab_settings
+
+from .common import Schema, errors, json_content, nullable, obj, ref
+
+TOKEN = {"type": "integer", "minimum": 0}
+
+
+def embedding_request() -> Schema:
+    inputs, tokens = lab_settings.embedding_max_inputs, lab_settings.embedding_max_input_tokens
+    token_list = {"type": "array", "items": TOKEN, "minItems": 1, "maxItems": tokens}
+    text = {"type": "string", "minLength": 1}
+    return obj(
+        {
+            "input": {
+                "description": "What to embed: a string, strings, token ids, or lists of "
+                f"token ids; at most {inputs} inputs of at most {tokens} tokens each (and "
+                "within the model's context).",
+                "anyOf": [
+                    text,
+                    {"type": "array", "items": text, "minItems": 1, "maxItems": inputs},
+                    token_list,
+                    {"type": "array", "items": token_list, "minItems": 1, "maxItems": inputs},
+                ],
+            },
+            "model": nullable(
+                {"type": "string", "description": "An embedding model; unset: the default model"}
+            ),
+            "encoding_format": nullable(
+                {
+                    "type": "string",
+                    "enum": ["float", "base64"],
+                    "description": "base64: each vector's little-endian float32 bytes",
+                }
+            ),
+            "dimensions": nullable(
+                {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "Keep the vector's first N values, then re-normalize "
+                    "(Matryoshka); at most the model's vector length",
+                }
+            ),
+            "user": nullable({"type": "string", "description": "Accepted, not used"}),
+        },
+        ("input",),
+    )
+
+
+EMBEDDING_LIST = obj(
+    {
+        "object": {"const": "list"},
+        "data": {
+            "type": "array",
+            "items": obj(
+                {
+                    "object": {"const": "embedding"},
+                    "index": {"type": "integer"},
+                    "embedding": {
+                        "anyOf": [
+                            {"type": "array", "items": {"type": "number"}},
+                            {"type": "string", "contentEncoding": "base64"},
+                        ]
+                    },
+                },
+                ("object", "index", "embedding"),
+            ),
+        },
+        "model": {"type": "string"},
+        "usage": obj(
+            {"prompt_tokens": {"type": "integer"}, "total_tokens": {"type": "integer"}},
+            ("prompt_tokens", "total_tokens"),
+        ),
+    },
+    ("object", "data", "model", "usage"),
+)
+
+
+def components() -> dict[str, Schema]:
+    return {"EmbeddingRequest": embedding_request(), "EmbeddingList": EMBEDDING_LIST}
+
+
+def paths(default_model: str) -> dict[str, Schema]:
+    example = {"model": default_model, "input": ["The cat sat on the mat", "A dog"]}
+    return {
+        "/v1/embeddings": {
+            "post": {
+                "operationId": "embeddings_create",
+                "summary": "Embeddings (OpenAI): one vector per input, from an embedding model",
+                "tags": ["openai"],
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {"schema": ref("EmbeddingRequest"), "example": example}
+                    },
+                },
+                "responses": {
+                    "200": {
+                        "description": "The vectors, in the inputs' order",
+                        "content": json_content(ref("EmbeddingList")),
+                    },
+                    **errors("OpenAIError", 400, 404, 500, 502),
+                },
+            }
+        }
+    }

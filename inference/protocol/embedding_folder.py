@@ -1,0 +1,190 @@
+"""Whether a model folder embeds, and how, read from its files without loading weights.
+
+Two kinds of folder embed. An encoder whose architecture mlx-embeddings implements (BERT,
+XLM-R, ModernBERT...) and mlx-lm does not. A decoder that mlx-lm loads, made an embedding
+model by sentence-transformers' `modules.json` and its `1_Pooling/config.json` (last
+token, mean or CLS) with, when listed, a Normalize module. The pooling is read from those
+files, never guessed: a decoder without them is a chat model, and a folder whose modules
+ask for what is not served here (max pooling, a Dense layer) says so.
+
+The web side asks this to list capabilities and refuse requests; the worker to pool. The
+installed libraries' model types are read from their package folders, not imported
+(that would load MLX into the web process).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+ENCODER = "encoder"  # mlx-embeddings' model, its own pooling unless the files name one
+DECODER = "decoder"  # mlx-lm's model, its backbone's hidden states pooled as the files say
+
+# sentence-transformers' Pooling config keys, as the pooling served for each.
+POOLING_MODES = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_lasttoken": "last",
+}
+UNSERVED_POOLING_MODES = (
+    "pooling_mode_max_tokens",
+    "pooling_mode_mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens",
+)
+MODEL_POOLING = "model"  # no pooling files: mlx-embeddings' own (its text_embeds)
+
+CHAT = "chat"
+EMBEDDINGS = "embeddings"
+
+
+@dataclass(frozen=True)
+class EmbeddingSpec:
+    """How a folder's model turns tokens into one vector."""
+
+    backend: str  # ENCODER or DECODER
+    pooling: str  # "cls", "mean", "last" or MODEL_POOLING
+    normalize: bool  # L2-normalized (a Normalize module, or mlx-embeddings' own pooling)
+    dimension: int  # the vector's length
+    model_type: str
+
+
+@dataclass(frozen=True)
+class EmbeddingSupport:
+    """A folder's answer: a spec, or why its embedding modules cannot be served (problem),
+    or neither (a chat model)."""
+
+    spec: EmbeddingSpec | None = None
+    problem: str | None = None
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        if self.spec is not None:
+            return (EMBEDDINGS,)
+        return () if self.problem else (CHAT,)
+
+
+@functools.cache
+def _model_types(package: str) -> frozenset[str]:
+    """The model modules under `package`/models, found without importing the package."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return frozenset()
+    models = Path(next(iter(spec.submodule_search_locations))) / "models"
+    names = {p.stem for p in models.glob("*.py") if not p.stem.startswith("_")}
+    names |= {p.name for p in models.iterdir() if (p / "__init__.py").is_file()}
+    return frozenset(names)
+
+
+def encoder_model_types() -> frozenset[str]:
+    """mlx-embeddings' model types that mlx-lm does not load: its encoders."""
+    return _model_types("mlx_embeddings") - _model_types("mlx_lm")
+
+
+def decoder_model_types() -> frozenset[str]:
+    return _model_types("mlx_lm")
+
+
+def is_encoder_config(config: dict) -> bool:
+    """A text encoder mlx-embeddings loads (its vision models take images, not served)."""
+    return _model_type(config) in encoder_model_types() and "vision_config" not in config
+
+
+def _read_json(path: Path, expected: type = dict):
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise _Unservable(f"{path.parent.name}/{path.name} cannot be read: {error}") from None
+    if not isinstance(value, expected):
+        raise _Unservable(f"{path.name} is not a JSON {expected.__name__}")
+    return value
+
+
+class _Unservable(Exception):
+    """The folder's embedding files ask for what is not served; the text says why."""
+
+
+def _dimension(config: dict, pooling: dict | None) -> int:
+    for source in (pooling or {}, config, config.get("text_config") or {}):
+        for key in ("word_embedding_dimension", "hidden_size", "d_model"):
+            value = source.get(key)
+            if isinstance(value, int) and value > 0:
+                return value
+    raise _Unservable("config.json names no hidden_size")
+
+
+def _pooling_mode(pooling: dict) -> str:
+    asked = [key for key in (*POOLING_MODES, *UNSERVED_POOLING_MODES) if pooling.get(key)]
+    if len(asked) != 1:
+        raise _Unservable(f"1_Pooling/config.json must ask for one pooling mode, not {len(asked)}")
+    if asked[0] not in POOLING_MODES:
+        raise _Unservable(f"1_Pooling/config.json asks for {asked[0]}, which is not served")
+    return POOLING_MODES[asked[0]]
+
+
+def _modules(folder: Path) -> dict[str, str]:
+    """modules.json as {module class name: its folder}; refuses modules not served here."""
+    listed = _read_json(folder / "modules.json", list)
+    found = {}
+    for module in listed:
+        kind = str(module.get("type", "")).rsplit(".", 1)[-1] if isinstance(module, dict) else ""
+        if kind not in ("Transformer", "Pooling", "Normalize"):
+            raise _Unservable(f"modules.json lists a {kind or 'nameless'} module, not served")
+        path = str(module.get("path", ""))
+        if path.startswith("/") or ".." in Path(path).parts:
+            raise _Unservable(f"modules.json names a path outside the folder: {path}")
+        found[kind] = path
+    return found
+
+
+def _backend(model_type: str) -> str:
+    if model_type in decoder_model_types():
+        return DECODER
+    if model_type in encoder_model_types():
+        return ENCODER
+    raise _Unservable(f"model_type '{model_type}' is loaded by neither mlx-lm nor mlx-embeddings")
+
+
+def _model_type(config: dict) -> str:
+    return str(config.get("model_type", "")).replace("-", "_")
+
+
+def _support(folder: Path) -> EmbeddingSupport:
+    if not (folder / "modules.json").is_file():
+        try:
+            config = _read_json(folder / "config.json")
+        except _Unservable:
+            return EmbeddingSupport()  # not ours to judge: the worker says what is wrong
+        # mlx-embeddings pools an encoder itself (mean or CLS, per model) and normalizes.
+        if is_encoder_config(config):
+            dimension = _dimension(config, None)
+            return EmbeddingSupport(
+                EmbeddingSpec(ENCODER, MODEL_POOLING, True, dimension, _model_type(config))
+            )
+        return EmbeddingSupport()
+    modules = _modules(folder)
+    if "Pooling" not in modules:
+        return EmbeddingSupport()  # a decoder without pooling is a chat model
+    config = _read_json(folder / "config.json")
+    model_type = _model_type(config)
+    pooling = _read_json(folder / modules["Pooling"] / "config.json")
+    return EmbeddingSupport(
+        EmbeddingSpec(
+            backend=_backend(model_type),
+            pooling=_pooling_mode(pooling),
+            normalize="Normalize" in modules,
+            dimension=_dimension(config, pooling),
+            model_type=model_type,
+        )
+    )
+
+
+def embedding_support(folder: str | Path) -> EmbeddingSupport:
+    """What `folder` is: an embedding model (its spec), one that cannot be served (why), or
+    a chat model. Reads config.json, modules.json and the Pooling config only."""
+    try:
+        return _support(Path(folder))
+    except _Unservable as error:
+        return EmbeddingSupport(problem=str(error))

@@ -1,0 +1,142 @@
+"""Tiny random-weight embedding models built from real configs, for the embedding tests.
+
+- a BERT encoder (all-MiniLM-L6-v2's config, shrunk), saved as mlx-embeddings loads it,
+  with a WordPiece tokenizer of its own (the `tokenizers` library): no sentence-transformers
+  files, so it is an embedding model by its architecture and mlx-embeddings pools it;
+- decoders (mlx-lm's qwen3 and llama, tests/architecture_models.py) with the default
+  model's tokenizer and sentence-transformers' modules.json and 1_Pooling/config.json:
+  Qwen3-Embedding's last-token pooling and Normalize module, or mean pooling alone.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from pathlib import Path
+
+import mlx.core as mx
+from mlx.utils import tree_flatten
+
+# all-MiniLM-L6-v2's config.json, at a width of 32 and 2 layers.
+BERT_CONFIG = {
+    "architectures": ["BertModel"],
+    "model_type": "bert",
+    "attention_probs_dropout_prob": 0.1,
+    "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.1,
+    "hidden_size": 32,
+    "initializer_range": 0.02,
+    "intermediate_size": 64,
+    "layer_norm_eps": 1e-12,
+    "max_position_embeddings": 64,
+    "num_attention_heads": 4,
+    "num_hidden_layers": 2,
+    "pad_token_id": 0,
+    "position_embedding_type": "absolute",
+    "type_vocab_size": 2,
+    "torch_dtype": "float32",
+}
+BERT_SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+BERT_WORDS = ["the", "a", "cat", "dog", "sat", "on", "mat", "paris", "france", "capital"]
+
+# sentence-transformers' files, as Qwen3-Embedding and mean-pooling models ship them.
+TRANSFORMER_MODULE = {
+    "idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer",
+}  # fmt: skip
+POOLING_MODULE = {
+    "idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling",
+}  # fmt: skip
+NORMALIZE_MODULE = {
+    "idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize",
+}  # fmt: skip
+POOLING_KEYS = (
+    "pooling_mode_cls_token",
+    "pooling_mode_mean_tokens",
+    "pooling_mode_max_tokens",
+    "pooling_mode_mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens",
+    "pooling_mode_lasttoken",
+)
+
+
+def bert_vocabulary() -> list[str]:
+    letters = string.ascii_lowercase + string.digits
+    pieces = [*letters, *(f"##{c}" for c in letters), *string.punctuation]
+    return [*BERT_SPECIAL, *BERT_WORDS, *pieces]
+
+
+def write_wordpiece_tokenizer(folder: Path, max_length: int) -> None:
+    """A lower-casing BERT WordPiece tokenizer ([CLS] text [SEP]) and its transformers
+    config, as a BERT checkpoint carries them."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+    vocab = {token: index for index, token in enumerate(bert_vocabulary())}
+    tokenizer = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
+    )
+    tokenizer.decoder = decoders.WordPiece()
+    tokenizer.save(str(folder / "tokenizer.json"))
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    special = {
+        "pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]",
+        "sep_token": "[SEP]", "mask_token": "[MASK]",
+    }  # fmt: skip
+    (folder / "special_tokens_map.json").write_text(json.dumps(special))
+    config = {
+        "tokenizer_class": "BertTokenizer",
+        "do_lower_case": True,
+        "model_max_length": max_length,
+        **special,
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+
+
+def build_bert_folder(folder: Path, seed: int = 0) -> Path:
+    """A random-weight BERT saved as mlx-embeddings saves one (model.safetensors beside
+    config.json), loaded back through mlx_embeddings.load to check it."""
+    from mlx_embeddings.models import bert
+
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {**BERT_CONFIG, "vocab_size": len(bert_vocabulary())}
+    mx.random.seed(seed)
+    model = bert.Model(bert.ModelArgs.from_dict(config))
+    weights = dict(tree_flatten(model.parameters()))
+    mx.eval(weights)
+    mx.save_safetensors(str(folder / "model.safetensors"), weights, metadata={"format": "mlx"})
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    write_wordpiece_tokenizer(folder, config["max_position_embeddings"])
+    return folder
+
+
+def write_sentence_transformers_files(folder: Path, *, pooling: str, normalize: bool) -> None:
+    """modules.json and 1_Pooling/config.json: `pooling` is a POOLING_KEYS name's mode
+    (lasttoken, mean_tokens, cls_token...)."""
+    config = json.loads((folder / "config.json").read_text())
+    modules = [TRANSFORMER_MODULE, POOLING_MODULE, *([NORMALIZE_MODULE] if normalize else [])]
+    (folder / "modules.json").write_text(json.dumps(modules, indent=2))
+    (folder / "1_Pooling").mkdir(exist_ok=True)
+    pooling_config = {
+        "word_embedding_dimension": config["hidden_size"],
+        **{key: key == f"pooling_mode_{pooling}" for key in POOLING_KEYS},
+        "include_prompt": True,
+    }
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(pooling_config, indent=2))
+    if normalize:
+        (folder / "2_Normalize").mkdir(exist_ok=True)
+
+
+def build_decoder_folder(
+    folder: Path, tokenizer_dir: Path, *, model_type: str, pooling: str, normalize: bool
+) -> Path:
+    """A tiny mlx-lm `model_type` with the default model's tokenizer, made an embedding
+    model by sentence-transformers' files."""
+    from tests.architecture_models import build_folder
+
+    build_folder(model_type, folder, tokenizer_dir, seed=1)
+    write_sentence_transformers_files(folder, pooling=pooling, normalize=normalize)
+    return folder
