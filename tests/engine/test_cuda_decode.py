@@ -363,17 +363,25 @@ def test_models_the_step_does_not_compute_keep_their_own_code():
 
 def test_the_load_report_says_whether_the_step_took_the_model(monkeypatch, tmp_path):
     # /stats shows it (the fast path's report): the step, or why MLX's graph runs the steps.
+    from mlx_lm.utils import save_config, save_model
+
     from inference.engine import load_model
     from inference.engine.acceleration.dense_weights import FastPathOptions
-    from tests.architecture_models import DEFAULT_TOKENIZER_DIR, build_folder
+    from tests.architecture_models import DEFAULT_TOKENIZER_DIR, TOKENIZER_FILES, build_folder
 
     monkeypatch.setenv(fused_projections.VARIABLE, "force")
     monkeypatch.setenv(cuda_decode.VARIABLE, "reference")
     off = FastPathOptions(enabled=False)  # the CPU's own kernels stay out of it
-    default = load_model(DEFAULT_TOKENIZER_DIR, fast_path=off)  # the default model's folder
-    assert default.fast_path.gpu_step == "CUDA decode step"
-    folder = build_folder("gemma3_text", tmp_path / "gemma", DEFAULT_TOKENIZER_DIR)
-    gemma = load_model(folder, fast_path=off)
+    llama_folder = tmp_path / "llama"
+    save_model(llama_folder, _tiny("llama"))  # bfloat16, as a GPU's models are
+    save_config({**tiny_config("llama"), "vocab_size": 256}, llama_folder / "config.json")
+    for name in TOKENIZER_FILES:
+        if (DEFAULT_TOKENIZER_DIR / name).exists():
+            (llama_folder / name).write_bytes((DEFAULT_TOKENIZER_DIR / name).read_bytes())
+    assert load_model(llama_folder, fast_path=off).fast_path.gpu_step == "CUDA decode step"
+    gemma = load_model(
+        build_folder("gemma3_text", tmp_path / "gemma", DEFAULT_TOKENIZER_DIR), fast_path=off
+    )
     assert gemma.fast_path.gpu_step == (
         "MLX's graph: a final norm that is not an RMSNorm of its weight"
     )
