@@ -82,6 +82,27 @@ def secure_server(context: zmq.Context, socket: zmq.Socket, secret: str):
     return authenticator
 
 
+def serving_router(
+    context: zmq.Context,
+    address: str,
+    secret: str | None,
+    link_timeout: float,
+    options: tuple[tuple[int, int], ...] = (),
+):
+    """A worker's ROUTER socket bound at `address`: no linger, `options` (socket options)
+    set, the link authenticated where there is a secret, heartbeats over TCP. Returns it and
+    the authenticator to stop at exit (None without a secret)."""
+    router = context.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    for option, value in options:
+        router.setsockopt(option, value)
+    authenticator = secure_server(context, router, secret) if secret else None
+    if address.startswith("tcp://"):
+        heartbeat(router, link_timeout)
+    router.bind(address)
+    return router, authenticator
+
+
 HANDSHAKE_FAILED = (
     zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL

@@ -148,12 +148,9 @@ class DistributedWorker:
             return
         signal.signal(signal.SIGTERM, _exit)
         context = zmq.Context()
-        router = context.socket(zmq.ROUTER)
-        router.setsockopt(zmq.LINGER, 0)
-        authenticator = link.secure_server(context, router, self.secret) if self.secret else None
-        if self.address.startswith("tcp://"):
-            link.heartbeat(router, self.link_timeout)
-        router.bind(self.address)
+        router, authenticator = link.serving_router(
+            context, self.address, self.secret, self.link_timeout
+        )
         log.info("worker for %s serving at %s (pid %d, rank 0 of %d)",
                  self.name, self.address, os.getpid(), self.group.size())  # fmt: skip
         try:

@@ -79,12 +79,9 @@ class EmbeddingWorkerServer:
         loaded = load_embedding_model(self.path, self.spec)
         self.embedder = Embedder(loaded, name=self.model, batch_tokens=self.batch_tokens)
         context = zmq.Context()
-        router = context.socket(zmq.ROUTER)
-        router.setsockopt(zmq.LINGER, 0)
-        authenticator = link.secure_server(context, router, self.secret) if self.secret else None
-        if self.address.startswith("tcp://"):
-            link.heartbeat(router, self.link_timeout)
-        router.bind(self.address)
+        router, authenticator = link.serving_router(
+            context, self.address, self.secret, self.link_timeout
+        )
         log.info("embedding worker for %s serving at %s (pid %d)",
                  self.model, self.address, os.getpid())  # fmt: skip
         try:

@@ -221,17 +221,12 @@ class WorkerServer:
     # -- I/O thread -----------------------------------------------------------
 
     def _io(self, bound: threading.Event) -> None:
-        router = self.context.socket(zmq.ROUTER)
-        router.setsockopt(zmq.LINGER, 0)
-        router.setsockopt(zmq.SNDHWM, 0)  # never drop an event for a slow client
-        # A client that is gone is an error on send: its generations are cancelled.
-        router.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        authenticator = (
-            link.secure_server(self.context, router, self.secret) if self.secret else None
+        # Never drop an event for a slow client; a client that is gone is an error on send
+        # (its generations are cancelled).
+        options = ((zmq.SNDHWM, 0), (zmq.ROUTER_MANDATORY, 1))
+        router, authenticator = link.serving_router(
+            self.context, self.address, self.secret, self.link_timeout, options
         )
-        if self.address.startswith("tcp://"):
-            link.heartbeat(router, self.link_timeout)
-        router.bind(self.address)
         outbox = self.context.socket(zmq.PULL)
         outbox.bind(OUTBOX)
         bound.set()
