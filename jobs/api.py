@@ -49,7 +49,9 @@ class JobListApi(APIView):
     permission_classes = [StaffOnly]
 
     @extend_schema(
-        responses={200: OpenApiTypes.OBJECT, **errors(403)}, summary="Jobs, newest first"
+        responses={200: OpenApiTypes.OBJECT, **errors(403)},
+        summary="Jobs, newest first",
+        operation_id="jobs_list",
     )
     def get(self, request: Request) -> Response:
         jobs = Job.objects.select_related("owner")

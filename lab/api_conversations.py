@@ -55,7 +55,11 @@ def conversation_dict(conversation: Conversation) -> dict:
 
 
 class ConversationListApi(APIView):
-    @extend_schema(responses={200: OpenApiTypes.OBJECT, **errors(403)}, summary="My conversations")
+    @extend_schema(
+        responses={200: OpenApiTypes.OBJECT, **errors(403)},
+        summary="My conversations",
+        operation_id="conversations_list",
+    )
     def get(self, request: Request) -> Response:
         conversations = Conversation.objects.filter(owner=request.user)
         if query := request.query_params.get("q", "").strip():

@@ -30,7 +30,9 @@ def record_or_404(name: str) -> LanguageModel:
 
 class ModelListApi(APIView):
     @extend_schema(
-        responses={200: OpenApiTypes.OBJECT, **errors(403)}, summary="The model registry"
+        responses={200: OpenApiTypes.OBJECT, **errors(403)},
+        summary="The model registry",
+        operation_id="registry_models_list",
     )
     def get(self, request: Request) -> Response:
         return Response(
@@ -48,7 +50,11 @@ class ModelDetailApi(APIView):
         changes = self.request.method in ("PATCH", "DELETE")
         return [StaffOnly()] if changes else super().get_permissions()
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT, **errors(403, 404)}, summary="One model")
+    @extend_schema(
+        responses={200: OpenApiTypes.OBJECT, **errors(403, 404)},
+        summary="One model",
+        operation_id="registry_models_retrieve",
+    )
     def get(self, request: Request, name: str) -> Response:
         return Response(model_details(record_or_404(name), staff=request.user.is_staff))
 
