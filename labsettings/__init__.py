@@ -164,6 +164,11 @@ class LabSettings(EngineSettings, WorkerSettings):
         "MLXLAB_ALLOW_OPEN_NETWORK_API", parse_bool, False,
         "With no API key at all, runlab serves a non-loopback address only if this is set.",
     )  # fmt: skip
+    https: bool = setting(
+        "MLXLAB_HTTPS", parse_bool, False,
+        "Served behind a TLS proxy that sets X-Forwarded-Proto: https only (a redirect), "
+        "secure cookies, HSTS for a year (docs/DEPLOY.md).",
+    )  # fmt: skip
     cors_allowed_origins: tuple[str, ...] = setting(
         "MLXLAB_CORS_ALLOWED_ORIGINS", parse_list, (),
         "Browser origins allowed to call the API (comma-separated).",

@@ -156,6 +156,17 @@ CONTENT_SECURITY_POLICY = {
     }
 }
 
+# Behind a TLS proxy (docs/DEPLOY.md): the proxy says a request came over HTTPS in
+# X-Forwarded-Proto, and the lab then redirects plain HTTP, sends its cookies over HTTPS only
+# and tells browsers to keep to HTTPS for a year. `manage.py check --deploy` is clean so.
+if MLXLAB.https:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = 365 * 24 * 3600
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]

@@ -256,6 +256,7 @@ def test_the_documented_defaults():
         "static_api_key_digests": (),
         "static_key_user": "api-service",
         "allow_open_network_api": False,
+        "https": False,
         "cors_allowed_origins": (),
         "login_failure_limit": 5,
         "login_lockout_seconds": 900,

@@ -145,10 +145,12 @@ class Command(BaseCommand):
             )  # fmt: skip
         if self.signals:
             return
-        self._spawn(
-            "daphne",
-            [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "mlxlab.asgi:application"],
-        )  # fmt: skip
+        daphne = [sys.executable, "-m", "daphne", "-b", host, "-p", str(port)]
+        if settings.MLXLAB.https:
+            # Behind the TLS proxy, a client's address is the one the proxy forwards: login
+            # throttling counts each client's own, not the proxy's for everyone.
+            daphne.append("--proxy-headers")
+        self._spawn("daphne", [*daphne, "mlxlab.asgi:application"])
         self.stdout.write(f"MLX Lab on http://{host}:{port}/ (Ctrl-C stops it)")
 
     def _first_admin(self) -> None:
