@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from inference.engines import default_model_name, resident_models
+from inference.model_registry import model_capabilities
 from inference.models import LanguageModel
 from inference.sampling_defaults import FIELDS
 from inference.sampling_defaults import sampling_defaults as model_sampling_defaults
@@ -62,6 +63,8 @@ def model_summary(record: LanguageModel) -> dict:
         "repo_id": record.repo_id or None,
         "revision": record.revision or None,
         "commit": record.commit_sha or None,
+        # What it serves ("chat", "embeddings"): the chat pickers list chat models only.
+        "capabilities": model_capabilities(record),
     }
 
 

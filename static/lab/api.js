@@ -108,3 +108,8 @@ export function results(data) {
   if (Array.isArray(data)) return data;
   return data && Array.isArray(data.results) ? data.results : [];
 }
+
+// Whether a registry entry (/api/models) serves chats: embedding models and rerankers do not.
+export function chats(model) {
+  return (model.capabilities || ['chat']).includes('chat');
+}

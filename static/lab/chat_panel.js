@@ -3,7 +3,7 @@
 // settings part of each websocket request ({model, adapter, system_prompt, params,
 // thinking, structured}); params carry the draft source (speculative decoding) too.
 
-import { apiDelete, apiGet, apiPost, results } from './api.js';
+import { apiDelete, apiGet, apiPost, chats, results } from './api.js';
 import { AdapterPicker, NO_ADAPTER } from './chat_adapters.js';
 import { debounce, el } from './util.js';
 
@@ -85,7 +85,7 @@ export class SettingsPanel {
 
   async loadModels() {
     try {
-      this.models = results(await apiGet('/api/models'));
+      this.models = results(await apiGet('/api/models')).filter(chats);
     } catch (error) {
       this.onError(`Could not list the models: ${error.message}`);
       this.models = [];
@@ -176,7 +176,7 @@ export class SettingsPanel {
   // Quietly refresh the "loaded" marks (a send loads the model) without a change event.
   async refreshModelStates() {
     try {
-      this.models = results(await apiGet('/api/models'));
+      this.models = results(await apiGet('/api/models')).filter(chats);
       this.renderModelOptions(this.picker.value);
     } catch {
       // not worth an error banner: the list is only decoration here

@@ -59,6 +59,10 @@ function modelRow(model) {
   if (model.loaded) loaded.classList.add('is-loaded');
   const name = el('td', { class: 'model-name' }, model.name);
   if (model.default) name.append(' ', el('span', { class: 'badge' }, 'default'));
+  // An embedding model (or a reranker) answers its own routes, never a chat.
+  for (const capability of model.capabilities || []) {
+    if (capability !== 'chat') name.append(' ', el('span', { class: 'badge capability' }, capability));
+  }
   const repo = repoLine(model);
   if (repo) name.append(repo);
   // A folder of links to files elsewhere (a registered checkout) uses no disk of its own.

@@ -3,7 +3,7 @@
 // reply streamed in its column with its time to first token and tokens/s; then a vote
 // for the better reply, kept with the conversations (POST /api/side-by-side/votes).
 
-import { apiGet, apiPost, results } from './api.js';
+import { apiGet, apiPost, chats, results } from './api.js';
 import { ChatSocket } from './chat_socket.js';
 import { el, readJsonScript, showBanner, wireBannerClose } from './util.js';
 
@@ -17,7 +17,9 @@ let columns = [];
 
 async function loadChoices() {
   const [models, adapters] = await Promise.all([apiGet('/api/models'), apiGet('/api/adapters')]);
-  choices = results(models).map((m) => ({ value: m.name, label: m.name, model: m.name, adapter: null }));
+  choices = results(models)
+    .filter(chats)
+    .map((m) => ({ value: m.name, label: m.name, model: m.name, adapter: null }));
   for (const adapter of results(adapters)) {
     const label = `${adapter.base_model} + ${adapter.name}`;
     choices.push({ value: label, label, model: adapter.base_model, adapter: adapter.name });
