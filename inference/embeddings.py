@@ -1,5 +1,5 @@
 """The serve path of /v1/embeddings: the model checked, the call sent to its worker, the
-one answer awaited.
+one answer awaited (ask_worker, which /v1/rerank shares: rerank.py).
 
 Everything that needs no tokenizer is checked here, in the web process (the model can
 embed, `dimensions` fits its vectors); the worker tokenizes and checks each input's length.
@@ -19,7 +19,9 @@ from .engines import model_record, open_generation
 from .errors import ApiError
 from .model_registry import model_embedding_support
 from .models import LanguageModel
+from .protocol.embedding_folder import RERANK
 from .protocol.embeddings import EmbedCall, Embedded
+from .protocol.wire import WorkerCall
 from .workers.streams import Rejected, WorkerStopped
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,8 @@ def _check_model(record: LanguageModel, call: EmbeddingsCall) -> None:
     support = model_embedding_support(record)
     if support.spec is None:
         raise _cannot_embed(record.name, support.problem)
+    if support.spec.task == RERANK:
+        raise _cannot_embed(record.name, "it is a reranker (it serves /v1/rerank only)")
     if call.dimensions is not None and call.dimensions > support.spec.dimension:
         raise ApiError(
             f"dimensions must be at most {support.spec.dimension}, the length of "
@@ -61,10 +65,11 @@ async def embed(call: EmbeddingsCall) -> tuple[LanguageModel, Embedded]:
         dimensions=call.dimensions,
         max_input_tokens=lab_settings.embedding_max_input_tokens,
     )
-    return record, await _ask(record, worker_call)
+    return record, await ask_worker(record, worker_call)
 
 
-async def _ask(record: LanguageModel, call: EmbedCall, *, again: bool = True) -> Embedded:
+async def ask_worker(record: LanguageModel, call: WorkerCall, *, again: bool = True):
+    """The worker's one answer to `call` (Embedded, or Reranked for a RerankCall)."""
     stream = await open_generation(record, call)
     try:
         return await stream.reply()
@@ -79,4 +84,4 @@ async def _ask(record: LanguageModel, call: EmbedCall, *, again: bool = True) ->
         raise ApiError(str(error), status=500, type="server_error") from None
     finally:
         stream.close()  # cancels the call in the worker if the client left first
-    return await _ask(record, call, again=False)
+    return await ask_worker(record, call, again=False)

@@ -32,8 +32,9 @@ def model_embedding_support(record: LanguageModel) -> EmbeddingSupport:
 
 
 def model_capabilities(record: LanguageModel) -> list[str]:
-    """What the model serves: ["chat"] (chat and text completions, Responses, Messages) or
-    ["embeddings"]; none for a folder whose embedding modules are not served here."""
+    """What the model serves: ["chat"] (chat and text completions, Responses, Messages),
+    ["embeddings"] or ["rerank"]; none for a folder whose embedding modules or classifier
+    are not served here."""
     return list(model_embedding_support(record).capabilities)
 
 

@@ -6,6 +6,7 @@ urlpatterns = [
     path("v1/chat/completions", views_openai.chat_completions),
     path("v1/completions", views_openai.completions),
     path("v1/embeddings", views_openai.embeddings),
+    path("v1/rerank", views_openai.rerank),
     path("v1/models", views_openai.models),
     path("v1/models/<str:name>", views_openai.model_detail),
     path("v1/responses", views_responses.responses_create),

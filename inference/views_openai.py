@@ -14,6 +14,8 @@ from .api.embeddings_request import parse_embeddings
 from .api.endpoints import api_endpoint
 from .api.openai_render import ChatRenderer, CompletionRenderer
 from .api.openai_request import parse_chat_completion, parse_completion, parse_json_body
+from .api.rerank_render import rerank_body
+from .api.rerank_request import parse_rerank
 from .api.surfaces import OPENAI
 from .chat.plan import plan_generation
 from .embeddings import embed
@@ -21,6 +23,7 @@ from .engines import supervisor
 from .errors import ApiError, model_not_found
 from .model_registry import amodel_named, model_capabilities
 from .models import LanguageModel
+from .rerank import rerank as rerank_documents
 from .sampling_defaults import sampling_defaults
 from .serve import serve
 from .workers.streams import EngineUnavailable, WorkerStopped
@@ -76,6 +79,20 @@ async def embeddings(request: HttpRequest) -> HttpResponse:
     return HttpResponse(body, content_type="application/json")
 
 
+@api_endpoint("POST")
+async def rerank(request: HttpRequest) -> HttpResponse:
+    """vLLM's, Cohere's and Jina's /v1/rerank, answered in OpenAI's error shapes."""
+    try:
+        call = parse_rerank(parse_json_body(request.body))
+        record, reranked = await rerank_documents(call)
+    except ApiError as error:
+        return error.response()
+    except (EngineUnavailable, WorkerStopped) as error:
+        log.warning("%s: %s", call.model, error.message)
+        return OPENAI.unavailable(error.message, error.state)
+    return JsonResponse(rerank_body(reranked, call, model=record.name))
+
+
 def _model_object(record: LanguageModel) -> dict:
     return {
         "id": record.name,
@@ -83,7 +100,7 @@ def _model_object(record: LanguageModel) -> dict:
         "created": int(record.created_at.timestamp()),
         "owned_by": "mlxlab",
         "context_length": record.context_length,
-        # An extension, as LM Studio and Ollama list theirs: "chat" or "embeddings".
+        # An extension, as LM Studio and Ollama list theirs: "chat", "embeddings" or "rerank".
         "capabilities": model_capabilities(record),
     }
 

@@ -5,7 +5,10 @@
   files, so it is an embedding model by its architecture and mlx-embeddings pools it;
 - decoders (mlx-lm's qwen3 and llama, tests/architecture_models.py) with the default
   model's tokenizer and sentence-transformers' modules.json and 1_Pooling/config.json:
-  Qwen3-Embedding's last-token pooling and Normalize module, or mean pooling alone.
+  Qwen3-Embedding's last-token pooling and Normalize module, or mean pooling alone;
+- a BERT cross-encoder reranker (ms-marco-MiniLM-L6-v2's config shape, shrunk): a
+  BertForSequenceClassification of one label, its weights named as transformers saves them
+  (`bert.*` and the `classifier.*` head), with the same WordPiece tokenizer.
 """
 
 from __future__ import annotations
@@ -16,6 +19,10 @@ from pathlib import Path
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
+
+# The names the API tests register them under (tests/api/conftest.py).
+BERT, QWEN3, LLAMA = "tiny-bert-embed", "tiny-qwen3-last-embed", "tiny-llama-mean-embed"
+RERANKER = "tiny-bert-rerank"
 
 # all-MiniLM-L6-v2's config.json, at a width of 32 and 2 layers.
 BERT_CONFIG = {
@@ -35,6 +42,13 @@ BERT_CONFIG = {
     "position_embedding_type": "absolute",
     "type_vocab_size": 2,
     "torch_dtype": "float32",
+}
+# A cross-encoder's config adds its head's labels: one, the relevance logit.
+CROSS_ENCODER_CONFIG = {
+    **BERT_CONFIG,
+    "architectures": ["BertForSequenceClassification"],
+    "id2label": {"0": "LABEL_0"},
+    "label2id": {"LABEL_0": 0},
 }
 BERT_SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 BERT_WORDS = ["the", "a", "cat", "dog", "sat", "on", "mat", "paris", "france", "capital"]
@@ -108,6 +122,27 @@ def build_bert_folder(folder: Path, seed: int = 0) -> Path:
     weights = dict(tree_flatten(model.parameters()))
     mx.eval(weights)
     mx.save_safetensors(str(folder / "model.safetensors"), weights, metadata={"format": "mlx"})
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    write_wordpiece_tokenizer(folder, config["max_position_embeddings"])
+    return folder
+
+
+def build_bert_cross_encoder_folder(folder: Path, seed: int = 2) -> Path:
+    """A random-weight BertForSequenceClassification of one label: mlx-embeddings' BERT
+    weights under transformers' `bert.` prefix, plus `classifier.weight` (1, hidden) and
+    `classifier.bias` (1,), in one model.safetensors."""
+    from mlx_embeddings.models import bert
+
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {**CROSS_ENCODER_CONFIG, "vocab_size": len(bert_vocabulary())}
+    mx.random.seed(seed)
+    encoder = bert.Model(bert.ModelArgs.from_dict(config))
+    weights = {f"bert.{key}": value for key, value in tree_flatten(encoder.parameters())}
+    # Wide enough a head that random documents' scores differ well beyond float rounding.
+    weights["classifier.weight"] = 4 * mx.random.normal((1, config["hidden_size"]))
+    weights["classifier.bias"] = mx.array([0.1])
+    mx.eval(weights)
+    mx.save_safetensors(str(folder / "model.safetensors"), weights, metadata={"format": "pt"})
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     write_wordpiece_tokenizer(folder, config["max_position_embeddings"])
     return folder

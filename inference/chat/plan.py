@@ -16,7 +16,7 @@ from ..engines import model_record
 from ..errors import ApiError
 from ..model_registry import amodel_named, model_embedding_support
 from ..models import LanguageModel
-from ..protocol.embedding_folder import CHAT
+from ..protocol.embedding_folder import CHAT, RERANK
 from ..protocol.sampling import KVScheme, SamplingParams
 from ..protocol.wire import ChatInput, GenerateCall
 from ..sampling_defaults import resolve, sampling_defaults
@@ -61,8 +61,11 @@ def _check_chat_model(record: LanguageModel) -> None:
     support = model_embedding_support(record)
     if CHAT not in support.capabilities:
         reason = support.problem or "it serves /v1/embeddings only"
+        kind = "an embedding model"
+        if RERANK in support.capabilities:
+            kind, reason = "a reranker", "it serves /v1/rerank only"
         raise ApiError(
-            f"The model '{record.name}' is an embedding model: {reason}",
+            f"The model '{record.name}' is {kind}: {reason}",
             param="model",
             code="model_not_supported",
         )

@@ -1,4 +1,5 @@
-"""/v1/embeddings as an OpenAPI operation (inference/api/embeddings_*.py).
+"""/v1/embeddings and /v1/rerank as OpenAPI operations (inference/api/embeddings_*.py,
+inference/api/rerank_*.py).
 
 The input bounds are the server's (MLXLAB_EMBEDDING_MAX_INPUTS and
 MLXLAB_EMBEDDING_MAX_INPUT_TOKENS), so the schema says what this server takes.
@@ -83,8 +84,70 @@ EMBEDDING_LIST = obj(
 )
 
 
+def rerank_request() -> Schema:
+    documents, tokens = lab_settings.embedding_max_inputs, lab_settings.embedding_max_input_tokens
+    text = {"type": "string", "minLength": 1}
+    document = {"anyOf": [text, obj({"text": text}, ("text",))]}
+    return obj(
+        {
+            "model": nullable(
+                {"type": "string", "description": "A reranker; unset: the default model"}
+            ),
+            "query": text,
+            "documents": {
+                "description": f"At most {documents} documents, strings or {{text}} objects; "
+                f"each, with the query, at most {tokens} tokens (and within the model's "
+                "context).",
+                "type": "array",
+                "items": document,
+                "minItems": 1,
+                "maxItems": documents,
+            },
+            "top_n": nullable(
+                {"type": "integer", "minimum": 1, "description": "Unset: every document"}
+            ),
+            "return_documents": nullable(
+                {"type": "boolean", "description": "Unset: true, as vLLM and Jina default it"}
+            ),
+        },
+        ("query", "documents"),
+    )
+
+
+RERANK_RESULT = obj(
+    {
+        "id": {"type": "string"},
+        "model": {"type": "string"},
+        "results": {
+            "description": "Best first, at most top_n",
+            "type": "array",
+            "items": obj(
+                {
+                    "index": {"type": "integer", "description": "The document's position"},
+                    "relevance_score": {
+                        "type": "number",
+                        "description": "sigmoid of the cross-encoder's logit, as "
+                        "sentence-transformers' CrossEncoder reports it (the logit where "
+                        "the model's config names the identity)",
+                    },
+                    "document": obj({"text": {"type": "string"}}, ("text",)),
+                },
+                ("index", "relevance_score"),
+            ),
+        },
+        "usage": obj({"total_tokens": {"type": "integer"}}, ("total_tokens",)),
+    },
+    ("id", "model", "results", "usage"),
+)
+
+
 def components() -> dict[str, Schema]:
-    return {"EmbeddingRequest": embedding_request(), "EmbeddingList": EMBEDDING_LIST}
+    return {
+        "EmbeddingRequest": embedding_request(),
+        "EmbeddingList": EMBEDDING_LIST,
+        "RerankRequest": rerank_request(),
+        "RerankResult": RERANK_RESULT,
+    }
 
 
 def paths(default_model: str) -> dict[str, Schema]:
@@ -109,5 +172,34 @@ def paths(default_model: str) -> dict[str, Schema]:
                     **errors("OpenAIError", 400, 404, 500, 502),
                 },
             }
-        }
+        },
+        "/v1/rerank": {
+            "post": {
+                "operationId": "rerank_create",
+                "summary": "Rerank (vLLM, Cohere, Jina): documents scored against a query by a "
+                "cross-encoder, best first",
+                "tags": ["openai"],
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": ref("RerankRequest"),
+                            "example": {
+                                "model": "bge-reranker-base",
+                                "query": "What is the capital of France?",
+                                "documents": ["Paris is the capital of France.", "A dog"],
+                                "top_n": 1,
+                            },
+                        }
+                    },
+                },
+                "responses": {
+                    "200": {
+                        "description": "The documents' scores, best first",
+                        "content": json_content(ref("RerankResult")),
+                    },
+                    **errors("OpenAIError", 400, 404, 500, 502),
+                },
+            }
+        },
     }

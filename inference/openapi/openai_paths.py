@@ -1,5 +1,5 @@
 """/v1/chat/completions, /v1/completions and /v1/models as OpenAPI operations
-(/v1/embeddings: embeddings_paths.py)."""
+(/v1/embeddings, /v1/rerank: embeddings_paths.py)."""
 
 from __future__ import annotations
 
@@ -118,10 +118,11 @@ MODEL = obj(
         "context_length": {"type": "integer"},
         "capabilities": {
             "description": "What the model serves: chat (chat and text completions, "
-            "Responses, Messages) or embeddings (/v1/embeddings); empty for a folder whose "
-            "embedding modules this server does not serve.",
+            "Responses, Messages), embeddings (/v1/embeddings) or rerank (/v1/rerank); "
+            "empty for a folder whose embedding modules or classifier this server does not "
+            "serve.",
             "type": "array",
-            "items": {"enum": ["chat", "embeddings"]},
+            "items": {"enum": ["chat", "embeddings", "rerank"]},
         },
         "defaults": {
             "description": "Retrieve only: what a request gets for each sampling field it "

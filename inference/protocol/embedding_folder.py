@@ -7,6 +7,11 @@ token, mean or CLS) with, when listed, a Normalize module. The pooling is read f
 files, never guessed: a decoder without them is a chat model, and a folder whose modules
 ask for what is not served here (max pooling, a Dense layer) says so.
 
+A third kind reranks: a cross-encoder, its config's architecture a one-label
+`...ForSequenceClassification` (BERT only: engine/embedding/reranker.py). It is found here
+because its config also looks like an encoder mlx-embeddings loads, which it must not be
+taken for.
+
 The web side asks this to list capabilities and refuse requests; the worker to pool. The
 installed libraries' model types are read from their package folders, not imported
 (that would load MLX into the web process).
@@ -38,6 +43,14 @@ MODEL_POOLING = "model"  # no pooling files: mlx-embeddings' own (its text_embed
 
 CHAT = "chat"
 EMBEDDINGS = "embeddings"
+RERANK = "rerank"
+
+# Cross-encoders whose sequence-classification head is served (engine/embedding/reranker.py):
+# mlx-embeddings has the encoders but no classification heads.
+RERANKER_MODEL_TYPES = ("bert",)
+# sentence-transformers' CrossEncoder applies a sigmoid to a 1-label model's logit unless
+# the checkpoint's config names another activation; these names mean the raw logit.
+IDENTITY_ACTIVATIONS = ("torch.nn.modules.linear.Identity", "torch.nn.Identity")
 
 
 @dataclass(frozen=True)
@@ -49,6 +62,8 @@ class EmbeddingSpec:
     normalize: bool  # L2-normalized (a Normalize module, or mlx-embeddings' own pooling)
     dimension: int  # the vector's length
     model_type: str
+    task: str = EMBEDDINGS  # or RERANK: a cross-encoder's one relevance score a pair
+    score_activation: str = "sigmoid"  # a reranker's: "sigmoid" or "identity"
 
 
 @dataclass(frozen=True)
@@ -62,7 +77,7 @@ class EmbeddingSupport:
     @property
     def capabilities(self) -> tuple[str, ...]:
         if self.spec is not None:
-            return (EMBEDDINGS,)
+            return (self.spec.task,)
         return () if self.problem else (CHAT,)
 
 
@@ -151,12 +166,55 @@ def _model_type(config: dict) -> str:
     return str(config.get("model_type", "")).replace("-", "_")
 
 
+def _is_sequence_classifier(config: dict) -> bool:
+    architectures = config.get("architectures") or []
+    return any(str(name).endswith("ForSequenceClassification") for name in architectures)
+
+
+def _score_activation(config: dict) -> str:
+    """What CrossEncoder reports for a 1-label model: sigmoid(logit), unless the config
+    names the identity (sentence-transformers v4's `sentence_transformers.activation_fn`,
+    or v2/v3's `sbert_ce_default_activation_function`)."""
+    saved = (config.get("sentence_transformers") or {}).get("activation_fn") or config.get(
+        "sbert_ce_default_activation_function"
+    )
+    return "identity" if saved in IDENTITY_ACTIVATIONS else "sigmoid"
+
+
+def _reranker_support(config: dict) -> EmbeddingSupport:
+    """A sequence classifier is a reranker when it has one label (one relevance logit)."""
+    labels = config.get("id2label")
+    count = len(labels) if isinstance(labels, dict) else config.get("num_labels", 2)
+    model_type = _model_type(config)
+    if count != 1:
+        return EmbeddingSupport(
+            problem=f"a sequence classifier of {count} labels; a reranker has one"
+        )
+    if model_type not in RERANKER_MODEL_TYPES:
+        return EmbeddingSupport(
+            problem=f"a {model_type} cross-encoder; rerankers are served for "
+            f"{', '.join(RERANKER_MODEL_TYPES)} only"
+        )
+    spec = EmbeddingSpec(
+        backend=ENCODER,
+        pooling="cls",
+        normalize=False,
+        dimension=_dimension(config, None),
+        model_type=model_type,
+        task=RERANK,
+        score_activation=_score_activation(config),
+    )
+    return EmbeddingSupport(spec)
+
+
 def _support(folder: Path) -> EmbeddingSupport:
     if not (folder / "modules.json").is_file():
         try:
             config = _read_json(folder / "config.json")
         except _Unservable:
             return EmbeddingSupport()  # not ours to judge: the worker says what is wrong
+        if _is_sequence_classifier(config):
+            return _reranker_support(config)
         # mlx-embeddings pools an encoder itself (mean or CLS, per model) and normalizes.
         if is_encoder_config(config):
             dimension = _dimension(config, None)
@@ -183,7 +241,8 @@ def _support(folder: Path) -> EmbeddingSupport:
 
 def embedding_support(folder: str | Path) -> EmbeddingSupport:
     """What `folder` is: an embedding model (its spec), one that cannot be served (why), or
-    a chat model. Reads config.json, modules.json and the Pooling config only."""
+    a chat model; a reranker is a spec whose task is RERANK. Reads config.json,
+    modules.json and the Pooling config only."""
     try:
         return _support(Path(folder))
     except _Unservable as error:

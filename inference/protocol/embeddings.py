@@ -1,4 +1,4 @@
-"""An embeddings request to a worker, and its answer.
+"""An embeddings request to a worker, and its answer; a rerank request, and its answer.
 
 Vectors travel as little-endian float32 bytes, one string of bytes a vector: what
 OpenAI's `encoding_format: "base64"` encodes, so the web side renders either format
@@ -35,3 +35,20 @@ def pack_vector(values: list[float]) -> bytes:
 
 def unpack_vector(packed: bytes) -> list[float]:
     return list(struct.unpack(f"<{len(packed) // 4}f", packed))
+
+
+@dataclass(frozen=True)
+class RerankCall:
+    """A query and the documents to score against it, each pair one cross-encoder input."""
+
+    query: str
+    documents: list[str]
+    max_input_tokens: int = 8192  # a pair's tokens; the model's context bounds it too
+
+
+@dataclass(frozen=True)
+class Reranked:
+    """One relevance score a document, in the call's order, and the tokens the pairs took."""
+
+    scores: list[float]
+    total_tokens: int

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from .adapters import AdapterRef
-from .embeddings import EmbedCall, Embedded
+from .embeddings import EmbedCall, Embedded, RerankCall, Reranked
 from .events import Failed, Finished, ReasoningDelta, TextDelta, ToolCall
 from .grammar import GrammarSpec
 from .sampling import KVScheme, SamplingParams
@@ -107,6 +107,8 @@ PAYLOADS: dict[str, type] = {
     "generate": GenerateCall,
     "embed": EmbedCall,
     "embedded": Embedded,
+    "rerank": RerankCall,
+    "reranked": Reranked,
     "cancel": Empty,
     "report": Empty,
     "accepted": Accepted,
@@ -125,8 +127,8 @@ class WireError(ValueError):
 
 
 # What a web process asks of a worker, and the kind of the message that carries each.
-WorkerCall = GenerateCall | EmbedCall
-CALL_KINDS: dict[type, str] = {GenerateCall: "generate", EmbedCall: "embed"}
+WorkerCall = GenerateCall | EmbedCall | RerankCall
+CALL_KINDS: dict[type, str] = {GenerateCall: "generate", EmbedCall: "embed", RerankCall: "rerank"}
 
 
 def encode(kind: str, request_id: int, payload: object = Empty()) -> bytes:

@@ -15,7 +15,7 @@ import zmq.asyncio
 from ..protocol import wire
 from .streams import ExitStatus, RequestStream
 
-FINAL_KINDS = ("finished", "failed", "rejected", "embedded")
+FINAL_KINDS = ("finished", "failed", "rejected", "embedded", "reranked")
 
 
 @dataclass(frozen=True)

@@ -4,24 +4,22 @@ a BERT encoder that mlx-embeddings pools, and two mlx-lm decoders pooled as thei
 sentence-transformers files say (last token and Normalize; mean tokens alone).
 
 The tests are ordered by model, so each model's worker loads once beside the default one.
+The models are registered by tests/api/conftest.py's `embedding_models`, which
+test_rerank.py shares.
 """
 
 from __future__ import annotations
 
 import base64
-import subprocess
-import sys
 
 import mlx.core as mx
 import numpy as np
 import openai
 import pytest
 
-from tests.architecture_models import DEFAULT_TOKENIZER_DIR
-from tests.conftest import DEFAULT_MODEL, ROOT
-from tests.embedding_models import build_bert_folder, build_decoder_folder
+from tests.conftest import DEFAULT_MODEL
+from tests.embedding_models import BERT, LLAMA, QWEN3
 
-BERT, QWEN3, LLAMA = "tiny-bert-embed", "tiny-qwen3-last-embed", "tiny-llama-mean-embed"
 TEXTS = [
     "The cat sat on the mat",
     "Paris",
@@ -29,40 +27,6 @@ TEXTS = [
     "What is the capital of France? It is Paris, the capital of France, on the Seine.",
 ]
 TOLERANCE = 1e-4
-
-REGISTER = """
-from pathlib import Path
-from inference.model_registry import model_register
-for name, path in {folders!r}.items():
-    model_register(name=name, path=Path(path))
-"""
-
-
-@pytest.fixture(scope="session")
-def embedding_folders(tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("embedding-models")
-    return {
-        BERT: build_bert_folder(root / BERT),
-        QWEN3: build_decoder_folder(
-            root / QWEN3, DEFAULT_TOKENIZER_DIR, model_type="qwen3",
-            pooling="lasttoken", normalize=True,
-        ),
-        LLAMA: build_decoder_folder(
-            root / LLAMA, DEFAULT_TOKENIZER_DIR, model_type="llama",
-            pooling="mean_tokens", normalize=False,
-        ),
-    }  # fmt: skip
-
-
-@pytest.fixture(scope="session")
-def embedding_models(lab_server, embedding_folders) -> dict:
-    """The embedding models, registered in the session server's registry."""
-    folders = {name: str(folder) for name, folder in embedding_folders.items()}
-    subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", REGISTER.format(folders=folders)],
-        cwd=ROOT, env=lab_server.env, check=True, capture_output=True,
-    )  # fmt: skip
-    return embedding_folders
 
 
 def vectors(response) -> np.ndarray:
@@ -89,6 +53,14 @@ def test_models_list_their_capabilities(http, embedding_models):
     assert listed[DEFAULT_MODEL] == ["chat"]
     assert listed[BERT] == listed[QWEN3] == listed[LLAMA] == ["embeddings"]
     assert http.get(f"/v1/models/{QWEN3}").json()["capabilities"] == ["embeddings"]
+
+
+def test_the_lab_s_registry_lists_them_too(staff_http, embedding_models):
+    # The models page marks them, and the chat pickers leave them out (static/lab/api.js).
+    registry = staff_http.get("/api/models").json()["results"]
+    listed = {model["name"]: model["capabilities"] for model in registry}
+    assert listed[DEFAULT_MODEL] == ["chat"]
+    assert listed[BERT] == listed[QWEN3] == ["embeddings"]
 
 
 # -- the 400s and the 404 -------------------------------------------------------------------------

@@ -6,6 +6,10 @@ share forward passes, as one call's inputs do), and between forward passes answe
 reports and notes cancels and new calls. It speaks the worker protocol (wire.py): `embed`
 in, `embedded` (or `rejected`, or a Failed event) out; `generate` is refused, as the web
 side already does for a model that only embeds.
+
+A reranker's worker is the same loop with `rerank` calls in and `reranked` answers out:
+its (query, document) pairs are batched as embedding inputs are. Each worker serves the
+one call kind its model's task names and refuses the other.
 """
 
 from __future__ import annotations
@@ -21,13 +25,14 @@ import mlx.core as mx
 import zmq
 
 from ...protocol import link, wire
-from ...protocol.embedding_folder import EmbeddingSpec
-from ...protocol.embeddings import EmbedCall, Embedded
+from ...protocol.embedding_folder import RERANK, EmbeddingSpec
+from ...protocol.embeddings import EmbedCall, Embedded, RerankCall, Reranked
 from ...protocol.events import Failed
 from ..acceleration.accelerator import device_name
 from ..acceleration.cpu_fast_path import blas_state
 from ..embedding.embedder import Embedder, InputRejected
 from ..embedding.models import load_embedding_model
+from ..embedding.reranker import Reranker, load_cross_encoder
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +47,8 @@ def _exit(signum, frame) -> None:
 class _Waiting:
     client: bytes
     request_id: int
-    call: EmbedCall
-    inputs: list[list[int]] | None = None
+    call: EmbedCall | RerankCall
+    inputs: list | None = None  # token lists, or a reranker's Pairs
 
 
 class EmbeddingWorkerServer:
@@ -76,8 +81,7 @@ class EmbeddingWorkerServer:
 
     def serve_forever(self) -> None:
         signal.signal(signal.SIGTERM, _exit)
-        loaded = load_embedding_model(self.path, self.spec)
-        self.embedder = Embedder(loaded, name=self.model, batch_tokens=self.batch_tokens)
+        self.embedder = self._load()
         context = zmq.Context()
         router, authenticator = link.serving_router(
             context, self.address, self.secret, self.link_timeout
@@ -101,6 +105,29 @@ class EmbeddingWorkerServer:
             if self.address.startswith("ipc://"):
                 Path(self.address.removeprefix("ipc://")).unlink(missing_ok=True)
 
+    def _load(self) -> Embedder | Reranker:
+        """An Embedder, or a reranker's Reranker (the same inputs_of/vectors/stats)."""
+        if self.spec.task == RERANK:
+            loaded = load_cross_encoder(self.path, self.spec)
+            return Reranker(loaded, name=self.model, batch_tokens=self.batch_tokens)
+        loaded = load_embedding_model(self.path, self.spec)
+        return Embedder(loaded, name=self.model, batch_tokens=self.batch_tokens)
+
+    @property
+    def call_kind(self) -> str:
+        """The one call this worker serves: "rerank" for a reranker, else "embed"."""
+        return "rerank" if self.spec.task == RERANK else "embed"
+
+    def _refusal(self) -> wire.Rejected:
+        """The answer to a call of another kind (generate, or the other task's)."""
+        if self.spec.task == RERANK:
+            served = "a reranker: it serves /v1/rerank only"
+        else:
+            served = "an embedding model: it serves /v1/embeddings only"
+        return wire.Rejected(
+            f"The model '{self.model}' is {served}", param="model", code="model_not_supported"
+        )
+
     def _check_parent(self) -> None:
         if self.parent is not None and os.getppid() != self.parent:
             log.warning("the supervisor is gone; embedding worker for %s exits", self.model)
@@ -119,18 +146,12 @@ class EmbeddingWorkerServer:
                 continue
             if kind == "report":
                 self._send(router, client, "status", request_id, self.report())
-            elif kind == "embed":
+            elif kind == self.call_kind:
                 self.waiting.append(_Waiting(client, request_id, payload))
             elif kind == "cancel":
                 self._cancel(client, request_id)
-            elif kind == "generate":
-                refusal = wire.Rejected(
-                    f"The model '{self.model}' is an embedding model: it serves /v1/embeddings "
-                    "only",
-                    param="model",
-                    code="model_not_supported",
-                )
-                self._send(router, client, "rejected", request_id, refusal)
+            elif kind in ("generate", "embed", "rerank"):
+                self._send(router, client, "rejected", request_id, self._refusal())
 
     def _cancel(self, client: bytes, request_id: int) -> None:
         for calls in (self.waiting, self.running):
@@ -161,7 +182,8 @@ class EmbeddingWorkerServer:
                 call.inputs = self.embedder.inputs_of(call.call)
             except InputRejected as error:
                 self.counts["rejected"] += 1
-                rejected = wire.Rejected(error.message, param="input", code=error.code)
+                param = "documents" if isinstance(call.call, RerankCall) else "input"
+                rejected = wire.Rejected(error.message, param=param, code=error.code)
                 self._send(router, call.client, "rejected", call.request_id, rejected)
                 self.running.remove(call)
             except Exception as error:  # the tokenizer failed: the web side answers 500
@@ -191,13 +213,21 @@ class EmbeddingWorkerServer:
             offset += len(call.inputs)
             if call not in self.running:
                 continue  # cancelled while its forward passes ran
-            embedded = Embedded(
-                vectors=self.embedder.finish(rows, call.call.dimensions),
-                prompt_tokens=sum(len(tokens) for tokens in call.inputs),
-            )
             self.counts["completed"] += 1
-            self._send(router, call.client, "embedded", call.request_id, embedded)
+            self._send(router, call.client, *self._answer(call, rows))
         self.running = []
+
+    def _answer(self, call: _Waiting, rows) -> tuple[str, int, Embedded | Reranked]:
+        """The (kind, request id, payload) that answers `call` with its rows."""
+        if isinstance(call.call, RerankCall):
+            tokens = sum(len(pair.ids) for pair in call.inputs)
+            reranked = Reranked(scores=[float(row[0]) for row in rows], total_tokens=tokens)
+            return "reranked", call.request_id, reranked
+        embedded = Embedded(
+            vectors=self.embedder.finish(rows, call.call.dimensions),
+            prompt_tokens=sum(len(tokens) for tokens in call.inputs),
+        )
+        return "embedded", call.request_id, embedded
 
     def report(self) -> wire.WorkerStatus:
         stats = self.embedder.stats

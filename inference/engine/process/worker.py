@@ -288,9 +288,9 @@ class WorkerServer:
             self.prepare_queue.put((client, request_id, payload))
         elif kind == "cancel":
             self._cancel((client, request_id))
-        elif kind == "embed":  # the web side sends these only to embedding models' workers
+        elif kind in ("embed", "rerank"):  # the web side sends these only to their models
             refusal = wire.Rejected(
-                f"The model '{self.model}' cannot create embeddings", param="model"
+                f"The model '{self.model}' is a chat model: it cannot {kind}", param="model"
             )
             self._send(client, wire.encode("rejected", request_id, refusal))
         elif kind == "report":
