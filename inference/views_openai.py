@@ -62,16 +62,25 @@ async def completions(request: HttpRequest) -> HttpResponse:
     return await _serve(request, renderer_class=CompletionRenderer, parse=parse_completion)
 
 
-@api_endpoint("POST")
-async def embeddings(request: HttpRequest) -> HttpResponse:
+async def _from_worker(request: HttpRequest, parse, ask):
+    """(the parsed call, the worker's answer) of a one-answer call (embeddings, rerank), or
+    the error response: OpenAI's shape for the client's errors and an unavailable worker."""
     try:
-        call = parse_embeddings(parse_json_body(request.body))
-        record, embedded = await embed(call)
+        call = parse(parse_json_body(request.body))
+        return call, await ask(call)
     except ApiError as error:
         return error.response()
     except (EngineUnavailable, WorkerStopped) as error:
         log.warning("%s: %s", call.model, error.message)
         return OPENAI.unavailable(error.message, error.state)
+
+
+@api_endpoint("POST")
+async def embeddings(request: HttpRequest) -> HttpResponse:
+    answered = await _from_worker(request, parse_embeddings, embed)
+    if isinstance(answered, HttpResponse):
+        return answered
+    call, (record, embedded) = answered
     # Thousands of vectors make megabytes of JSON: encoded off the event loop.
     body = await asyncio.to_thread(
         embeddings_body, embedded, model=record.name, encoding_format=call.encoding_format
@@ -82,14 +91,10 @@ async def embeddings(request: HttpRequest) -> HttpResponse:
 @api_endpoint("POST")
 async def rerank(request: HttpRequest) -> HttpResponse:
     """vLLM's, Cohere's and Jina's /v1/rerank, answered in OpenAI's error shapes."""
-    try:
-        call = parse_rerank(parse_json_body(request.body))
-        record, reranked = await rerank_documents(call)
-    except ApiError as error:
-        return error.response()
-    except (EngineUnavailable, WorkerStopped) as error:
-        log.warning("%s: %s", call.model, error.message)
-        return OPENAI.unavailable(error.message, error.state)
+    answered = await _from_worker(request, parse_rerank, rerank_documents)
+    if isinstance(answered, HttpResponse):
+        return answered
+    call, (record, reranked) = answered
     return JsonResponse(rerank_body(reranked, call, model=record.name))
 
 
