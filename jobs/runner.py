@@ -292,8 +292,13 @@ def _fail_lost(jobs: list[Job], reason: str) -> int:
         shutil.rmtree(partial_dir(job.id), ignore_errors=True)
         job.error = f"{reason}; its partial output was removed"
         job.log_tail = "\n".join([*job.log_tail.splitlines()[-LOG_LINES + 1 :], job.error])
-        # Only a job still running is failed: it may have finished since it was read.
-        if Job.objects.filter(id=job.id, status="running").update(status="failed"):
-            _finish(job, "failed", message="worker lost")
+        job.status, job.message, job.finished_at = "failed", "worker lost", timezone.now()
+        job.eta_seconds = None
+        # One UPDATE, and only of a job still running (it may have finished since it was
+        # read): no reader ever sees it failed without its reason.
+        fields = ("status", "message", "finished_at", "eta_seconds", "error", "log_tail")
+        lost = {name: getattr(job, name) for name in fields}
+        if Job.objects.filter(id=job.id, status="running").update(**lost):
+            publish(job)
             failed += 1
     return failed
