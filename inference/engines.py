@@ -11,8 +11,10 @@ from django.conf import settings
 from labsettings import lab_settings
 
 from .errors import model_not_found
+from .metrics import RequestMetrics
 from .model_registry import amodel_named, model_named
 from .models import LanguageModel
+from .protocol import wire
 from .workers.streams import RequestStream
 from .workers.supervisor import Supervisor
 from .workers.worker import SupervisorConfig
@@ -67,8 +69,15 @@ async def model_record(name: str | None) -> LanguageModel:
 
 
 async def open_generation(record: LanguageModel, call) -> RequestStream:
-    """Send a call to its model's worker; raises EngineUnavailable if none can take it."""
-    return await supervisor().open(record.name, record.path, call, size_bytes=record.size_bytes)
+    """Send a call to its model's worker; raises EngineUnavailable if none can take it.
+
+    A generation's figures count from here, so a model's load is part of its first token.
+    """
+    watcher = RequestMetrics(record.name)
+    stream = await supervisor().open(record.name, record.path, call, size_bytes=record.size_bytes)
+    if isinstance(call, wire.GenerateCall) and not call.count_only:
+        stream.watcher = watcher
+    return stream
 
 
 def load_model_worker(record: LanguageModel) -> None:

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from . import views_anthropic, views_openai, views_responses, views_status
+from . import views_anthropic, views_metrics, views_openai, views_responses, views_status
 
 urlpatterns = [
     path("v1/chat/completions", views_openai.chat_completions),
@@ -18,4 +18,5 @@ urlpatterns = [
     path("health", views_status.health),
     path("stats", views_status.stats),
     path("engine", views_status.engine),
+    path("metrics", views_metrics.metrics),
 ]

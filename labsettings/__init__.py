@@ -174,6 +174,11 @@ class LabSettings(EngineSettings, WorkerSettings):
         "Browser origins allowed to call the API (comma-separated).",
     )  # fmt: skip
     # Login throttling (django-axes, mlxlab/settings.py): by username and address together.
+    metrics_access: str = setting(
+        "MLXLAB_METRICS", one_of("staff", "loopback"), "staff",
+        "Who may read /metrics: staff (a key or a session), or also any caller on loopback "
+        "(a Prometheus on this host; a proxy here must pass the client's address).",
+    )  # fmt: skip
     login_failure_limit: int = setting(
         "MLXLAB_LOGIN_FAILURE_LIMIT", parse_int, 5,
         "Failed logins of one username from one address before that pair is locked out.",

@@ -258,6 +258,7 @@ def test_the_documented_defaults():
         "allow_open_network_api": False,
         "https": False,
         "cors_allowed_origins": (),
+        "metrics_access": "staff",
         "login_failure_limit": 5,
         "login_lockout_seconds": 900,
         "max_request_bytes": 8 * MIB,

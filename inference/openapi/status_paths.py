@@ -96,7 +96,7 @@ def components() -> dict[str, Schema]:
 
 
 # For staff only, whether or not the API is open.
-STAFF_ONLY = ("/stats", "/engine")
+STAFF_ONLY = ("/stats", "/engine", "/metrics")
 
 
 def paths() -> dict[str, Schema]:
@@ -132,6 +132,21 @@ def paths() -> dict[str, Schema]:
                 "tags": ["status"],
                 "responses": {
                     "200": {"description": "Engine report", "content": json_content(ref("Engine"))},
+                    **errors("OpenAIError", 403),
+                },
+            }
+        },
+        "/metrics": {
+            "get": {
+                "operationId": "metrics",
+                "summary": "Prometheus metrics, vLLM's families as mlxlab: (staff, or loopback "
+                "with MLXLAB_METRICS=loopback; docs/DEPLOY.md)",
+                "tags": ["status"],
+                "responses": {
+                    "200": {
+                        "description": "Prometheus text format 0.0.4",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    },
                     **errors("OpenAIError", 403),
                 },
             }

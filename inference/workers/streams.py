@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..protocol import wire
 from ..protocol.events import Event, Failed, Finished
@@ -94,6 +95,14 @@ class Rejected(Exception):
 STOPPED = "stopped"  # the kind delivered when the worker dies
 
 
+class Watcher(Protocol):
+    """Told of a request's events as the web side reads them, and of a client that left."""
+
+    def event(self, event: Event) -> None: ...
+
+    def abandoned(self) -> None: ...
+
+
 class RequestStream:
     """Messages for one request, delivered from the supervisor's thread to the caller's loop.
 
@@ -109,6 +118,7 @@ class RequestStream:
         self.count_only = False  # answered by "accepted" alone
         self.cancel: Callable[[], None] = lambda: None  # set once sent to a worker
         self.worker_state: Callable[[], str] = lambda: "stopped"
+        self.watcher: Watcher | None = None  # sees each event as it is read (metrics.py)
 
     def deliver(self, kind: str, payload: object) -> None:
         """Called on the supervisor's loop."""
@@ -148,8 +158,8 @@ class RequestStream:
         """The events until Finished or Failed; a dead worker raises WorkerStopped."""
         try:
             for event in self._early:
+                self._read(event)
                 yield event
-                self.ended = isinstance(event, Finished | Failed)
                 if self.ended:
                     return
             while True:
@@ -157,17 +167,24 @@ class RequestStream:
                 if kind == STOPPED:
                     self.ended = True
                     raise WorkerStopped(payload, self.worker_state())
-                self.ended = isinstance(payload, Finished | Failed)
+                self._read(payload)
                 yield payload
                 if self.ended:
                     return
         finally:
             self.close()
 
+    def _read(self, event: Event) -> None:
+        self.ended = isinstance(event, Finished | Failed)
+        if self.watcher is not None:
+            self.watcher.event(event)
+
     def close(self) -> None:
         if not self.ended:
             self.ended = True
             self.cancel()
+            if self.watcher is not None:
+                self.watcher.abandoned()
 
 
 @dataclass(frozen=True)

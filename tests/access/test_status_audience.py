@@ -66,7 +66,7 @@ def test_staff_get_the_whole_health_report(client, keys):
         assert set(answer) == MINIMAL | DETAIL
 
 
-@pytest.mark.parametrize("path", ["/stats", "/engine"])
+@pytest.mark.parametrize("path", ["/stats", "/engine", "/metrics"])
 @pytest.mark.parametrize("case", ["member", "static"])
 def test_stats_and_engine_refuse_a_non_staff_key(client, keys, path, case):
     response = client.get(path, headers=bearer(keys[case]))
@@ -76,7 +76,7 @@ def test_stats_and_engine_refuse_a_non_staff_key(client, keys, path, case):
     assert set(error) == {"message", "type", "param", "code"}
 
 
-@pytest.mark.parametrize("path", ["/stats", "/engine"])
+@pytest.mark.parametrize("path", ["/stats", "/engine", "/metrics"])
 def test_stats_and_engine_refuse_a_member_session_and_a_stranger(client, db, path):
     assert client.get(path).status_code == 403  # an open API: no key exists
     member = User.objects.create_user("member")
@@ -90,3 +90,20 @@ def test_stats_and_engine_answer_staff(client, keys, path):
     assert client.get(path, headers=bearer(keys["staff"])).status_code == 200
     staff = session_of(User.objects.get(username="staffer"))
     assert staff.get(path).status_code == 200
+
+
+def test_metrics_answer_staff_in_prometheus_text(client, keys):
+    response = client.get("/metrics", headers=bearer(keys["staff"]))
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain; version=0.0.4")
+    text = response.content.decode()
+    assert "# TYPE mlxlab:time_to_first_token_seconds histogram" in text
+    assert "# TYPE mlxlab:jobs_total counter" in text
+
+
+def test_metrics_on_loopback_when_the_setting_says_so(client, keys, settings):
+    assert client.get("/metrics").status_code == 401  # keys exist; loopback is no pass
+    settings.MLXLAB = settings.MLXLAB.replace(metrics_access="loopback")
+    assert client.get("/metrics").status_code == 200  # the test client comes from 127.0.0.1
+    assert client.get("/metrics", REMOTE_ADDR="::1").status_code == 200
+    assert client.get("/metrics", REMOTE_ADDR="10.1.2.3").status_code == 401

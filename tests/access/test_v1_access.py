@@ -24,9 +24,10 @@ OPERATIONS = [
     ("POST", "/v1/messages/count_tokens", {"model": DEFAULT_MODEL, "messages": CHAT}, 200),
     ("GET", "/stats", None, 200),
     ("GET", "/engine", None, 200),
+    ("GET", "/metrics", None, 200),
 ]
 # The server's innards are for staff: any other valid key is a 403 there.
-STAFF_ONLY = {"/stats", "/engine"}
+STAFF_ONLY = {"/stats", "/engine", "/metrics"}
 REFUSED = ["none", "wrong", "revoked", "inactive"]
 ALLOWED = ["member", "staff", "static"]
 

@@ -323,6 +323,7 @@ class WorkerServer:
                 "prompt_tokens": stats.prompt_tokens,
                 "generated_tokens": stats.generated_tokens,
                 "decode_tokens_per_second": round(stats.tokens_per_second, 3),
+                "requests": requests_report(engine),
                 "fast_path": asdict(engine.loaded.fast_path),
                 "batching": batching_report(engine),
                 "prompt_cache": (
@@ -351,6 +352,14 @@ class WorkerServer:
                 "python_objects_frozen": gc.get_freeze_count(),
             },
         )
+
+
+def requests_report(engine) -> dict:
+    """Requests generating in the batch, and those sent but not yet in it (being
+    prepared, prefilling, or parked behind another adapter set)."""
+    in_flight = engine.in_flight
+    running = min(engine.runner.size if engine.runner is not None else 0, in_flight)
+    return {"running": running, "waiting": in_flight - running}
 
 
 def batching_report(engine) -> dict:
