@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import sys
 import threading
 
@@ -15,6 +16,7 @@ from .metrics import RequestMetrics
 from .model_registry import amodel_named, model_named
 from .models import LanguageModel
 from .protocol import wire
+from .request_ids import REQUEST_ID
 from .workers.streams import RequestStream
 from .workers.supervisor import Supervisor
 from .workers.worker import SupervisorConfig
@@ -74,6 +76,8 @@ async def open_generation(record: LanguageModel, call) -> RequestStream:
     A generation's figures count from here, so a model's load is part of its first token.
     """
     watcher = RequestMetrics(record.name)
+    if isinstance(call, wire.GenerateCall):
+        call = dataclasses.replace(call, request_id=REQUEST_ID.get())
     stream = await supervisor().open(record.name, record.path, call, size_bytes=record.size_bytes)
     if isinstance(call, wire.GenerateCall) and not call.count_only:
         stream.watcher = watcher

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .parsers import parse_paths
+from .parsers import one_of, parse_paths
 from .rows import Derived, Table, setting, under_var
 
 # The checkout: var/ lives in it unless MLXLAB_VAR_DIR says otherwise.
@@ -47,3 +47,7 @@ class PlaceSettings(Table):
         "Model workers' sockets (ipc://, Unix sockets).",
     )  # fmt: skip
     log_level: str = setting("MLXLAB_LOG_LEVEL", str, "INFO", "The root logger's level.")
+    log_format: str = setting(
+        "MLXLAB_LOG_FORMAT", one_of("plain", "json"), "plain",
+        "Log lines as text, or as JSON objects (one per line, with request_id).",
+    )  # fmt: skip

@@ -13,6 +13,7 @@ django_application = get_asgi_application()
 
 from inference.body_limits import BodyLimitGuard  # noqa: E402
 from inference.engines import preload_default_in_background  # noqa: E402
+from inference.request_ids import RequestIds  # noqa: E402
 from jobs.routing import websocket_urlpatterns as job_sockets  # noqa: E402
 from jobs.watchdog import start_watchdog  # noqa: E402
 from lab.routing import websocket_urlpatterns as chat_sockets  # noqa: E402
@@ -26,7 +27,7 @@ from mlxlab.static_files import StaticFiles  # noqa: E402
 # stands in for it.
 application = ProtocolTypeRouter(
     {
-        "http": BodyLimitGuard(StaticFiles(django_application)),
+        "http": RequestIds(BodyLimitGuard(StaticFiles(django_application))),
         "websocket": SameOriginValidator(
             AllowedHostsOriginValidator(
                 AuthMiddlewareStack(URLRouter([*chat_sockets, *job_sockets]))

@@ -7,6 +7,7 @@ from pathlib import Path
 import dj_database_url
 from corsheaders.defaults import default_headers
 from csp.constants import NONE, SELF
+from pythonjsonlogger.core import RESERVED_ATTRS
 
 from labsettings import LabSettings
 
@@ -211,11 +212,30 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": JOB_SOFT_TIME_LIMIT + 3
 CELERY_RESULT_EXPIRES = 24 * 3600
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
+# Every line carries the request it was written for (inference/request_ids.py). JSON lines come
+# from python-json-logger: a formatter for the standard library's logging, so every
+# logger (Django's, Celery's, ours) writes them unchanged, where structlog would ask every
+# call site for its own API.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"request_id": {"()": "inference.request_ids.RequestIdFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s%(request)s: %(message)s"},
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s %(request_id)s",
+            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+            "reserved_attrs": [*RESERVED_ATTRS, "request"],
+        },
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": MLXLAB.log_format,
+            "filters": ["request_id"],
+        }
+    },
     "root": {"handlers": ["console"], "level": MLXLAB.log_level},
     # django-axes says at every start which lockout it applies; its lockouts still log.
     "loggers": {"django.request": {"level": "ERROR"}, "axes.apps": {"level": "WARNING"}},

@@ -75,6 +75,8 @@ def sample(name: str) -> tuple[str, object]:
     special["decode_kernels"] = ("all", "all")
     special["cuda_decode"] = ("reference", "reference")
     special["cuda_decode_replay"] = ("launched", "launched")
+    special["log_format"] = ("json", "json")
+    special["metrics_access"] = ("loopback", "loopback")
     if name in special:
         return special[name]
     if kind in ("int", "int | None"):
@@ -189,6 +191,7 @@ def test_the_documented_defaults():
         "import_roots": (var / "imports",),
         "worker_socket_dir": var / "run",
         "log_level": "INFO",
+        "log_format": "plain",
         "default_model": "smollm2-135m-instruct",
         "preload_default_model": True,
         "max_loaded_models": 2,

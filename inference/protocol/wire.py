@@ -58,6 +58,7 @@ class GenerateCall:
     draft_path: str = ""  # a draft model's folder (draft_model names it)
     num_draft_tokens: int | None = None
     prediction: str | None = None  # OpenAI's Predicted Outputs: text to draft from
+    request_id: str = ""  # the web request's id, for the worker's log lines of it
 
 
 @dataclass(frozen=True)

@@ -20,19 +20,16 @@ import queue
 import signal
 import threading
 from collections.abc import Callable
-from dataclasses import asdict
 
-import mlx.core as mx
 import zmq
 
 from ...protocol import link, wire
 from ...protocol.events import Failed, Finished
-from ..acceleration.accelerator import device_name
-from ..acceleration.cpu_fast_path import blas_state
 from ..acceleration.loader import LoadedModel
-from ..loop.config import EngineConfig, EngineStats
+from ..loop.config import EngineConfig
 from ..loop.engine import Engine
 from ..prompting.prompt import PromptBuilder, PromptLimits, PromptRejected
+from .worker_report import worker_status
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +70,7 @@ class WorkerServer:
         self._engine_ids: dict[tuple[bytes, int], int] = {}  # (client, request id) -> engine id
         self._pending: set[tuple[bytes, int]] = set()  # received, not yet submitted
         self._cancelled: set[tuple[bytes, int]] = set()  # cancelled while pending
+        self._traces: dict[tuple[bytes, int], str] = {}  # -> the web request's id, for logs
 
     # -- main thread ----------------------------------------------------------
 
@@ -130,6 +128,7 @@ class WorkerServer:
                 built.append((key, prepared))
             else:
                 self._forget(key)
+                self._traces.pop(key, None)
             while True:
                 try:
                     waiting.append(self.prepare_queue.get_nowait())
@@ -159,7 +158,7 @@ class WorkerServer:
             self._send(client, wire.encode("rejected", request_id, rejected))
             return None
         except Exception as exc:  # a bug, not the client's fault: the web side answers 500
-            log.exception("preparing request %s failed", request_id)
+            log.exception("preparing the request failed", extra=self._trace(key))
             failed = Failed(f"prompt preparation failed: {exc}")
             self._send(client, wire.encode_event(request_id, failed))
             return None
@@ -188,6 +187,7 @@ class WorkerServer:
             if isinstance(event, Finished | Failed):
                 with self._lock:
                     self._engine_ids.pop(key, None)
+                self._log_end(key, event)
             self._send(client, wire.encode_event(request_id, event))
 
         return emit
@@ -205,6 +205,11 @@ class WorkerServer:
                     resumed_from=len(resume.tokens) if resume is not None else 0,
                 )
                 self._send(client, wire.encode("accepted", request_id, accepted))
+                log.info(
+                    "request accepted: %d prompt tokens%s", accepted.prompt_tokens,
+                    f", resumed at {accepted.resumed_from}" if accepted.resumed_from else "",
+                    extra=self._trace((client, request_id)),
+                )  # fmt: skip
             calls = [(prepared.request, self._emitter(key)) for key, prepared in kept]
             ids = self.engine.submit_many(calls) if calls else []
             for (key, _), engine_id in zip(kept, ids, strict=True):
@@ -283,6 +288,7 @@ class WorkerServer:
             log.warning("dropped a malformed frame: %s", exc)
             return
         if kind == "generate":
+            self._traces[(client, request_id)] = payload.request_id
             with self._lock:
                 self._pending.add((client, request_id))
             self.prepare_queue.put((client, request_id, payload))
@@ -297,7 +303,23 @@ class WorkerServer:
             with contextlib.suppress(zmq.ZMQError):  # EHOSTUNREACH: the asker is gone
                 router.send_multipart([client, wire.encode("status", request_id, self.report())])
 
+    def _trace(self, key: tuple[bytes, int]) -> dict:
+        return {"request_id": self._traces.get(key, "")}
+
+    def _log_end(self, key: tuple[bytes, int], event: Finished | Failed) -> None:
+        extra = {"request_id": self._traces.pop(key, "")}
+        if isinstance(event, Failed):
+            log.warning("request failed: %s", event.message, extra=extra)
+            return
+        log.info(
+            "request finished (%s): %d prompt tokens, %d cached, %d generated",
+            event.finish_reason, event.prompt_tokens, event.cached_tokens,
+            event.completion_tokens, extra=extra,
+        )  # fmt: skip
+
     def _cancel(self, key: tuple[bytes, int]) -> None:
+        if key in self._traces:
+            log.info("request cancelled", extra={"request_id": self._traces.pop(key)})
         with self._lock:
             engine_id = self._engine_ids.pop(key, None)
             if engine_id is None and key in self._pending:
@@ -306,81 +328,4 @@ class WorkerServer:
             self.engine.cancel(engine_id)
 
     def report(self) -> wire.WorkerStatus:
-        engine = self.engine
-        stats = engine.stats
-        cache = engine.prompt_cache
-        return wire.WorkerStatus(
-            model=self.model,
-            pid=os.getpid(),
-            in_flight=engine.in_flight,
-            active_bytes=mx.get_active_memory(),
-            cache_bytes=mx.get_cache_memory(),
-            peak_bytes=mx.get_peak_memory(),
-            stats={
-                "requests_completed": stats.requests_completed,
-                "requests_failed": stats.requests_failed,
-                "requests_cancelled": stats.requests_cancelled,
-                "prompt_tokens": stats.prompt_tokens,
-                "generated_tokens": stats.generated_tokens,
-                "decode_tokens_per_second": round(stats.tokens_per_second, 3),
-                "requests": requests_report(engine),
-                "fast_path": asdict(engine.loaded.fast_path),
-                "batching": batching_report(engine),
-                "prompt_cache": (
-                    {"enabled": cache.config.enabled, **asdict(cache.stats())}
-                    if cache is not None
-                    else {"enabled": False, "entries": 0, "bytes": 0}
-                ),
-                "kv_cache": kv_cache_report(stats),
-                "checkpoints": (
-                    engine.runner.checkpoints.stats()
-                    if engine.runner is not None and engine.runner.checkpoints is not None
-                    else {"enabled": False}
-                ),
-                "speculative": {
-                    "verify_steps": stats.verify_steps,
-                    "drafted_tokens": stats.drafted_tokens,
-                    "accepted_tokens": stats.accepted_tokens,
-                    "acceptance_rate": round(stats.acceptance_rate, 4),
-                    "fast_forwarded_tokens": stats.fast_forwarded_tokens,
-                    "draft_models": list(stats.draft_models),
-                },
-                "context_length": engine.context_length,
-                "blas": asdict(blas_state()),
-                "device": device_name(),
-                "warm_up_seconds": round(stats.warm_up_seconds, 3),
-                "python_objects_frozen": gc.get_freeze_count(),
-            },
-        )
-
-
-def requests_report(engine) -> dict:
-    """Requests generating in the batch, and those sent but not yet in it (being
-    prepared, prefilling, or parked behind another adapter set)."""
-    in_flight = engine.in_flight
-    running = min(engine.runner.size if engine.runner is not None else 0, in_flight)
-    return {"running": running, "waiting": in_flight - running}
-
-
-def batching_report(engine) -> dict:
-    """How the model's rows share a batch (loop/batch_caches.py): together, or one at a
-    time, and why."""
-    alone = engine.unbatchable
-    return {
-        "rows": "one at a time" if alone else "together",
-        "prompts": "one at a time" if alone or engine.prefills_alone else "together",
-        "why": alone or engine.prefills_alone,
-    }
-
-
-def kv_cache_report(stats: EngineStats) -> dict:
-    """The batch's KV cache bytes (prompt-cache entries apart), now and at most, by scheme."""
-    live, peaks = dict(stats.kv_bytes), dict(stats.kv_peak_bytes)
-    return {
-        "bytes": sum(live.values()),
-        "peak_bytes": stats.kv_peak_total,
-        "by_scheme": {
-            label: {"bytes": live.get(label, 0), "peak_bytes": peak}
-            for label, peak in sorted(peaks.items())
-        },
-    }
+        return worker_status(self.model, self.engine)
