@@ -45,9 +45,12 @@ def api_key_assign_secret(key: ApiKey) -> str:
     return raw
 
 
-def api_key_create(*, user: User, label: str = "") -> tuple[ApiKey, str]:
-    """A new key for `user`: the saved row and the raw key, shown once and never again."""
-    key = ApiKey(user=user, label=label)
+def api_key_create(
+    *, user: User, label: str = "", rpm: int | None = None, tpm: int | None = None
+) -> tuple[ApiKey, str]:
+    """A new key for `user`: the saved row and the raw key, shown once and never again.
+    `rpm` and `tpm` are its own rate limits (None: the server's default)."""
+    key = ApiKey(user=user, label=label, rpm=rpm, tpm=tpm)
     raw = api_key_assign_secret(key)
     key.save()
     return key, raw

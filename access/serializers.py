@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from labsettings import lab_settings
+
 from .models import ApiKey
 
 
@@ -14,7 +16,10 @@ class ApiKeySerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ApiKey
-        fields = ["id", "label", "prefix", "created_at", "last_used_at", "revoked_at", "active"]
+        fields = [
+            "id", "label", "prefix", "created_at", "last_used_at", "revoked_at", "active",
+            "rpm", "tpm",
+        ]  # fmt: skip
         read_only_fields = fields
 
 
@@ -27,8 +32,43 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
-class ApiKeyCreateSerializer(serializers.Serializer):
+LIMIT = "{what} per minute for this key; null: the server's default; 0: none (staff only)."
+
+
+class ApiKeyLimitsSerializer(serializers.Serializer):
+    """A key's own rate limits: staff set any; a member only lowers the server's default."""
+
+    rpm = serializers.IntegerField(
+        min_value=0, allow_null=True, required=False, help_text=LIMIT.format(what="Requests")
+    )
+    tpm = serializers.IntegerField(
+        min_value=0, allow_null=True, required=False, help_text=LIMIT.format(what="Tokens")
+    )
+
+    def validate(self, data: dict) -> dict:
+        request = self.context.get("request")
+        if request is not None and not request.user.is_staff:
+            defaults = {"rpm": lab_settings.rate_limit_rpm, "tpm": lab_settings.rate_limit_tpm}
+            for name, default in defaults.items():
+                value = data.get(name)
+                if value is not None and _raises(value, default):
+                    raise serializers.ValidationError(
+                        {name: f"Only staff may set a limit above the server's ({default})."}
+                    )
+        return data
+
+
+def _raises(value: int, default: int) -> bool:
+    """Whether `value` allows more than the default does (0 is no limit)."""
+    return value == 0 and default != 0 or (default != 0 and value > default)
+
+
+class ApiKeyCreateSerializer(ApiKeyLimitsSerializer):
     label = StrictCharField(max_length=100, allow_blank=True, required=False, default="")
+
+
+class ApiKeyUpdateSerializer(ApiKeyLimitsSerializer):
+    label = StrictCharField(max_length=100, allow_blank=True, required=False)
 
 
 class ApiKeyCreatedSerializer(ApiKeySerializer):

@@ -22,6 +22,7 @@ from .serializers import (
     ApiKeyCreatedSerializer,
     ApiKeyCreateSerializer,
     ApiKeySerializer,
+    ApiKeyUpdateSerializer,
     MeSerializer,
 )
 
@@ -57,9 +58,12 @@ class ApiKeyListCreateApi(APIView):
         responses={201: ApiKeyCreatedSerializer, **errors(400, 403, 415)},
     )
     def post(self, request: Request) -> Response:
-        serializer = ApiKeyCreateSerializer(data=request.data)
+        serializer = ApiKeyCreateSerializer(data=request.data, context={"request": request})
         serializer.is_valid(raise_exception=True)
-        key, raw = api_key_create(user=request.user, label=serializer.validated_data["label"])
+        fields = serializer.validated_data
+        key, raw = api_key_create(
+            user=request.user, label=fields["label"], rpm=fields.get("rpm"), tpm=fields.get("tpm")
+        )
         body = ApiKeyCreatedSerializer(key).data
         body["key"] = raw
         return Response(body, status=status.HTTP_201_CREATED)
@@ -67,6 +71,22 @@ class ApiKeyListCreateApi(APIView):
 
 class ApiKeyRevokeApi(APIView):
     permission_classes = [KeyManagement]
+
+    @extend_schema(
+        request=ApiKeyUpdateSerializer,
+        responses={200: ApiKeySerializer, **errors(400, 403, 404, 415)},
+        summary="Change one of my keys' label or rate limits",
+    )
+    def patch(self, request: Request, key_id: int) -> Response:
+        key = ApiKey.objects.filter(user=request.user, pk=key_id).first()
+        if key is None:
+            return Response({"detail": "No such API key of yours."}, status=404)
+        serializer = ApiKeyUpdateSerializer(data=request.data, context={"request": request})
+        serializer.is_valid(raise_exception=True)
+        for name, value in serializer.validated_data.items():
+            setattr(key, name, value)
+        key.save(update_fields=list(serializer.validated_data) or None)
+        return Response(ApiKeySerializer(key).data)
 
     @extend_schema(responses={204: None, **errors(403, 404)}, summary="Revoke one of my keys")
     def delete(self, request: Request, key_id: int) -> Response:

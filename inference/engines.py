@@ -11,6 +11,7 @@ from django.conf import settings
 
 from labsettings import lab_settings
 
+from .accounting import CALLER, Accounting
 from .errors import model_not_found
 from .metrics import RequestMetrics
 from .model_registry import amodel_named, model_named
@@ -75,12 +76,14 @@ async def open_generation(record: LanguageModel, call) -> RequestStream:
 
     A generation's figures count from here, so a model's load is part of its first token.
     """
-    watcher = RequestMetrics(record.name)
+    watchers = [RequestMetrics(record.name)]
+    if (caller := CALLER.get()) is not None:
+        watchers.append(Accounting(caller, record.name))
     if isinstance(call, wire.GenerateCall):
         call = dataclasses.replace(call, request_id=REQUEST_ID.get())
     stream = await supervisor().open(record.name, record.path, call, size_bytes=record.size_bytes)
     if isinstance(call, wire.GenerateCall) and not call.count_only:
-        stream.watcher = watcher
+        stream.watchers = tuple(watchers)
     return stream
 
 

@@ -106,6 +106,11 @@ class RequestMetrics:
         """The client left before the end: vLLM's `abort`."""
         request_success.labels(self.model, "abort").inc()
 
+    def settled(self, tally: Finished) -> None:
+        """An abandoned request's tally: its generated tokens were generated all the same."""
+        prompt_tokens.labels(self.model).inc(tally.prompt_tokens)
+        generation_tokens.labels(self.model).inc(tally.completion_tokens)
+
     def _finished(self, finished: Finished, now: float) -> None:
         model = self.model
         first = self.first_token if self.first_token is not None else now

@@ -169,16 +169,29 @@ class LabSettings(EngineSettings, WorkerSettings):
         "Served behind a TLS proxy that sets X-Forwarded-Proto: https only (a redirect), "
         "secure cookies, HSTS for a year (docs/DEPLOY.md).",
     )  # fmt: skip
-    cors_allowed_origins: tuple[str, ...] = setting(
-        "MLXLAB_CORS_ALLOWED_ORIGINS", parse_list, (),
-        "Browser origins allowed to call the API (comma-separated).",
-    )  # fmt: skip
-    # Login throttling (django-axes, mlxlab/settings.py): by username and address together.
     metrics_access: str = setting(
         "MLXLAB_METRICS", one_of("staff", "loopback"), "staff",
         "Who may read /metrics: staff (a key or a session), or also any caller on loopback "
         "(a Prometheus on this host; a proxy here must pass the client's address).",
     )  # fmt: skip
+    # Rate limits (access/rate_limits.py): a key's or user's own rpm/tpm wins; 0: none.
+    rate_limit_rpm: int = setting(
+        "MLXLAB_RATE_LIMIT_RPM", parse_int, 0,
+        "Requests per minute of a key or user with no limit of its own; 0: no limit.",
+    )  # fmt: skip
+    rate_limit_tpm: int = setting(
+        "MLXLAB_RATE_LIMIT_TPM", parse_int, 0,
+        "Tokens (prompt plus completion) per minute likewise; 0: no limit.",
+    )  # fmt: skip
+    rate_limit_window_seconds: int = setting(
+        "MLXLAB_RATE_LIMIT_WINDOW_SECONDS", parse_int, 60,
+        "The sliding window the per-minute limits are counted over (60: a minute).",
+    )  # fmt: skip
+    cors_allowed_origins: tuple[str, ...] = setting(
+        "MLXLAB_CORS_ALLOWED_ORIGINS", parse_list, (),
+        "Browser origins allowed to call the API (comma-separated).",
+    )  # fmt: skip
+    # Login throttling (django-axes, mlxlab/settings.py): by username and address together.
     login_failure_limit: int = setting(
         "MLXLAB_LOGIN_FAILURE_LIMIT", parse_int, 5,
         "Failed logins of one username from one address before that pair is locked out.",

@@ -8,8 +8,10 @@ from collections.abc import Callable
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from ..accounting import CALLER
 from ..errors import ApiError
 from .access import api_access_error, caller_is_staff, staff_only
+from .limits import admit
 
 ErrorRenderer = Callable[[ApiError], HttpResponse]
 
@@ -33,8 +35,9 @@ def api_endpoint(
 
     Unless `public`, it needs an API key once any exists (a 401 otherwise; see
     api/access.py); with `staff`, a staff user's key or session besides (a 403).
-    `render_error` gives the 401, 403, 405 and 413 (body_limits.py) their protocol's
-    shape (OpenAI's by default).
+    `render_error` gives the 401, 403, 405, 413 (body_limits.py) and 429 (limits.py) their
+    protocol's shape (OpenAI's by default). Every call but a status route's counts against
+    its caller's rate limits and budget, and its generations' usage is recorded.
     """
 
     def wrap(view):
@@ -49,7 +52,18 @@ def api_endpoint(
                 return render_error(staff_only())
             if request.method not in methods:
                 return method_not_allowed(request, ", ".join(methods), render_error)
-            return await view(request, *args, **kwargs)
+            if public or staff:  # status routes: no limits, no usage
+                return await view(request, *args, **kwargs)
+            caller, response, headers = await admit(request, render_error)
+            if response is None:  # within its limits: served, and its usage recorded
+                token = CALLER.set(caller)
+                try:
+                    response = await view(request, *args, **kwargs)
+                finally:
+                    CALLER.reset(token)
+            for name, value in headers.items():
+                response[name] = value
+            return response
 
         endpoint.render_error = render_error
         return endpoint

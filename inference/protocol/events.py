@@ -51,7 +51,9 @@ class ToolCall:
 class Finished:
     """The sequence ended; always the last event of a successful generation."""
 
-    finish_reason: str  # "stop" | "length" | "tool_calls"
+    # "stop" | "length" | "tool_calls"; "cancelled": the tally of a request whose client
+    # left, for the web side's accounting alone (no client reads it).
+    finish_reason: str
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0

@@ -102,6 +102,9 @@ class Watcher(Protocol):
 
     def abandoned(self) -> None: ...
 
+    def settled(self, tally: Finished) -> None:
+        """The worker's tally of an abandoned request: what it generated before it stopped."""
+
 
 class RequestStream:
     """Messages for one request, delivered from the supervisor's thread to the caller's loop.
@@ -118,7 +121,7 @@ class RequestStream:
         self.count_only = False  # answered by "accepted" alone
         self.cancel: Callable[[], None] = lambda: None  # set once sent to a worker
         self.worker_state: Callable[[], str] = lambda: "stopped"
-        self.watcher: Watcher | None = None  # sees each event as it is read (metrics.py)
+        self.watchers: tuple[Watcher, ...] = ()  # see each event as it is read (metrics.py)
 
     def deliver(self, kind: str, payload: object) -> None:
         """Called on the supervisor's loop."""
@@ -176,15 +179,21 @@ class RequestStream:
 
     def _read(self, event: Event) -> None:
         self.ended = isinstance(event, Finished | Failed)
-        if self.watcher is not None:
-            self.watcher.event(event)
+        for watcher in self.watchers:
+            watcher.event(event)
+
+    def settle(self, tally: Finished) -> None:
+        """Called on the supervisor's loop, for a request whose client left."""
+        for watcher in self.watchers:
+            with contextlib.suppress(RuntimeError):  # the caller's loop is gone
+                self._loop.call_soon_threadsafe(watcher.settled, tally)
 
     def close(self) -> None:
         if not self.ended:
             self.ended = True
             self.cancel()
-            if self.watcher is not None:
-                self.watcher.abandoned()
+            for watcher in self.watchers:
+                watcher.abandoned()
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,8 @@ from .residency import Residency
 from .streams import STOPPED, EngineUnavailable, ExitStatus, RequestStream
 from .worker import FINAL_KINDS, SupervisorConfig, Worker, exit_status
 
+LEFT_SECONDS = 60.0  # how long a cancelled request's tally is waited for
+
 log = logging.getLogger(__name__)
 
 
@@ -133,8 +135,14 @@ class Supervisor(Residency, RemoteWorkers):
             await socket.send(frame)
 
     def _cancel(self, worker: Worker, socket, request_id: int) -> None:
-        if worker.streams.pop(request_id, None) is not None and socket is worker.socket:
+        stream = worker.streams.pop(request_id, None)
+        if stream is not None and socket is worker.socket:
             send_now(socket, wire.encode("cancel", request_id))  # no link: gone there too
+            now = time.monotonic()
+            for old in [i for i, (t, _) in worker.leaving.items() if now - t > LEFT_SECONDS]:
+                del worker.leaving[old]
+            if stream.watchers:
+                worker.leaving[request_id] = (now, stream)
             worker.notify()
 
     async def _ready_worker(self, model: str, path: str, size_bytes: int) -> Worker:
@@ -255,8 +263,11 @@ class Supervisor(Residency, RemoteWorkers):
                     reply.set_result(payload)
                 continue
             stream = worker.streams.get(request_id)
-            if stream is None:
-                continue  # cancelled
+            if stream is None:  # cancelled: only its tally is still wanted
+                left = worker.leaving.pop(request_id, None)
+                if left is not None and kind == "finished":
+                    left[1].settle(payload)
+                continue
             stream.deliver(kind, payload)
             if kind in FINAL_KINDS or (kind == "accepted" and stream.count_only):
                 worker.streams.pop(request_id, None)
@@ -299,6 +310,7 @@ class Supervisor(Residency, RemoteWorkers):
 
     def _end_requests(self, worker: Worker, status: ExitStatus | None) -> None:
         streams, worker.streams = worker.streams, {}
+        worker.leaving.clear()
         for stream in streams.values():
             stream.deliver(STOPPED, status)
         for reply in worker.reports.values():

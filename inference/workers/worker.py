@@ -58,6 +58,9 @@ class Worker:
     process: subprocess.Popen | None = None
     socket: zmq.asyncio.Socket | None = None
     streams: dict[int, RequestStream] = field(default_factory=dict)
+    # Streams whose client left, until the worker's tally of what they cost comes back
+    # (or LEFT_SECONDS pass: one cancelled before it ran has none).
+    leaving: dict[int, tuple[float, RequestStream]] = field(default_factory=dict)
     reports: dict[int, asyncio.Future] = field(default_factory=dict)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     reader: asyncio.Task | None = None

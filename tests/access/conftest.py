@@ -31,6 +31,14 @@ keys = {
     "revoked": api_key_create(user=member, label="old")[1],
     "inactive": api_key_create(user=gone, label="inactive user")[1],
 }
+# Rate-limited callers of test_rate_limits_live.py, each a user of its own.
+from access.models import UserLimits
+for name, limits in {"rpm2": {"rpm": 2}, "rpm1": {"rpm": 1}, "tpm": {"tpm": 5}}.items():
+    keys[name] = api_key_create(user=User.objects.create_user(name), **limits)[1]
+budget = User.objects.create_user("budget")
+UserLimits.objects.create(user=budget, monthly_tokens=1)
+keys["budget"] = api_key_create(user=budget)[1]
+keys["usage"] = api_key_create(user=User.objects.create_user("usage"))[1]
 api_key_revoke(key=member.api_keys.get(label="old"))
 gone.is_active = False
 gone.save()
@@ -41,7 +49,9 @@ print(json.dumps(keys))
 @dataclass
 class SecuredServer:
     server: LiveServer
-    keys: dict[str, str]  # fuzz (a superuser), staff, member, revoked, inactive, static
+    # fuzz (a superuser), staff, member, revoked, inactive, static; and for the limits:
+    # rpm2, rpm1 and tpm (5 a window), budget (1 token a month), usage (no limit)
+    keys: dict[str, str]
 
     @property
     def url(self) -> str:
@@ -49,7 +59,7 @@ class SecuredServer:
 
 
 @pytest.fixture(scope="session")
-def secured_server(tmp_path_factory, model_folder, hub) -> SecuredServer:
+def secured_server(tmp_path_factory, model_folder, hub, redis_url) -> SecuredServer:
     """Keys exist: /v1 needs one. Tiny generations: 2 tokens at most, by default and by cap."""
     home = tmp_path_factory.mktemp("secured")
     env = {
@@ -68,6 +78,9 @@ def secured_server(tmp_path_factory, model_folder, hub) -> SecuredServer:
         "MLXLAB_MAX_BATCH_SIZE": "2",
         # Small /v1 bodies: a fuzzed prompt of a few KiB would take a minute to prefill here.
         "MLXLAB_MAX_REQUEST_BYTES": "2048",
+        # Rate limits count in this Redis, over windows short enough for an SDK's retry.
+        "REDIS_URL": redis_url,
+        "MLXLAB_RATE_LIMIT_WINDOW_SECONDS": "3",
         # Hub searches and update checks go to the stand-in (this machine has no Hub).
         "HF_ENDPOINT": hub.url,
         "HF_HOME": str(home / "hf-home"),

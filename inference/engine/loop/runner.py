@@ -230,6 +230,7 @@ class Runner:
                 removed += self._drop_follower(request_id)
                 continue  # already finished, never admitted, or waiting on a leader
             self._interrupted(uid, self._active[uid], keep_kv=True)  # the client left
+            self._active[uid].cancelled()  # its tally: a hang-up still counts what it cost
             self._lanes.remove(uid)
             self._release(uid)
             removed += 1 + self._admit_followers(uid)

@@ -166,29 +166,33 @@ class Sequence:
             self.parser.feed(text, self.pending_logprobs)
             self.pending_logprobs = []
 
+    def cancelled(self) -> None:
+        """The client left: its tally alone (no more text), so what it cost is counted."""
+        self.done = True
+        self.emit(self._tally("cancelled"))
+
     def _finish(self, reason: str) -> None:
-        forced = getattr(self.drafter, "fast_forward", False)
         self.done = True
         self.parser.finish()
         if self.parser.tool_calls and reason == "stop":
             reason = "tool_calls"
-        self.emit(
-            Finished(
-                finish_reason=reason,
-                prompt_tokens=len(self.request.prompt_tokens),
-                completion_tokens=self.completion_tokens,
-                cached_tokens=self.cached_tokens,
-                stop_sequence=self.stop.matched,
-                resumed_from=self.resumed_from,
-                speculative=self.request.draft is not None,
-                accepted_prediction_tokens=0 if forced else self.accepted_drafts,
-                rejected_prediction_tokens=(
-                    self.drafter.proposed - self.accepted_drafts
-                    if self.drafter and not forced
-                    else 0
-                ),
-                fast_forwarded_tokens=self.accepted_drafts if forced else 0,
-            )
+        self.emit(self._tally(reason))
+
+    def _tally(self, reason: str) -> Finished:
+        forced = getattr(self.drafter, "fast_forward", False)
+        return Finished(
+            finish_reason=reason,
+            prompt_tokens=len(self.request.prompt_tokens),
+            completion_tokens=self.completion_tokens,
+            cached_tokens=self.cached_tokens,
+            stop_sequence=self.stop.matched,
+            resumed_from=self.resumed_from,
+            speculative=self.request.draft is not None,
+            accepted_prediction_tokens=0 if forced else self.accepted_drafts,
+            rejected_prediction_tokens=(
+                self.drafter.proposed - self.accepted_drafts if self.drafter and not forced else 0
+            ),
+            fast_forwarded_tokens=self.accepted_drafts if forced else 0,
         )
 
     def _logprob(self, token: int, read: ReadLogprob) -> TokenLogprob:

@@ -34,6 +34,7 @@ from .worker_report import worker_status
 log = logging.getLogger(__name__)
 
 OUTBOX = "inproc://outbox"
+MAX_TRACES = 4096  # request ids kept for log lines; far above any batch
 
 
 class WorkerServer:
@@ -288,6 +289,10 @@ class WorkerServer:
             log.warning("dropped a malformed frame: %s", exc)
             return
         if kind == "generate":
+            # A request dropped while parked ends unseen here: its id goes with the oldest.
+            if len(self._traces) > MAX_TRACES:
+                for stale in list(self._traces)[: MAX_TRACES // 2]:
+                    self._traces.pop(stale, None)
             self._traces[(client, request_id)] = payload.request_id
             with self._lock:
                 self._pending.add((client, request_id))
@@ -319,7 +324,7 @@ class WorkerServer:
 
     def _cancel(self, key: tuple[bytes, int]) -> None:
         if key in self._traces:
-            log.info("request cancelled", extra={"request_id": self._traces.pop(key)})
+            log.info("request cancelled", extra=self._trace(key))
         with self._lock:
             engine_id = self._engine_ids.pop(key, None)
             if engine_id is None and key in self._pending:
