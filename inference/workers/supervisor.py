@@ -264,7 +264,7 @@ class Supervisor(Residency, RemoteWorkers):
                 continue
             stream = worker.streams.get(request_id)
             if stream is None:  # cancelled: only its tally is still wanted
-                left = worker.leaving.pop(request_id, None)
+                left = worker.leaving.pop(request_id, None) if kind in FINAL_KINDS else None
                 if left is not None and kind == "finished":
                     left[1].settle(payload)
                 continue

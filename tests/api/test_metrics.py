@@ -29,6 +29,13 @@ def value(samples: dict, name: str, **labels: str) -> float:
     return samples.get((f"mlxlab:{name}", tuple(sorted(labels.items()))), 0.0)
 
 
+def anonymous_usage(staff_http: httpx.Client) -> dict:
+    """Today's usage of the open API's callers (no key), as /api/usage totals it."""
+    rows = staff_http.get("/api/usage?group_by=key").json()["data"]
+    empty = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0}
+    return next((row for row in rows if row["group"] == "anonymous"), empty)
+
+
 def test_request_figures_move_with_finished_cached_and_drafted_requests(client, staff_http, model):
     messages = [{"role": "user", "content": f"Note {uuid.uuid4().hex[:8]}: name a colour."}]
     common = {"model": model, "messages": messages, "max_tokens": 6, "temperature": 0}
@@ -76,6 +83,7 @@ def test_a_running_stream_and_its_abandonment_show(lab_server, staff_http, model
         "stream": True,
     }
     before = scrape(staff_http)
+    used_before = anonymous_usage(staff_http)
     with (
         httpx.Client(base_url=lab_server.url, timeout=60) as session,
         session.stream("POST", "/v1/chat/completions", json=body) as response,
@@ -97,6 +105,14 @@ def test_a_running_stream_and_its_abandonment_show(lab_server, staff_http, model
     assert value(after, "request_success_total", model_name=model, finished_reason="abort") == (
         aborted + 1
     )
+    # The usage record counts what it generated before the client left (the worker's tally).
+    deadline = time.monotonic() + 10
+    while (used := anonymous_usage(staff_http))["requests"] == used_before["requests"]:
+        assert time.monotonic() < deadline, used
+        time.sleep(0.1)
+    assert used["requests"] == used_before["requests"] + 1
+    assert used["completion_tokens"] - used_before["completion_tokens"] >= len(frames) - 1
+    assert used["prompt_tokens"] > used_before["prompt_tokens"]
     first_tokens = "time_to_first_token_seconds_count"
     assert (
         value(after, first_tokens, model_name=model)
