@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from django.db.models import Count, Q
+from django.http import HttpResponse
+from django.utils.http import content_disposition_header
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
@@ -13,6 +15,7 @@ from rest_framework.views import APIView
 
 from access.error_responses import errors
 
+from .conversation_export import FORMATS, export
 from .conversations import branch, conversation_summary, message_dict, title_from
 from .models import Conversation, Message, Preset
 
@@ -132,6 +135,24 @@ class ConversationBranchApi(APIView):
                 {"detail": "message must be the id of a message in this conversation"}
             )
         return Response(conversation_dict(branch(conversation, message)), status=201)
+
+
+class ConversationExportApi(APIView):
+    @extend_schema(
+        # Not `format`: DRF reads that one as its own renderer override.
+        parameters=[OpenApiParameter("as", str, enum=list(FORMATS), default="markdown")],
+        responses={200: OpenApiTypes.STR, **errors(400, 403, 404)},
+        summary="A conversation as a Markdown or JSON (OpenAI messages) file",
+    )
+    def get(self, request: Request, conversation_id: int) -> HttpResponse:
+        conversation = _conversation(request, conversation_id)
+        kind = request.query_params.get("as", "markdown")
+        if kind not in FORMATS:
+            raise ValidationError({"detail": f"as must be one of {', '.join(FORMATS)}"})
+        text, content_type, filename = export(conversation, kind)
+        response = HttpResponse(text, content_type=content_type)
+        response["Content-Disposition"] = content_disposition_header(True, filename)
+        return response
 
 
 class MessageApi(APIView):

@@ -11,6 +11,9 @@ urlpatterns = [
     path(
         "conversations/<int:conversation_id>/branch", conversations.ConversationBranchApi.as_view()
     ),
+    path(
+        "conversations/<int:conversation_id>/export", conversations.ConversationExportApi.as_view()
+    ),
     path("messages/<int:message_id>", conversations.MessageApi.as_view()),
     path("side-by-side/votes", side_by_side.SideBySideVoteApi.as_view()),
     path("presets", conversations.PresetListApi.as_view()),

@@ -51,10 +51,11 @@ def _plan_turn(user, message: dict) -> Turn:
 
 
 class LiveStats:
-    """Time to first token and decode speed, as the reply streams."""
+    """Time to first token and decode speed, as the reply streams. Both count from the
+    request's arrival (`started`): a model loaded for it is part of the wait."""
 
-    def __init__(self) -> None:
-        self.started = time.monotonic()
+    def __init__(self, started: float | None = None) -> None:
+        self.started = time.monotonic() if started is None else started
         self.first: float | None = None
         self.tokens = 0
 
@@ -82,10 +83,10 @@ class GenerationError(RuntimeError):
 class Reply:
     """The reply so far: its text, its reasoning and its live figures."""
 
-    def __init__(self) -> None:
+    def __init__(self, started: float | None = None) -> None:
         self.content: list[str] = []
         self.reasoning: list[str] = []
-        self.stats = LiveStats()
+        self.stats = LiveStats(started)
 
     def add(self, event: TextDelta | ReasoningDelta) -> str:
         self.stats.token()
@@ -132,6 +133,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self._start(message)
 
     async def _start(self, message: dict) -> None:
+        received = time.monotonic()  # the reply's figures count from here, loading included
         try:
             turn = await database_sync_to_async(_plan_turn)(self.user, message)
             call = chat_call(turn.settings, turn.turns)
@@ -145,12 +147,14 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self._error(error.message)
             return
         try:
-            await self._begin(turn, plan.model_name, events, accepted.prompt_tokens)
+            await self._begin(turn, plan.model_name, events, accepted.prompt_tokens, received)
         except BaseException:
             events.close()
             raise
 
-    async def _begin(self, turn: Turn, model: str, events: RequestStream, prompt_tokens: int):
+    async def _begin(
+        self, turn: Turn, model: str, events: RequestStream, prompt_tokens: int, received: float
+    ):
         conversation, user_message = await database_sync_to_async(turn.commit)(self.user, model)
         await self.send_json(
             {"type": "conversation", "conversation": conversation_summary(conversation)}
@@ -161,11 +165,15 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             )
         if user_message is not None:
             await self.send_json({"type": "user_message", "message": message_dict(user_message)})
-        self.reply = asyncio.create_task(self._generate(conversation, model, events, prompt_tokens))
+        self.reply = asyncio.create_task(
+            self._generate(conversation, model, events, prompt_tokens, received)
+        )
 
-    async def _generate(self, conversation, model: str, events, prompt_tokens: int) -> None:
+    async def _generate(
+        self, conversation, model: str, events, prompt_tokens: int, received: float
+    ) -> None:
         await self.send_json({"type": "start", "model": model})
-        reply = Reply()
+        reply = Reply(received)
         interrupted = None
         try:
             finish = await self._stream(events, reply)

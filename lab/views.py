@@ -8,12 +8,19 @@ from django.shortcuts import render
 from django.views.decorators.csrf import ensure_csrf_cookie
 
 from inference.engines import default_model_name
+from labsettings import lab_settings as settings_table
 
 
 @login_required
 @ensure_csrf_cookie  # the page's scripts send it back on every unsafe /api call
 def chat(request: HttpRequest) -> HttpResponse:
-    return render(request, "lab/chat.html", {"default_model": default_model_name()})
+    context = {
+        "default_model": default_model_name(),
+        # The page's max tokens starts here (the model's context caps it); the API's own
+        # default, for requests that set none, is another setting.
+        "chat_max_tokens": settings_table.chat_max_tokens,
+    }
+    return render(request, "lab/chat.html", context)
 
 
 @login_required

@@ -82,6 +82,11 @@ class LabSettings(EngineSettings, WorkerSettings):
         "MLXLAB_DEFAULT_MAX_TOKENS", optional(parse_int), None,
         "A cap on the tokens of a request that sets no max_tokens.",
     )  # fmt: skip
+    # The chat page's own start value; the API's default above stays as it is.
+    chat_max_tokens: int = setting(
+        "MLXLAB_CHAT_MAX_TOKENS", parse_int, 2048,
+        "The max tokens the chat page's field starts at (at most the model's context).",
+    )  # fmt: skip
     # A request's "adapter": "none" opts out.
     default_adapter: str = setting(
         "MLXLAB_DEFAULT_ADAPTER", str.strip, "",

@@ -216,6 +216,7 @@ def test_the_documented_defaults():
         "no_think_temperature": 0.7,
         "thinking": None,
         "default_max_tokens": None,
+        "chat_max_tokens": 2048,
         "default_adapter": "",
         "cpu_fast_path": True,
         "blas_path": None,

@@ -61,7 +61,16 @@ export function jobSummary(job) {
   if (job?.kind === 'finetune') return [params.model, params.adapter_name].filter(Boolean).join(' → ');
   if (job?.kind === 'dataset') return params.name || '';
   if (job?.kind === 'publish') return params.repo_id || '';
+  if (job?.kind === 'pull') return params.repo_id || '';
+  if (job?.kind === 'evaluate' && Array.isArray(params.variants)) return params.variants.map(variantName).filter(Boolean).join(' vs ');
   return '';
+}
+
+// An evaluation's variant: "model" or "model + adapter".
+function variantName(variant) {
+  if (typeof variant === 'string') return variant;
+  if (!variant || typeof variant !== 'object' || !variant.model) return '';
+  return variant.adapter && variant.adapter !== 'none' ? `${variant.model} + ${variant.adapter}` : variant.model;
 }
 
 // Results may name a thing by string or as an object with a name.

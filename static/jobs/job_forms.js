@@ -1,9 +1,10 @@
 // The jobs list's "New job" card: one form per kind (#quantize-form, #finetune-form,
-// #dataset-form), switched by #new-job-kind, sent by #submit-job as
+// #dataset-form, #evaluate-form), switched by #new-job-kind, sent by #submit-job as
 // POST /api/jobs {"kind", "params"}; a refusal's `detail` goes to #job-error.
 
 import { apiGet, apiPost, apiUpload, results } from '../lab/api.js';
 import { el, formatDate } from '../lab/util.js';
+import { EvaluateVariants, evaluateDataset } from './job_evaluate_form.js';
 import { jobUrl, shortId } from './job_format.js';
 import { FormProblem, readParams } from './job_params.js';
 
@@ -44,6 +45,7 @@ export class NewJobCard {
       quantize: $('quantize-form'),
       finetune: $('finetune-form'),
       dataset: $('dataset-form'),
+      evaluate: $('evaluate-form'),
     };
     this.submitButton = $('submit-job');
     this.submitStatus = $('submit-status');
@@ -52,6 +54,8 @@ export class NewJobCard {
     this.datasetPath = $('finetune-dataset_path');
     this.source = $('dataset-source');
     this.file = $('dataset-file');
+    this.evaluateSource = $('evaluate-dataset');
+    this.variants = new EvaluateVariants({ onError: (message) => this.showError(message) });
     this.uploads = new WeakMap(); // File -> upload id: a retry after a refusal re-uses it
     this.busy = false;
     this.wire();
@@ -116,6 +120,7 @@ export class NewJobCard {
     for (const key of ['arguments', 'warmup', 'warmup_init']) f[`lr_schedule.${key}`].disabled = !schedule;
     f['lr_schedule.arguments'].placeholder = SCHEDULE_ARGUMENTS[schedule] || '';
     $('dataset-file-field').hidden = this.source.value !== 'upload';
+    $('evaluate-split').disabled = this.evaluateSource.value === 'builtin';
   }
 
   showError(message) {
@@ -138,6 +143,7 @@ export class NewJobCard {
     } catch (error) {
       this.showError(`Could not list the models: ${error.message}`);
     }
+    this.variants.setModels(models);
     for (const select of document.querySelectorAll('select.model-select')) {
       const first = select.dataset.blank || 'Choose a model…';
       const options = models.map((model) => el('option', { value: model.name }, model.quantization ? `${model.name} (${model.quantization})` : model.name));
@@ -158,6 +164,9 @@ export class NewJobCard {
     const placeholder = el('option', { value: '' }, jobs.length ? 'Choose a dataset job…' : 'No finished dataset jobs yet');
     this.datasetSelect.replaceChildren(placeholder, ...jobs.map(datasetOption));
     this.datasetSelect.value = chosen;
+    const source = this.evaluateSource.value;
+    this.evaluateSource.replaceChildren(this.evaluateSource.options[0], ...jobs.map(datasetOption));
+    this.evaluateSource.value = source || 'builtin';
   }
 
   hasDataset(id) {
@@ -213,6 +222,9 @@ export class NewJobCard {
       if (dataset) params.dataset = dataset;
     } else if (kind === 'dataset') {
       params.source = await this.datasetSource();
+    } else if (kind === 'evaluate') {
+      params.variants = this.variants.collect();
+      params.dataset = evaluateDataset();
     }
     return params;
   }

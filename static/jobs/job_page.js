@@ -2,11 +2,12 @@
 // publishing (job_publish.js), kept live by /ws/jobs/<id>/ (or a 2 s poll of /api/jobs/<id> while the socket is down).
 
 import { apiGet, apiPost } from '../lab/api.js';
-import { el, formatBytes, formatDate, hideBanner, readJsonScript, showBanner, wireBannerClose } from '../lab/util.js';
+import { el, formatDate, hideBanner, readJsonScript, showBanner, wireBannerClose } from '../lab/util.js';
 import { CompareActions } from './job_compare.js';
 import { artifactLink, clampProgress, formatDuration, formatEta, isFinished, jobSummary, setStatusBadge, shortId, socketUrl } from './job_format.js';
 import { JobFeed } from './job_live.js';
 import { DatasetPreview } from './job_preview.js';
+import { definitionList, humanKey, valueView } from './job_result.js';
 import { PublishPanel } from './job_publish.js';
 import { LossPlot } from './loss_plot.js';
 
@@ -57,32 +58,6 @@ let pollFailed = false; // the banner shows a failed read, to be hidden once one
 
 const isNumber = (value) => typeof value === 'number' && Number.isFinite(value);
 
-function formatNumber(value) {
-  if (!isNumber(value)) return String(value);
-  return Number.isInteger(value) ? String(value) : String(Number(value.toPrecision(4)));
-}
-
-function humanKey(key) {
-  const words = key.replace(/_bytes$/, '').replaceAll('_', ' ');
-  return words.charAt(0).toUpperCase() + words.slice(1);
-}
-
-const isScalar = (value) => value === null || ['string', 'number', 'boolean'].includes(typeof value);
-
-// Numbers and flat objects ({"train": 90, "valid": 5}) read as text; the rest as JSON.
-function resultValue(key, value) {
-  if (isNumber(value)) return key.endsWith('bytes') ? formatBytes(value) : formatNumber(value);
-  if (value === null || value === undefined || value === '') return '—';
-  if (isScalar(value)) return String(value);
-  if (Array.isArray(value) && value.every(isScalar)) return value.join(', ');
-  if (!Array.isArray(value) && Object.values(value).every(isScalar)) {
-    return Object.entries(value)
-      .map(([name, inner]) => `${name} ${isNumber(inner) ? formatNumber(inner) : inner}`)
-      .join(' · ');
-  }
-  return el('code', { class: 'result-json' }, JSON.stringify(value));
-}
-
 function definitions(pairs) {
   return pairs.flatMap(([term, value]) => [el('dt', {}, term), el('dd', {}, value)]);
 }
@@ -92,7 +67,9 @@ function definitions(pairs) {
 function renderHeading(job) {
   const kind = job.kind ? job.kind.charAt(0).toUpperCase() + job.kind.slice(1) : 'Job';
   const summary = jobSummary(job);
-  dom.title.replaceChildren(`${kind} `, el('span', { class: 'mono' }, shortId(job.id)), summary ? el('span', { class: 'title-summary muted' }, summary) : null);
+  const parts = [`${kind} `, el('span', { class: 'mono' }, shortId(job.id))];
+  if (summary) parts.push(el('span', { class: 'title-summary muted' }, summary));
+  dom.title.replaceChildren(...parts); // (replaceChildren would write a null as "null")
   document.title = `${kind} ${shortId(job.id)} · MLX Lab`;
 }
 
@@ -158,7 +135,16 @@ function renderResult(job) {
   // A quantize job's evaluation is the comparison page's (#compare-link), not a blob here.
   const entries = Object.entries(result).filter(([key]) => key !== 'evaluation');
   dom.resultSection.hidden = entries.length === 0;
-  dom.result.replaceChildren(...definitions(entries.map(([key, value]) => [humanKey(key), resultValue(key, value)])));
+  dom.result.replaceChildren(...definitions(entries.map(([key, value]) => [humanKey(key), valueView(key, value)])));
+}
+
+// The parameters as the result is shown; redrawn only when they changed.
+function renderParams(job) {
+  const text = JSON.stringify(job.params ?? {});
+  if (dom.params.dataset.shown === text) return;
+  dom.params.dataset.shown = text;
+  const entries = Object.entries(job.params && typeof job.params === 'object' ? job.params : {});
+  dom.params.replaceChildren(entries.length ? definitionList(entries) : 'None.');
 }
 
 // Text is only replaced when it changed, so a selection in it survives other updates.
@@ -185,7 +171,7 @@ function render(job) {
   renderMeta(job);
   renderLoss(job);
   renderResult(job);
-  setText(dom.params, JSON.stringify(job.params ?? {}, null, 2));
+  renderParams(job);
   renderLog(job, first);
   preview.update(job);
   publish.update(job);

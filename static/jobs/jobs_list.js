@@ -2,7 +2,7 @@
 // 5 s poll of /api/jobs while the socket is down), and the "New job" card.
 
 import { apiGet, results } from '../lab/api.js';
-import { el, formatDate, hideBanner, showBanner, wireBannerClose } from '../lab/util.js';
+import { el, formatDate, hideBanner, labelCells, showBanner, wireBannerClose } from '../lab/util.js';
 import { NewJobCard } from './job_forms.js';
 import { clampProgress, jobSummary, jobUrl, shortId, socketUrl, statusBadge } from './job_format.js';
 import { JobFeed } from './job_live.js';
@@ -65,6 +65,7 @@ function placeholderRow(text) {
 
 function renderAll(jobs) {
   dom.tbody.replaceChildren(...(jobs.length ? jobs.map(jobRow) : [placeholderRow('No jobs yet: start one below.')]));
+  labelCells($('jobs-table'));
 }
 
 // Newest first: a job the table has not seen goes before the first older one.
@@ -83,6 +84,7 @@ function upsert(job) {
     dom.tbody.querySelector('.placeholder-row')?.remove();
     insertRow(fresh);
   }
+  labelCells($('jobs-table'));
   card.addDatasetJob(job); // a dataset that just finished can be fine-tuned on right away
 }
 

@@ -3,8 +3,9 @@
 
 import { apiDelete, apiGet, apiPost } from './api.js';
 import { SettingsPanel } from './chat_panel.js';
+import { ExportMenu } from './chat_export.js';
 import { PanelToggle, wireComposer } from './chat_layout.js';
-import { MessageColumn, StreamingBubble, cancelEdit, createMessage, messageText, startEdit } from './chat_render.js';
+import { MessageColumn, StreamingBubble, cancelEdit, createMessage, createPendingMessage, messageText, startEdit } from './chat_render.js';
 import { ConversationList } from './chat_sidebar.js';
 import { ChatSocket } from './chat_socket.js';
 import { copyWithFeedback, hideBanner, readJsonScript, showBanner, wireBannerClose } from './util.js';
@@ -26,7 +27,7 @@ const state = {
   conversationId: null,
   view: 0, // bumped whenever the column shows another conversation
   generating: false,
-  request: null, // the reply in flight: {view, conversationId, pendingText}
+  request: null, // the reply in flight: {view, conversationId, pendingText, pendingNode, editing}
   bubble: null, // its StreamingBubble, while it is shown
   interrupted: false, // the socket dropped mid-reply: reload once it is back
 };
@@ -41,7 +42,13 @@ function clearError() {
 
 const column = new MessageColumn($('messages'), $('chat-empty'));
 
-const panel = new SettingsPanel({ defaultModel: readJsonScript('default-model', ''), onError: showError });
+const panel = new SettingsPanel({
+  defaultModel: readJsonScript('default-model', ''),
+  chatMaxTokens: readJsonScript('chat-max-tokens', null),
+  onError: showError,
+});
+
+const exportMenu = new ExportMenu();
 
 const sidebar = new ConversationList({
   onOpen: (id) => {
@@ -67,7 +74,7 @@ const sidebarToggle = new PanelToggle({
   narrowQuery: '(max-width: 760px)',
 });
 
-new PanelToggle({
+const settingsToggle = new PanelToggle({
   layout: dom.layout,
   button: $('toggle-settings'),
   closeButton: $('close-settings'),
@@ -116,6 +123,7 @@ async function openConversation(id, { historyMode = 'push', force = false } = {}
   const view = ++state.view;
   state.conversationId = id;
   sidebar.setActive(id);
+  exportMenu.show(id);
   column.show('loading');
   setUrl(id, historyMode);
   let conversation;
@@ -137,6 +145,7 @@ async function newChat({ historyMode = 'push' } = {}) {
   state.view += 1;
   state.conversationId = null;
   sidebar.setActive(null);
+  exportMenu.show(null);
   column.show(null);
   setTitle('');
   setUrl(null, historyMode);
@@ -146,8 +155,33 @@ async function newChat({ historyMode = 'push' } = {}) {
 
 // ---- requests
 
+// What the user sees at once, before the server answers: their message (a send), the
+// replies it replaces hidden (regenerate, edit), and the reply saying what it waits for.
+function showWaiting(model, { pendingText, supersede }) {
+  if (supersede) column.supersedeFrom(supersede);
+  if (pendingText !== null) {
+    state.request.pendingNode = createPendingMessage(pendingText);
+    column.place(state.request.pendingNode);
+  }
+  const name = model || panel.fallbackModel() || 'the model';
+  state.bubble = new StreamingBubble(name, () => column.followIfNear(), { loading: !panel.isLoaded(name) });
+  column.place(state.bubble.node);
+  column.scrollToBottom();
+}
+
+// A request that will not be answered: take back what showWaiting put up.
+function dropWaiting(request) {
+  if (state.bubble) {
+    state.bubble.begin(); // stops its clock
+    if (state.bubble.isEmpty()) state.bubble.node.remove();
+    else state.bubble.fail();
+  }
+  request?.pendingNode?.remove();
+  column.restore();
+}
+
 // Sends one websocket request with the panel's settings; false if it could not go out.
-function startRequest(payload, { pendingText = null, editing = null } = {}) {
+function startRequest(payload, { pendingText = null, editing = null, supersede = null } = {}) {
   if (state.generating) {
     showError('A reply is still being generated: stop it first.');
     return false;
@@ -164,6 +198,7 @@ function startRequest(payload, { pendingText = null, editing = null } = {}) {
   clearError();
   state.request = { view: state.view, conversationId: payload.conversation ?? null, pendingText, editing };
   setGenerating(true);
+  showWaiting(settings.model, { pendingText, supersede });
   return true;
 }
 
@@ -174,12 +209,16 @@ function sendComposer() {
   if (startRequest(payload, { pendingText: text })) {
     dom.composer.value = '';
     resizeComposer();
+    dom.composer.focus(); // ready for the next message, whatever was clicked to send
   }
 }
 
 function regenerate() {
   if (state.conversationId === null) return;
-  startRequest({ type: 'regenerate', conversation: state.conversationId });
+  const saved = $('messages').querySelectorAll('.message[data-id]');
+  const last = saved[saved.length - 1];
+  const supersede = last?.dataset.role === 'assistant' ? last : null;
+  startRequest({ type: 'regenerate', conversation: state.conversationId }, { supersede });
 }
 
 function saveEdit(node, text) {
@@ -189,7 +228,7 @@ function saveEdit(node, text) {
   }
   const payload = { type: 'edit', conversation: state.conversationId, message: Number(node.dataset.id), content: text };
   // Shown at once; the server's user_message confirms it (or `error` puts the old text back).
-  if (startRequest(payload, { editing: node })) cancelEdit(node, text);
+  if (startRequest(payload, { editing: node, supersede: node.nextElementSibling })) cancelEdit(node, text);
 }
 
 function stopGenerating() {
@@ -197,6 +236,8 @@ function stopGenerating() {
     // Never reached the server: take the request back.
     socket.clearQueue();
     if (state.request?.pendingText && !dom.composer.value) dom.composer.value = state.request.pendingText;
+    if (state.request?.editing?.isConnected) cancelEdit(state.request.editing);
+    dropWaiting(state.request);
     finishRequest();
     return;
   }
@@ -212,14 +253,17 @@ const handlers = {
     if (!viewingRequest()) return;
     state.conversationId = conversation.id;
     sidebar.setActive(conversation.id);
+    exportMenu.show(conversation.id);
     setTitle(conversation.title);
     history.replaceState(null, '', `/?c=${conversation.id}`);
   },
 
   user_message({ message }) {
-    if (state.request) Object.assign(state.request, { pendingText: null, editing: null });
+    const pending = state.request?.pendingNode;
+    if (state.request) Object.assign(state.request, { pendingText: null, pendingNode: null, editing: null });
     if (!viewingRequest()) return;
-    column.place(createMessage(message), column.find(message.id));
+    const replacing = column.find(message.id) || (pending?.isConnected ? pending : null);
+    column.place(createMessage(message), replacing);
   },
 
   truncated({ conversation, after }) {
@@ -229,6 +273,10 @@ const handlers = {
 
   start({ model }) {
     if (!viewingRequest()) return;
+    if (state.bubble?.node.isConnected) {
+      state.bubble.loaded(); // the model is up: now the first token
+      return;
+    }
     state.bubble = new StreamingBubble(model, () => column.followIfNear());
     column.place(state.bubble.node);
   },
@@ -259,11 +307,8 @@ const handlers = {
   error({ message }) {
     showError(message || 'The request failed.');
     const request = state.request;
-    const bubble = state.bubble;
-    if (bubble && viewingRequest()) {
-      if (bubble.isEmpty()) column.remove(bubble.node);
-      else bubble.fail();
-    }
+    if (viewingRequest()) dropWaiting(request);
+    else state.bubble?.begin();
     // A refused send: give the text back rather than lose it.
     if (request?.pendingText && !dom.composer.value) dom.composer.value = request.pendingText;
     if (request?.editing?.isConnected) cancelEdit(request.editing); // back to the saved text
@@ -296,6 +341,7 @@ function socketStatus(status, info) {
     if (state.generating && !socket.hasQueued()) {
       state.interrupted = true;
       if (state.bubble && viewingRequest()) state.bubble.fail();
+      else state.bubble?.begin();
       showError('The connection to the server was lost during the reply.');
       finishRequest();
     }
@@ -307,6 +353,8 @@ function socketStatus(status, info) {
 async function deleteMessage(node) {
   const id = node.dataset.id;
   if (!id) return;
+  const whose = node.dataset.role === 'user' ? 'your message' : 'this reply';
+  if (!window.confirm(`Delete ${whose}? This cannot be undone.`)) return;
   try {
     await apiDelete(`/api/messages/${encodeURIComponent(id)}`);
     column.remove(node);
@@ -342,6 +390,18 @@ function messageAction(event) {
   }
 }
 
+// Esc stops the reply being generated; otherwise it closes a floating panel.
+function pageKey(event) {
+  if (event.key !== 'Escape' || event.defaultPrevented || event.target.closest?.('.edit-box')) return;
+  if (state.generating) {
+    event.preventDefault();
+    stopGenerating();
+  } else {
+    sidebarToggle.hideIfFloating();
+    settingsToggle.hideIfFloating();
+  }
+}
+
 // ---- start
 
 function wirePage() {
@@ -356,6 +416,7 @@ function wirePage() {
     newChat();
   });
   $('messages').addEventListener('click', messageAction);
+  document.addEventListener('keydown', pageKey);
   window.addEventListener('popstate', () => {
     const id = Number(new URLSearchParams(location.search).get('c'));
     if (id) openConversation(id, { historyMode: 'none' });
@@ -370,6 +431,8 @@ function wirePage() {
 
 async function init() {
   wirePage();
+  // Ready to type at once, except where focusing would pop up a touch keyboard.
+  if (!window.matchMedia('(pointer: coarse)').matches) dom.composer.focus();
   setGenerating(false); // enables Send, disabled in the template until the form is handled
   socket.connect();
   sidebar.reload();

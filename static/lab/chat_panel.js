@@ -37,8 +37,11 @@ const STRUCTURED_HINTS = {
 const $ = (id) => document.getElementById(id);
 
 export class SettingsPanel {
-  constructor({ defaultModel, onError }) {
+  // chatMaxTokens: where the page's max tokens starts (MLXLAB_CHAT_MAX_TOKENS), capped by
+  // the model's context; the API's own default (the model's defaults) is its placeholder.
+  constructor({ defaultModel, chatMaxTokens, onError }) {
     this.defaultModel = defaultModel || '';
+    this.chatMaxTokens = Number.isInteger(chatMaxTokens) && chatMaxTokens > 0 ? chatMaxTokens : null;
     this.onError = onError;
     this.models = [];
     this.presets = [];
@@ -133,6 +136,11 @@ export class SettingsPanel {
     this.picker.value = name;
   }
 
+  // Whether the model is known to be loaded now (false when not, or not listed).
+  isLoaded(name) {
+    return Boolean(this.models.find((model) => model.name === name)?.loaded);
+  }
+
   fallbackModel() {
     if (this.defaultModel) return this.defaultModel;
     const marked = this.models.find((model) => model.default);
@@ -168,7 +176,7 @@ export class SettingsPanel {
     if (request !== this.detailsRequest) return; // the user picked another model meanwhile
     this.modelInfo = info;
     this.renderDraftOptions(this.draft.value);
-    this.applyDefaults(info.defaults || {});
+    this.applyDefaults(info.defaults || {}, info.context_length);
     this.showThinking(Boolean(info.supports_thinking));
     this.picker.dataset.detailsFor = name; // the defaults are in: what the user types now stays
   }
@@ -183,10 +191,16 @@ export class SettingsPanel {
     }
   }
 
-  applyDefaults(defaults) {
+  applyDefaults(defaults, contextLength) {
+    const starts = { ...defaults };
+    if (this.chatMaxTokens) {
+      const room = Number.isInteger(contextLength) && contextLength > 0 ? contextLength : Infinity;
+      starts.max_tokens = Math.min(this.chatMaxTokens, room);
+    }
     for (const [key, input] of this.inputs) {
-      const value = defaults[key];
-      input.placeholder = value === undefined || value === null ? PLACEHOLDERS[key] : String(value);
+      const fallback = defaults[key];
+      const value = starts[key];
+      input.placeholder = fallback === undefined || fallback === null ? PLACEHOLDERS[key] : String(fallback);
       // The field being typed in keeps its text: the details can arrive mid-keystroke.
       const editing = document.activeElement === input;
       if (this.fillDefaults && !input.dataset.dirty && !editing && !NO_DEFAULT_FILL.has(key)) {

@@ -131,7 +131,8 @@ export function removeMessagesAfter(container, messageId) {
   let node = anchor ? anchor.nextElementSibling : container.firstElementChild;
   while (node) {
     const next = node.nextElementSibling;
-    if (node.classList.contains('message')) node.remove();
+    // The reply being generated (and a message not yet saved) stay: they come after.
+    if (node.classList.contains('message') && !node.matches('.streaming, .pending')) node.remove();
     node = next;
   }
 }
@@ -159,10 +160,21 @@ export function cancelEdit(node, text = messageText(node)) {
   if (contentEl) fillContent(contentEl, node.dataset.role, text);
 }
 
-// The reply being generated. Markdown is re-rendered at most once per animation frame:
-// deltas arrive far faster than the page needs to repaint.
+// The user's message as sent, shown at once; the server's user_message replaces it.
+export function createPendingMessage(text) {
+  const node = createMessage({ id: '', role: 'user', content: text });
+  delete node.dataset.id;
+  node.classList.add('pending');
+  node.querySelector('.message-actions')?.remove(); // nothing to act on until it is saved
+  return node;
+}
+
+// The reply being generated, shown from the send: until its first event it says what it
+// waits for ("Loading <model>…" while the model loads), with the seconds since the send.
+// Markdown is re-rendered at most once per animation frame: deltas arrive far faster than
+// the page needs to repaint.
 export class StreamingBubble {
-  constructor(model, onRender = () => {}) {
+  constructor(model, onRender = () => {}, { loading = false } = {}) {
     this.text = '';
     this.reasoning = '';
     this.stats = null;
@@ -171,13 +183,40 @@ export class StreamingBubble {
     this.contentEl = el('div', { class: 'content markdown' });
     this.statsEl = el('div', { class: 'stats' });
     this.reasoningEl = null;
+    this.waitingEl = el('p', { class: 'waiting-note', role: 'status' });
     this.node = el(
       'article',
       { class: 'message message-assistant streaming', dataset: { role: 'assistant' }, 'aria-busy': 'true' },
       messageHeader('assistant', model),
+      this.waitingEl,
       this.contentEl,
       this.statsEl,
     );
+    this.waitFor(model, loading);
+  }
+
+  waitFor(model, loading) {
+    this.model = model;
+    this.what = loading ? `Loading ${model}…` : `Waiting for ${model}…`;
+    const sent = performance.now();
+    this.tick = () => {
+      const seconds = Math.floor((performance.now() - sent) / 1000);
+      this.waitingEl.textContent = `${this.what} ${seconds} s`;
+    };
+    this.tick();
+    this.waitTimer = setInterval(this.tick, 250);
+  }
+
+  // The server took the request (its model is loaded): what is left is the first token.
+  loaded() {
+    this.what = `Waiting for ${this.model}…`;
+    if (this.waitingEl.isConnected) this.tick();
+  }
+
+  // The first event of the reply: the wait is over.
+  begin() {
+    clearInterval(this.waitTimer);
+    this.waitingEl.remove();
   }
 
   addReasoning(text, stats) {
@@ -195,6 +234,7 @@ export class StreamingBubble {
   }
 
   update(stats) {
+    this.begin();
     if (stats) this.stats = stats;
     if (!this.frame) this.frame = requestAnimationFrame(() => this.flush());
   }
@@ -209,6 +249,7 @@ export class StreamingBubble {
 
   // The request failed mid-reply: keep what came, marked as incomplete.
   fail() {
+    this.begin();
     if (this.frame) cancelAnimationFrame(this.frame);
     this.flush();
     this.node.classList.remove('streaming');
@@ -222,6 +263,7 @@ export class StreamingBubble {
   }
 
   cancelFrame() {
+    this.begin();
     if (this.frame) cancelAnimationFrame(this.frame);
     this.frame = 0;
   }
@@ -271,6 +313,24 @@ export class MessageColumn {
     this.container.replaceChildren(...(Array.isArray(messages) ? messages.map(createMessage) : []));
     this.changed();
     this.scrollToBottom();
+  }
+
+  // Hides `node` and every message after it while a regenerate or an edit is on its way:
+  // the server's `truncated` removes them, a refusal shows them again (restore).
+  supersedeFrom(node) {
+    for (let item = node; item; item = item.nextElementSibling) {
+      if (!item.classList.contains('message')) continue;
+      item.hidden = true;
+      item.classList.add('superseded');
+    }
+  }
+
+  restore() {
+    for (const item of this.container.querySelectorAll('.message.superseded')) {
+      item.hidden = false;
+      item.classList.remove('superseded');
+    }
+    this.changed();
   }
 
   removeAfter(messageId) {

@@ -1,5 +1,7 @@
 // The chat page's conversation list: search, open, rename and delete.
 // Items are #conversation-list li[data-id] with a .title (the browser tests rely on it).
+// Each item is one tab stop (its open button): the arrow keys move between items, F2
+// renames and Delete deletes; the rename and delete buttons are for the pointer.
 
 import { apiDelete, apiGet, apiPatch, results } from './api.js';
 import { debounce, el, formatDate } from './util.js';
@@ -18,6 +20,7 @@ export class ConversationList {
     this.loading = null;
     this.search.addEventListener('input', debounce(() => this.reload(), 250));
     this.list.addEventListener('click', (event) => this.clicked(event));
+    this.list.addEventListener('keydown', (event) => this.key(event));
   }
 
   query() {
@@ -54,12 +57,12 @@ export class ConversationList {
     const meta = [conversation.model, formatDate(conversation.updated_at)].filter(Boolean).join(' · ');
     const open = el(
       'button',
-      { type: 'button', class: 'conversation-open', dataset: { action: 'open' }, title: conversation.title },
+      { type: 'button', class: 'conversation-open', dataset: { action: 'open' }, title: conversation.title, 'aria-keyshortcuts': 'F2 Delete' },
       el('span', { class: 'title' }, conversation.title || 'Untitled'),
       el('span', { class: 'meta' }, meta),
     );
-    const rename = el('button', { type: 'button', class: 'icon-button', dataset: { action: 'rename' }, title: 'Rename', 'aria-label': 'Rename conversation' }, '✎');
-    const remove = el('button', { type: 'button', class: 'icon-button', dataset: { action: 'delete' }, title: 'Delete', 'aria-label': 'Delete conversation' }, '✕');
+    const rename = el('button', { type: 'button', class: 'icon-button', tabindex: '-1', dataset: { action: 'rename' }, title: 'Rename (F2)', 'aria-label': 'Rename conversation' }, '✎');
+    const remove = el('button', { type: 'button', class: 'icon-button', tabindex: '-1', dataset: { action: 'delete' }, title: 'Delete (Delete key)', 'aria-label': 'Delete conversation' }, '✕');
     const li = el('li', { class: 'conversation-item', dataset: { id } }, open, el('div', { class: 'item-actions' }, rename, remove));
     if (conversation.message_count !== undefined) li.dataset.count = String(conversation.message_count);
     if (id === this.activeId) li.classList.add('active');
@@ -99,6 +102,22 @@ export class ConversationList {
     else this.onOpen(id);
   }
 
+  key(event) {
+    const li = event.target.closest('li[data-id]');
+    if (!li || !event.target.matches('.conversation-open')) return;
+    const moves = { ArrowDown: li.nextElementSibling, ArrowUp: li.previousElementSibling };
+    if (event.key in moves) {
+      event.preventDefault();
+      moves[event.key]?.querySelector('.conversation-open')?.focus();
+    } else if (event.key === 'F2') {
+      event.preventDefault();
+      this.rename(li, Number(li.dataset.id));
+    } else if (event.key === 'Delete') {
+      event.preventDefault();
+      this.remove(li, Number(li.dataset.id));
+    }
+  }
+
   async rename(li, id) {
     const current = li.querySelector('.title').textContent;
     const title = window.prompt('Rename the conversation:', current);
@@ -118,7 +137,10 @@ export class ConversationList {
     if (!window.confirm(`Delete "${title}"? This cannot be undone.`)) return;
     try {
       await apiDelete(`/api/conversations/${id}`);
+      const neighbour = li.nextElementSibling || li.previousElementSibling;
+      const hadFocus = li.contains(document.activeElement);
       li.remove();
+      if (hadFocus) neighbour?.querySelector('.conversation-open')?.focus();
       this.updateEmpty();
       this.onDeleted(id);
     } catch (error) {

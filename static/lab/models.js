@@ -3,7 +3,7 @@
 
 import { apiDelete, apiGet, apiPatch, apiPost, results } from './api.js';
 import { HubSearch, PullList } from './hub_pull.js';
-import { el, formatBytes, hideBanner, readJsonScript, showBanner, wireBannerClose } from './util.js';
+import { el, formatBytes, hideBanner, labelCells, readJsonScript, showBanner, wireBannerClose } from './util.js';
 
 const $ = (id) => document.getElementById(id);
 const IMPORT_POLL_MS = 500;
@@ -34,8 +34,19 @@ const modelUrl = (name, action = '') => `/api/models/${encodeURIComponent(name)}
 
 // ---- table
 
-function actionButton(action, label, extra = '') {
-  return el('button', { type: 'button', class: `small-button ${extra}`.trim(), dataset: { action } }, label);
+function actionButton(action, label, extra = '', attrs = {}) {
+  return el('button', { ...attrs, type: 'button', class: `small-button ${extra}`.trim(), dataset: { action } }, label);
+}
+
+// Load for a model that is not loaded, Unload for one that is; both are for staff.
+function loadButtons(model) {
+  const why = (applies, otherwise) => (!isStaff ? 'staff only' : applies ? null : otherwise);
+  const load = why(!model.loaded, 'already loaded');
+  const unload = why(model.loaded, 'not loaded');
+  return [
+    actionButton('load', 'Load', '', { disabled: Boolean(load), title: load }),
+    actionButton('unload', 'Unload', '', { disabled: Boolean(unload), title: unload }),
+  ];
 }
 
 function updateState(model) {
@@ -81,8 +92,7 @@ function modelRow(model) {
     el(
       'td',
       { class: 'row-actions' },
-      actionButton('load', 'Load'),
-      actionButton('unload', 'Unload'),
+      loadButtons(model),
       actionButton('details', 'Details'),
       // The default model is never deleted (the server refuses): no button that always fails.
       isStaff && !model.default ? actionButton('delete', 'Delete', 'danger') : null,
@@ -100,6 +110,7 @@ async function refreshTable() {
     modelNames = models.map((model) => model.name);
     byName = new Map(models.map((model) => [model.name, model]));
     dom.tbody.replaceChildren(...(models.length ? models.map(modelRow) : [placeholderRow('No models registered yet.')]));
+    labelCells($('models-table'));
   } catch (error) {
     showBanner(dom.error, `Could not list the models: ${error.message}`);
     if (!dom.tbody.querySelector('tr[data-name]')) dom.tbody.replaceChildren(placeholderRow('Could not load the models.'));
@@ -110,6 +121,7 @@ async function refreshTable() {
 async function loadOrUnload(row, button, action) {
   const buttons = [...row.querySelectorAll('button')];
   const label = button.textContent;
+  const enabled = buttons.filter((other) => !other.disabled);
   for (const other of buttons) other.disabled = true;
   button.replaceChildren(el('span', { class: 'spinner', 'aria-hidden': 'true' }), action === 'load' ? ' Loading…' : ' Unloading…');
   row.setAttribute('aria-busy', 'true');
@@ -122,7 +134,7 @@ async function loadOrUnload(row, button, action) {
   await refreshTable();
   // Still there only if the refresh failed: give the row its buttons back.
   if (row.isConnected) {
-    for (const other of buttons) other.disabled = false;
+    for (const other of enabled) other.disabled = false;
     button.textContent = label;
     row.removeAttribute('aria-busy');
   }

@@ -1,7 +1,8 @@
-// The settings page: the user's API keys (list, create, revoke).
+// The settings page: the user's API keys (list, create, revoke). Revoked keys are hidden
+// unless #show-revoked is checked; the table shows PAGE_SIZE keys a page (#keys-pager).
 
 import { apiDelete, apiGet, apiPost, results } from './api.js';
-import { copyWithFeedback, el, formatDate, hideBanner, showBanner, wireBannerClose } from './util.js';
+import { copyWithFeedback, el, formatDate, hideBanner, labelCells, showBanner, wireBannerClose } from './util.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -14,7 +15,16 @@ const dom = {
   newKey: $('new-key'),
   newKeyValue: $('new-key-value'),
   copyNewKey: $('copy-new-key'),
+  showRevoked: $('show-revoked'),
+  revokedCount: $('revoked-count'),
+  pager: $('keys-pager'),
+  prev: $('keys-prev'),
+  next: $('keys-next'),
+  page: $('keys-page'),
 };
+const PAGE_SIZE = 10;
+let keys = [];
+let page = 0;
 
 // `active` wins when present; without it, a key is active until it has a revoked_at.
 function isActive(key) {
@@ -48,10 +58,27 @@ function placeholderRow(text) {
   return el('tr', { class: 'placeholder-row' }, el('td', { colspan: 6, class: 'muted' }, text));
 }
 
+function render() {
+  const revoked = keys.filter((key) => !isActive(key)).length;
+  dom.revokedCount.textContent = revoked ? `(${revoked})` : '';
+  dom.showRevoked.closest('.table-bar').hidden = revoked === 0; // nothing to show
+  const shown = dom.showRevoked.checked ? keys : keys.filter(isActive);
+  const pages = Math.max(1, Math.ceil(shown.length / PAGE_SIZE));
+  page = Math.min(page, pages - 1);
+  const rows = shown.slice(page * PAGE_SIZE, (page + 1) * PAGE_SIZE).map(keyRow);
+  const none = keys.length ? 'No active keys: check "Show revoked keys" to see the others.' : 'No API keys yet.';
+  dom.tbody.replaceChildren(...(rows.length ? rows : [placeholderRow(none)]));
+  labelCells($('keys-table'));
+  dom.pager.hidden = pages < 2;
+  dom.page.textContent = `Page ${page + 1} of ${pages}`;
+  dom.prev.disabled = page === 0;
+  dom.next.disabled = page >= pages - 1;
+}
+
 async function refreshKeys() {
   try {
-    const keys = results(await apiGet('/api/keys'));
-    dom.tbody.replaceChildren(...(keys.length ? keys.map(keyRow) : [placeholderRow('No API keys yet.')]));
+    keys = results(await apiGet('/api/keys'));
+    render();
   } catch (error) {
     showBanner(dom.error, `Could not list the keys: ${error.message}`);
     dom.tbody.replaceChildren(placeholderRow('Could not load the keys.'));
@@ -77,6 +104,8 @@ async function createKey(event) {
 }
 
 async function revokeKey(row, button) {
+  const label = row.querySelector('td')?.textContent || 'this key';
+  if (!window.confirm(`Revoke the key "${label}"? Programs using it stop working at once.`)) return;
   button.disabled = true;
   try {
     await apiDelete(`/api/keys/${encodeURIComponent(row.dataset.id)}`);
@@ -88,6 +117,18 @@ async function revokeKey(row, button) {
 }
 
 wireBannerClose(dom.error);
+dom.showRevoked.addEventListener('change', () => {
+  page = 0;
+  render();
+});
+dom.prev.addEventListener('click', () => {
+  page -= 1;
+  render();
+});
+dom.next.addEventListener('click', () => {
+  page += 1;
+  render();
+});
 dom.form.addEventListener('submit', createKey);
 dom.copyNewKey.addEventListener('click', () => copyWithFeedback(dom.copyNewKey, dom.newKeyValue.textContent));
 $('keys-table').addEventListener('click', (event) => {

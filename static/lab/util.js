@@ -107,3 +107,14 @@ export function readJsonScript(id, fallback = null) {
     return fallback;
   }
 }
+
+// Names each body cell by its column's header (data-label), for tables shown as one card
+// per row on a phone (.card-table in lab.css). Cells spanning columns are left alone.
+export function labelCells(table) {
+  const names = [...(table.tHead?.rows[0]?.cells || [])].map((cell) => cell.textContent.trim());
+  for (const row of table.tBodies[0]?.rows || []) {
+    [...row.cells].forEach((cell, index) => {
+      if (cell.colSpan === 1 && names[index] && !cell.dataset.label) cell.dataset.label = names[index];
+    });
+  }
+}

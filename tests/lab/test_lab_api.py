@@ -79,6 +79,33 @@ def test_branch_copies_up_to_a_message_and_delete_removes_one(client, chat):
     assert client.delete(f"/api/messages/{second.id}").status_code == 404
 
 
+def test_a_conversation_exports_as_markdown_and_as_openai_messages(client, chat, django_user_model):
+    chat.system_prompt = "Be brief."
+    chat.save()
+    markdown = client.get(f"/api/conversations/{chat.id}/export")  # Markdown by default
+    assert markdown.status_code == 200 and markdown["Content-Type"].startswith("text/markdown")
+    assert markdown["Content-Disposition"] == f'attachment; filename="capitals-{chat.id}.md"'
+    text = markdown.content.decode()
+    assert text.startswith("# Capitals\n") and "## System\n\nBe brief." in text
+    assert text.index("Capital of France?") < text.index("Paris.") < text.index("Rome.")
+    exported = client.get(f"/api/conversations/{chat.id}/export?as=json")
+    assert exported["Content-Disposition"].endswith(f'capitals-{chat.id}.json"')
+    assert exported.json() == {
+        "model": DEFAULT_MODEL,
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Capital of France?"},
+            {"role": "assistant", "content": "Paris."},
+            {"role": "user", "content": "And of Italy?"},
+            {"role": "assistant", "content": "Rome."},
+        ],
+    }
+    assert client.get(f"/api/conversations/{chat.id}/export?as=pdf").status_code == 400
+    bob = Client()
+    bob.force_login(django_user_model.objects.create_user("bob"))
+    assert bob.get(f"/api/conversations/{chat.id}/export").status_code == 404  # not his
+
+
 @pytest.mark.parametrize(
     "path, body, detail",
     [

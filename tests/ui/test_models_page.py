@@ -26,10 +26,18 @@ def test_registry_details_and_unload_load(page: Page, screenshot):
     page.keyboard.press("Escape")
 
     thinking = row(page, THINKING_MODEL)
-    thinking.locator("[data-action=load]").click()
-    expect(thinking.locator(".loaded")).to_contain_text("loaded")
-    thinking.locator("[data-action=unload]").click()
+    load, unload = thinking.locator("[data-action=load]"), thinking.locator("[data-action=unload]")
+    if "loaded" in thinking.locator(".loaded").text_content():  # an earlier test loaded it
+        unload.click()
+        expect(thinking.locator(".loaded")).not_to_contain_text("loaded")
+    expect(unload).to_be_disabled()  # each button only where it applies
+    load.click()
+    # A real load: a model worker starts, seconds on this CPU.
+    expect(thinking.locator(".loaded")).to_contain_text("loaded", timeout=60_000)
+    expect(load).to_be_disabled()
+    unload.click()
     expect(thinking.locator(".loaded")).not_to_contain_text("loaded")
+    expect(load).to_be_enabled()
     health = page.request.get("/health").json()
     assert THINKING_MODEL not in health["models_loaded"]
 
