@@ -73,13 +73,15 @@ def mlxlab_spec(tree: Path = ROOT, label: str = "MLX Lab") -> ServerSpec:
     """MLX Lab from `tree` (this checkout, or another commit's), on this checkout's venv
     and models."""
     manage = [sys.executable, "manage.py"]
+    # The server runlab starts; an older commit's tree without it ran plain Daphne.
+    server = "mlxlab.httpserver" if (tree / "mlxlab" / "httpserver.py").is_file() else "daphne"
     return ServerSpec(
         key="mlxlab",
         label=label,
         cwd=tree,
         model=MODEL_NAME,
         command=lambda port: [
-            *[sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)],
+            *[sys.executable, "-m", server, "-b", "127.0.0.1", "-p", str(port)],
             "mlxlab.asgi:application",
         ],
         is_ready=lambda health: MODEL_NAME in health.get("models_loaded", []),

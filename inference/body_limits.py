@@ -3,12 +3,16 @@
 Limits follow the path Django routes on (`path_info`): a client-sent root path
 (Daphne-Root-Path) must not move a body under another prefix's limit.
 
-Two layers. `BodyLimitGuard` wraps the ASGI application: it refuses a body whose
-declared length is over the limit before reading any of it, and one sent chunked
-as soon as the bytes received pass the limit, so Django never spools it to disk.
-`BodyLimitMiddleware` checks again inside Django (and serves the test client).
-Django's own DATA_UPLOAD_MAX_MEMORY_SIZE would answer a 400, and only when a view
-reads the body.
+Three layers. The HTTP server (mlxlab/http_limits.py, under `make run` and the tests)
+checks first, as the bytes arrive: a declared Content-Length over the limit is answered
+413 once the headers are in, before any of the body is read, and the connection closed;
+a chunked body is cut off with its 413 as soon as the bytes received pass the limit,
+nothing past it spooled; a body that does not arrive within MLXLAB_REQUEST_BODY_SECONDS
+is a 408. `BodyLimitGuard` wraps the ASGI application and checks again, for a server
+that hands the app a body as it streams in (under Daphne it only sees what was let
+through). `BodyLimitMiddleware` checks inside Django (and serves the test client).
+Django's own DATA_UPLOAD_MAX_MEMORY_SIZE would answer a 400, and only when a view reads
+the body.
 """
 
 from __future__ import annotations
@@ -48,17 +52,42 @@ def body_size(request: HttpRequest) -> int:
     return max(declared, actual)
 
 
-def too_large_response(path: str, view: Callable | None, size: int, limit: int) -> HttpResponse:
-    """The 413 for a body on `path` (routed path), in the shape of the view that serves it."""
-    message = f"Request body of {size} bytes is larger than the {limit} bytes allowed on {path}."
+def routed_path(path: str, root_path: str) -> str:
+    """The path Django routes on: `path` less the root path, where it starts with it."""
+    return path.removeprefix(root_path) if root_path and path.startswith(root_path) else path
+
+
+def route_view(path: str) -> Callable | None:
+    """The view that serves a routed path, or None: it gives a refusal its error shape."""
+    try:
+        return resolve(path).func
+    except Resolver404:
+        return None
+
+
+def _route_error(
+    path: str, view: Callable | None, message: str, status: int, code: str
+) -> HttpResponse:
     render_error = getattr(view, "render_error", None)
     if render_error is None and path.startswith("/v1/"):
         render_error = ApiError.response
     if render_error is not None:
-        return render_error(ApiError(message, status=413, code="request_too_large"))
+        return render_error(ApiError(message, status=status, code=code))
     if getattr(view, "cls", None) is not None:  # a DRF view: DRF's own error shape
-        return JsonResponse({"detail": message}, status=413)
-    return HttpResponse(message, status=413, content_type="text/plain; charset=utf-8")
+        return JsonResponse({"detail": message}, status=status)
+    return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
+
+
+def too_large_response(path: str, view: Callable | None, size: int, limit: int) -> HttpResponse:
+    """The 413 for a body on `path` (routed path), in the shape of the view that serves it."""
+    message = f"Request body of {size} bytes is larger than the {limit} bytes allowed on {path}."
+    return _route_error(path, view, message, 413, "request_too_large")
+
+
+def body_timeout_response(path: str, view: Callable | None, seconds: float) -> HttpResponse:
+    """The 408 for a body on `path` that did not arrive within `seconds` of its headers."""
+    message = f"The request body did not arrive within {seconds:g} seconds."
+    return _route_error(path, view, message, 408, "request_timeout")
 
 
 class BodyLimitMiddleware(MiddlewareMixin):
@@ -72,8 +101,7 @@ class BodyLimitMiddleware(MiddlewareMixin):
 
 
 def _routed_path(scope: dict) -> str:
-    path, root = scope.get("path", "/"), scope.get("root_path", "")
-    return path.removeprefix(root) if root and path.startswith(root) else path
+    return routed_path(scope.get("path", "/"), scope.get("root_path", ""))
 
 
 def _declared_length(scope: dict) -> int:
@@ -96,7 +124,7 @@ async def _send_response(send, response: HttpResponse) -> None:
 
 
 class BodyLimitGuard:
-    """ASGI middleware: a 413 before an oversized body is read (see the module's note)."""
+    """ASGI middleware: a 413 before the app reads an oversized body (see the module's note)."""
 
     def __init__(self, application) -> None:
         self.application = application
@@ -123,8 +151,4 @@ class BodyLimitGuard:
         return await self.application(scope, counted, send)
 
     async def _refuse(self, send, path: str, size: int, limit: int) -> None:
-        try:
-            view = resolve(path).func
-        except Resolver404:
-            view = None
-        await _send_response(send, too_large_response(path, view, size, limit))
+        await _send_response(send, too_large_response(path, route_view(path), size, limit))

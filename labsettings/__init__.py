@@ -225,6 +225,19 @@ class LabSettings(EngineSettings, WorkerSettings):
         "Body limits per path prefix: /v1/messages=1048576,/api/=65536.",
         merge=True,
     )  # fmt: skip
+    # The HTTP server's clocks (mlxlab/http_limits.py): a client that dawdles holds no
+    # connection (slowloris). Headers are small, a body may be an upload: two clocks.
+    request_header_seconds: float = setting(
+        "MLXLAB_REQUEST_HEADER_SECONDS", parse_float, 30.0,
+        "A request's line and headers arrive within this, counted from the connection's start "
+        "or its previous answer, or the connection is closed (a 408 once a request began); "
+        "0: no limit.",
+    )  # fmt: skip
+    request_body_seconds: float = setting(
+        "MLXLAB_REQUEST_BODY_SECONDS", parse_float, 120.0,
+        "A request's whole body arrives within this of its headers, or it is answered 408 "
+        "and the connection closed; 0: no limit.",
+    )  # fmt: skip
     max_json_depth: int = setting("MLXLAB_MAX_JSON_DEPTH", parse_int, 64, "Nesting of a JSON body.")
     max_stop_sequences: int = setting(
         "MLXLAB_MAX_STOP_SEQUENCES", parse_int, 16, "Stop strings per request."

@@ -179,12 +179,13 @@ def staff_session(env: dict) -> dict[str, str]:
 def start_daphne(
     home: Path, env: dict, label: str = "daphne", *, wait_for_model: bool = True
 ) -> LiveServer:
-    """A real Daphne on an ephemeral loopback port; returns once it (and its model) is up."""
+    """A real Daphne (as runlab starts it: mlxlab/httpserver.py) on an ephemeral loopback
+    port; returns once it (and its model) is up."""
     port = _free_port()
     log_path = home / f"{label}.log"
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+            [sys.executable, "-m", "mlxlab.httpserver", "-b", "127.0.0.1", "-p", str(port),
              "mlxlab.asgi:application"],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip

@@ -145,7 +145,8 @@ class Command(BaseCommand):
             )  # fmt: skip
         if self.signals:
             return
-        daphne = [sys.executable, "-m", "daphne", "-b", host, "-p", str(port)]
+        # Daphne, its HTTP held to the body limits and clocks as bytes arrive (httpserver.py).
+        daphne = [sys.executable, "-m", "mlxlab.httpserver", "-b", host, "-p", str(port)]
         if settings.MLXLAB.https:
             # Behind the TLS proxy, a client's address is the one the proxy forwards: login
             # throttling counts each client's own, not the proxy's for everyone.
