@@ -44,13 +44,21 @@ def caller_of(request: HttpRequest) -> Caller:
         return Caller("static", user.pk, None, _rates(None), own.monthly_tokens if own else None)
     user = request.user if hasattr(request, "user") else None
     if user is not None and user.is_authenticated:
-        own = _user_limits(user.pk)
-        return Caller(f"user:{user.pk}", user.pk, None, _rates(own),
-                      own.monthly_tokens if own else None)  # fmt: skip
+        return caller_for_user(user)
     return Caller("anonymous", rates=_rates(None))
 
 
 acaller_of = sync_to_async(caller_of)
+
+
+def caller_for_user(user) -> Caller:
+    """A lab session's caller (the chat page's websocket), as `caller_of` makes it."""
+    own = _user_limits(user.pk)
+    return Caller(f"user:{user.pk}", user.pk, None, _rates(own),
+                  own.monthly_tokens if own else None)  # fmt: skip
+
+
+acaller_for_user = sync_to_async(caller_for_user)
 
 
 def _user_limits(user_id: int) -> UserLimits | None:

@@ -10,7 +10,10 @@ import time
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from access.callers import acaller_for_user
 from inference import json_body
+from inference.accounting import CALLER
+from inference.api.limits import admission_of
 from inference.chat.plan import plan_generation
 from inference.errors import ApiError
 from inference.protocol.events import Failed, Finished, ReasoningDelta, TextDelta
@@ -138,8 +141,17 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             turn = await database_sync_to_async(_plan_turn)(self.user, message)
             call = chat_call(turn.settings, turn.turns)
             plan = await plan_generation(call, caller=f"user:{self.user.pk}")
+            # The user's limits and budget, as the API's; their usage is recorded the same.
+            caller = await acaller_for_user(self.user)
+            refusal, _ = await admission_of(caller)
+            if refusal is not None:
+                raise refusal
             # The worker's verdict comes before anything is saved: a refusal changes nothing.
-            events, accepted = await start(plan)
+            token = CALLER.set(caller)
+            try:
+                events, accepted = await start(plan)
+            finally:
+                CALLER.reset(token)
         except (ChatInputError, ApiError) as error:
             await self._error(str(error))
             return

@@ -26,20 +26,31 @@ ANTHROPIC_PATH = "/v1/messages"
 async def admit(request: HttpRequest, render_error) -> tuple[Caller, HttpResponse | None, dict]:
     """The caller, its refusal (None: go on) and the headers every answer of it carries."""
     caller = await acaller_of(request)
+    refusal, admission = await admission_of(caller)
+    if admission is None:
+        return caller, render_error(refusal), {}
+    headers = limit_headers(admission, anthropic=request.path.startswith(ANTHROPIC_PATH))
+    if refusal is None:
+        return caller, None, headers
+    response = render_error(refusal)
+    response["Retry-After"] = retry_after_header(admission.retry_after)
+    response["retry-after-ms"] = str(max(1, round(admission.retry_after * 1000)))
+    return caller, response, headers
+
+
+async def admission_of(caller: Caller) -> tuple[ApiError | None, Admission | None]:
+    """Whether `caller` may make one more request: the refusal (None: yes), and the rate
+    limits' verdict (None when the monthly budget refused it first). Counts the request."""
     if caller.monthly_tokens is not None:
         used = await sync_to_async(month_tokens)(caller.user_id)
         if used >= caller.monthly_tokens:
             rate_limited.labels("quota").inc()
-            return caller, render_error(_over_budget(caller, used)), {}
+            return _over_budget(caller, used), None
     admission = await rate_limiter().admit(caller.name, caller.rates)
-    headers = limit_headers(admission, anthropic=request.path.startswith(ANTHROPIC_PATH))
     if admission.refused is None:
-        return caller, None, headers
+        return None, admission
     rate_limited.labels(admission.refused).inc()
-    response = render_error(_over_rate(admission))
-    response["Retry-After"] = retry_after_header(admission.retry_after)
-    response["retry-after-ms"] = str(max(1, round(admission.retry_after * 1000)))
-    return caller, response, headers
+    return _over_rate(admission), admission
 
 
 def limit_headers(admission: Admission, *, anthropic: bool) -> dict[str, str]:

@@ -301,3 +301,32 @@ def test_a_reply_drafted_by_prompt_lookup_is_the_plain_reply(registered_models, 
     assert plain["stats"]["accepted_prediction_tokens"] == 0
     saved = Message.objects.get(id=drafted["id"]).conversation
     assert saved.params["draft_model"] == "ngram" and saved.params["num_draft_tokens"] == 4
+
+
+def test_a_turn_counts_in_the_users_usage_and_a_spent_budget_refuses_the_next(
+    registered_models, alice
+):
+    """The lab's chat is a caller as an API key is: its usage recorded, its budget kept."""
+    from access.models import UsageDay, UserLimits
+
+    UserLimits.objects.create(user=alice, monthly_tokens=1)
+
+    async def scenario():
+        chat = await connected(alice)
+        await chat.send_json_to(send("Name a colour."))
+        done, before = await until(chat, "done")
+        conversation = next(m for m in before if m["type"] == "conversation")["conversation"]
+        for _ in range(50):  # the record is written once the tally is in
+            if await UsageDay.objects.filter(caller=f"user:{alice.pk}").aexists():
+                break
+            await asyncio.sleep(0.1)
+        await chat.send_json_to(send("And another?", conversation=conversation["id"]))
+        refused = await chat.receive_json_from(timeout=60)
+        await chat.disconnect()
+        return done, refused
+
+    done, refused = run(scenario)
+    row = UsageDay.objects.get(caller=f"user:{alice.pk}")
+    assert row.requests == 1 and row.user_id == alice.pk
+    assert row.completion_tokens == done["message"]["stats"]["completion_tokens"]
+    assert refused["type"] == "error" and "monthly token budget" in refused["message"]
