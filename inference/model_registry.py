@@ -64,12 +64,14 @@ def model_register(
     # Imported here, not at the top: the engine brings in MLX, and job validation
     # uses the lookups above without loading it.
     from .protocol.model_folder import describe_model_folder
+    from .sampling_defaults import declared_thinking
 
     held = model_named(name)
     same_repo = origin is not None and held is not None and held.repo_id == origin["repo_id"]
     if not replace and held is not None and held.path != str(path.resolve()) and not same_repo:
         raise NameTaken(f"a model named '{name}' is already registered (at {held.path})")
     facts = describe_model_folder(path)
+    thinking = declared_thinking(path)
     record, _ = LanguageModel.objects.update_or_create(
         name=name,
         defaults={
@@ -78,6 +80,8 @@ def model_register(
             "quantization": facts.quantization,
             "size_bytes": facts.size_bytes,
             "context_length": facts.context_length,
+            "thinking_default": thinking.enable_thinking,
+            "no_think_temperature": thinking.no_think_temperature,
             **{key: (origin or {}).get(key, "") for key in ORIGIN_FIELDS},
         },
     )

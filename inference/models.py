@@ -1,5 +1,7 @@
 from django.db import models
 
+from .sampling_defaults import ThinkingDeclaration
+
 
 class LanguageModel(models.Model):
     """A model folder the lab can serve (MLX / Hugging Face layout)."""
@@ -20,6 +22,12 @@ class LanguageModel(models.Model):
     repo_id = models.CharField(max_length=200, blank=True)
     revision = models.CharField(max_length=200, blank=True)
     commit_sha = models.CharField(max_length=64, blank=True)
+    # What the model declares about thinking (its generation_config.json, read when it is
+    # registered: sampling_defaults.declared_thinking); null where it declares nothing, and
+    # the server's settings apply (MLXLAB_THINKING over this, this over
+    # MLXLAB_NO_THINK_TEMPERATURE).
+    thinking_default = models.BooleanField(null=True, blank=True)
+    no_think_temperature = models.FloatField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -27,6 +35,10 @@ class LanguageModel(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def thinking_declaration(self) -> ThinkingDeclaration:
+        """The registry's record of what the model declares about thinking."""
+        return ThinkingDeclaration(self.thinking_default, self.no_think_temperature)
 
 
 class StoredResponse(models.Model):

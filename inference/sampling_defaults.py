@@ -3,8 +3,12 @@
 For every field a request leaves out, the first of these that has a value wins:
 the operator's `MLXLAB_DEFAULT_*`, then the model's `generation_config.json`, then the
 fallback (temperature 0.7, as mlx-bun falls back; the rest off). Model authors publish
-one temperature, the one for thinking turns: a turn with thinking off runs at most
-`MLXLAB_NO_THINK_TEMPERATURE` unless the request or the operator set one.
+one temperature, the one for thinking turns: a turn with thinking off runs at most the
+no-think cap unless the request or the operator set a temperature. The cap is the model's
+own where it declares one (the registry's `no_think_temperature`), else
+`MLXLAB_NO_THINK_TEMPERATURE`, the cap of a model that declares none (mlx-bun's generic
+0.7). `enable_thinking`, unless the request says: the operator's `MLXLAB_THINKING`, then
+the model's declared default (the registry's `thinking_default`), then the template's own.
 Generation length: a chat without max_tokens runs to the end of the context, at most
 65,536 tokens; a raw completion stops at 512; `MLXLAB_DEFAULT_MAX_TOKENS` caps both.
 """
@@ -36,6 +40,7 @@ class SamplingDefaults:
     min_p: float
     repetition_penalty: float | None
     no_think_temperature: float  # the cap on a thinking-off turn's default temperature
+    enable_thinking: bool | None  # for a request that does not say; None: the template's
     chat_max_tokens: int  # before the context's own room
     completion_max_tokens: int
     sources: dict[str, str]  # field -> "server", "model" or "fallback"
@@ -70,7 +75,11 @@ def _read(path: str, mtime: int) -> tuple:
     return tuple(sorted(numbers.items()))
 
 
-def sampling_defaults(folder: Path | str) -> SamplingDefaults:
+def sampling_defaults(
+    folder: Path | str, declared: ThinkingDeclaration | None = None
+) -> SamplingDefaults:
+    """The defaults of the model in `folder`; `declared`: what its registry row records
+    about thinking (LanguageModel.thinking_declaration())."""
     server = {name: getattr(lab_settings, f"default_{name}") for name in FIELDS}
     model = model_generation_config(Path(folder))
     values, sources = {}, {}
@@ -79,19 +88,72 @@ def sampling_defaults(folder: Path | str) -> SamplingDefaults:
             if found.get(name) is not None or source == "fallback":
                 values[name], sources[name] = found[name], source
                 break
+    thinking = _thinking(declared or ThinkingDeclaration(), sources)
     cap = lab_settings.default_max_tokens
     return SamplingDefaults(
         **values,
-        no_think_temperature=lab_settings.no_think_temperature,
+        **thinking,
         chat_max_tokens=min(CHAT_MAX_TOKENS, cap) if cap else CHAT_MAX_TOKENS,
         completion_max_tokens=min(COMPLETION_MAX_TOKENS, cap) if cap else COMPLETION_MAX_TOKENS,
         sources=sources,
     )
 
 
-def thinking_default() -> bool | None:
-    """MLXLAB_THINKING: the server's enable_thinking for requests that do not say."""
-    return lab_settings.thinking
+def _thinking(declared: ThinkingDeclaration, sources: dict) -> dict:
+    """The no-think cap (the model's over the server's generic one) and enable_thinking
+    (the operator's over the model's, as mlx-bun applies a model's declarations under
+    the server's settings); their sources go into `sources`."""
+    cap = declared.no_think_temperature
+    sources["no_think_temperature"] = "model" if cap is not None else "server"
+    thinking, source = lab_settings.thinking, "server"
+    if thinking is None:
+        thinking, source = declared.enable_thinking, "model"
+    sources["enable_thinking"] = source if thinking is not None else "fallback"
+    return {
+        "no_think_temperature": cap if cap is not None else lab_settings.no_think_temperature,
+        "enable_thinking": thinking,
+    }
+
+
+@dataclass(frozen=True)
+class ThinkingDeclaration:
+    """What a model declares about thinking, in its generation_config.json: a default
+    `enable_thinking` (`default_chat_template_kwargs`, the key vLLM's
+    --default-chat-template-kwargs and model cards name) and `no_think_temperature`."""
+
+    enable_thinking: bool | None = None
+    no_think_temperature: float | None = None
+
+
+def declared_thinking(folder: Path | str) -> ThinkingDeclaration:
+    """The model's declaration, read once when it is registered; nothing when its
+    generation_config.json is missing, unreadable or declares nothing usable."""
+    try:
+        config = json.loads((Path(folder) / "generation_config.json").read_text())
+    except (OSError, ValueError):
+        return ThinkingDeclaration()
+    if not isinstance(config, dict):
+        return ThinkingDeclaration()
+    kwargs = config.get("default_chat_template_kwargs")
+    thinking = kwargs.get("enable_thinking") if isinstance(kwargs, dict) else None
+    cap = config.get("no_think_temperature")
+    usable_cap = isinstance(cap, int | float) and not isinstance(cap, bool) and cap >= 0
+    return ThinkingDeclaration(
+        enable_thinking=thinking if isinstance(thinking, bool) else None,
+        no_think_temperature=float(cap) if usable_cap else None,
+    )
+
+
+def apply_thinking_default(kwargs: dict, defaults: SamplingDefaults) -> dict:
+    """The chat template's variables with enable_thinking resolved: the request's own
+    (`null`: the template's own default, no other), else the defaults' (server, model)."""
+    if "enable_thinking" in kwargs:
+        if kwargs["enable_thinking"] is None:
+            return {name: value for name, value in kwargs.items() if name != "enable_thinking"}
+        return kwargs
+    if defaults.enable_thinking is None:
+        return kwargs
+    return {**kwargs, "enable_thinking": defaults.enable_thinking}
 
 
 def resolve(defaults: SamplingDefaults, explicit: dict, *, thinking: bool | None) -> dict:

@@ -123,7 +123,7 @@ async def model_detail(request: HttpRequest, name: str) -> JsonResponse:
         return model_not_found(name).response()
     # Extensions: what a request gets for each sampling field it leaves out, and why; and,
     # once a worker has loaded it, whether its rows share a batch (some models' cannot).
-    defaults = sampling_defaults(record.path).as_dict()
+    defaults = sampling_defaults(record.path, record.thinking_declaration()).as_dict()
     return JsonResponse(
         {**_model_object(record), "defaults": defaults, "batching": _batching(record.name)}
     )

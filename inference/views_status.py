@@ -22,6 +22,10 @@ from .response_store import response_store_stats
 from .workers.worker import Worker
 
 _started = time.time()
+# mlx-bun's `server.owner`: which command's process answered, its `serve` (the serving
+# host, as against a model worker); MLX Lab's web process is that host, and answers /stats
+# itself whether or not a worker is resident.
+OWNER = "serve"
 
 
 def _worker_report(worker: Worker) -> dict:
@@ -115,6 +119,8 @@ async def stats(request: HttpRequest) -> JsonResponse:
     }
     body = {
         "status": "ok",
+        # started_at in milliseconds since the epoch, as mlx-bun's (JavaScript's Date.now()).
+        "server": {"owner": OWNER, "model": report["model"], "started_at": int(_started * 1000)},
         "uptime_seconds": round(time.time() - _started, 1),
         "in_flight": sum(m["in_flight"] for m in models.values()),
         "generated_tokens": sum(m["generated_tokens"] for m in models.values()),

@@ -39,9 +39,9 @@ def supports_thinking(template: str | None) -> bool:
     return bool(template) and "enable_thinking" in template
 
 
-def sampling_defaults(folder: Path) -> dict:
+def sampling_defaults(record: LanguageModel) -> dict:
     """The values a chat with this model gets for the fields it leaves out."""
-    defaults = model_sampling_defaults(folder)
+    defaults = model_sampling_defaults(record.path, record.thinking_declaration())
     values = {name: getattr(defaults, name) for name in FIELDS}
     # No max_tokens: a chat runs to the end of the context, unless the operator caps it.
     cap = lab_settings.default_max_tokens
@@ -86,7 +86,7 @@ def model_details(record: LanguageModel, *, staff: bool) -> dict:
         "config": config if staff else _without_absolute_paths(config),
         "chat_template": template,
         "supports_thinking": supports_thinking(template),
-        "defaults": sampling_defaults(folder),
+        "defaults": sampling_defaults(record),
     }
 
 

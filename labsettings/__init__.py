@@ -71,11 +71,13 @@ class LabSettings(EngineSettings, WorkerSettings):
     )  # fmt: skip
     no_think_temperature: float = setting(
         "MLXLAB_NO_THINK_TEMPERATURE", parse_float, 0.7,
-        "The most a thinking-off turn's default temperature may be (mlx-bun's 0.7).",
+        "The most a thinking-off turn's default temperature may be, for a model that declares "
+        "no cap of its own (mlx-bun's generic 0.7).",
     )  # fmt: skip
     thinking: bool | None = setting(
         "MLXLAB_THINKING", optional(parse_bool), None,
-        "enable_thinking for requests that do not say; unset: the template's own.",
+        "enable_thinking for requests that do not say; unset: the model's declared default, "
+        "else the template's own.",
     )  # fmt: skip
     # Unset: a chat runs to the end of its context (at most 65,536), a completion to 512.
     default_max_tokens: int | None = setting(

@@ -74,6 +74,8 @@ def parse_chat_completion(body: dict) -> ChatCall:
 
 
 def parse_completion(body: dict) -> ChatCall:
-    """A /v1/completions body: a raw prompt, no template."""
+    """A /v1/completions body: a raw prompt, no template. mlx-bun's order: the prompt, then
+    logprobs, then everything else."""
+    prompt = parse_prompt(body)
     shared = _generation_fields(body, fields.check_logprobs(body))
-    return ChatCall(prompt=parse_prompt(body), cache_session=fields.cache_session(body), **shared)
+    return ChatCall(prompt=prompt, cache_session=fields.cache_session(body), **shared)

@@ -57,14 +57,15 @@ def _logit_bias(body: dict) -> dict[int, float] | None:
 
 
 def check_stop(stop, param: str) -> tuple[str, ...]:
-    """A list of strings within the server's count and length bounds; empty ones are
-    dropped (they could only match everywhere), as mlx-bun drops them."""
-    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+    """A list's strings within the server's count and length bounds. Entries that are not
+    strings, and empty ones (they could only match everywhere), are dropped, not refused,
+    as mlx-bun drops them."""
+    if not isinstance(stop, list):
         raise ApiError(f"{param} must be a string or a list of strings", param=param)
-    stop = [s for s in stop if s]
     count, chars = lab_settings.max_stop_sequences, lab_settings.max_stop_chars
-    if len(stop) > count:
+    if len(stop) > count:  # as sent: a bound on the body, whatever is dropped
         raise ApiError(f"{param} may hold at most {count} sequences", param=param)
+    stop = [s for s in stop if isinstance(s, str) and s]
     if any(len(s) > chars for s in stop):
         raise ApiError(f"each of {param} may be at most {chars} characters long", param=param)
     return tuple(stop)
@@ -181,12 +182,21 @@ def predicted_text(prediction) -> str | None:
 
 def check_logprobs(body: dict) -> tuple[bool, int]:
     """`logprobs` a bool on every surface (mlx_lm.server's rule, not the legacy API's
-    count); `top_logprobs` from 0 to 11, or -1 for unset."""
+    count); `top_logprobs` from 0 to 11 (3.0 counts as 3), or -1 for unset."""
     logprobs = field(body, "logprobs", bool, False)
-    if body.get("top_logprobs") == -1 and not isinstance(body["top_logprobs"], bool):
+    top = integral(body.get("top_logprobs"))
+    if top == -1 and not isinstance(top, bool):
         return logprobs, 0
-    top_logprobs = field(body, "top_logprobs", int, 0, low=0, high=MAX_TOP_LOGPROBS)
+    top_logprobs = field(
+        {"top_logprobs": top}, "top_logprobs", int, 0, low=0, high=MAX_TOP_LOGPROBS
+    )
     return logprobs, top_logprobs if logprobs else 0
+
+
+def integral(value):
+    """3.0 as 3: JSON has one number type, and mlx-bun (JavaScript) takes an integral
+    float for an integer; anything else as it is."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def model_name(body: dict) -> str | None:

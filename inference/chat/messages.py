@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 
-from labsettings import lab_settings
-
 from ..errors import ApiError
 
 # A tuple: `in` compares; a set would hash what the client sent, and {} is a 500.
@@ -115,10 +113,10 @@ def check_reasoning_effort(body: dict) -> str | None:
 
 def template_kwargs(effort: str | None, extra) -> dict:
     """Chat-template variables from a checked reasoning effort and the request's own
-    `chat_template_kwargs` (as sent), which win."""
+    `chat_template_kwargs` (as sent), which win. An enable_thinking of null stays, to say
+    "the template's own default": the server's and the model's defaults are applied once
+    the model is known (plan.py, sampling_defaults.apply_thinking_default)."""
     kwargs = {} if effort is None else {"enable_thinking": effort != "none"}
-    if "enable_thinking" not in kwargs and lab_settings.thinking is not None:
-        kwargs["enable_thinking"] = lab_settings.thinking  # the server's default
     if extra is not None:
         if not isinstance(extra, dict):
             raise ApiError("chat_template_kwargs must be an object", param="chat_template_kwargs")
@@ -129,6 +127,4 @@ def template_kwargs(effort: str | None, extra) -> dict:
                 param="chat_template_kwargs",
             )
         kwargs.update(extra)
-    if "enable_thinking" in kwargs and kwargs["enable_thinking"] is None:
-        del kwargs["enable_thinking"]  # null: the template's own default, as in mlx-bun
     return kwargs

@@ -19,7 +19,7 @@ from ..models import LanguageModel
 from ..protocol.embedding_folder import CHAT, RERANK
 from ..protocol.sampling import KVScheme, SamplingParams
 from ..protocol.wire import ChatInput, GenerateCall
-from ..sampling_defaults import resolve, sampling_defaults
+from ..sampling_defaults import apply_thinking_default, resolve, sampling_defaults
 from .call import ChatCall
 from .fields import DRAFT_METHODS
 
@@ -37,10 +37,11 @@ class PlannedGeneration:
         return self.model.name
 
 
-def chat_input(request: ChatCall) -> ChatInput:
+def chat_input(request: ChatCall, template_kwargs: dict | None = None) -> ChatInput:
+    """The worker's chat input; `template_kwargs`: the request's, resolved (plan_generation)."""
     return ChatInput(
         messages=request.messages,
-        template_kwargs=request.template_kwargs,
+        template_kwargs=request.template_kwargs if template_kwargs is None else template_kwargs,
         tools=request.tools.tools,
         tool_names=sorted(request.tools.names),
         tool_choice=request.tools.choice,
@@ -125,13 +126,13 @@ async def plan_generation(
     record = await model_record(request.model)
     _check_chat_model(record)
     adapters = await resolve_adapters(request.adapter, record.name)
-    defaults = sampling_defaults(record.path)
-    thinking = request.template_kwargs.get("enable_thinking")
-    sampling = resolve(defaults, request.sampling, thinking=thinking)
+    defaults = sampling_defaults(record.path, record.thinking_declaration())
+    kwargs = apply_thinking_default(request.template_kwargs, defaults)
+    sampling = resolve(defaults, request.sampling, thinking=kwargs.get("enable_thinking"))
     default = defaults.chat_max_tokens if request.is_chat else defaults.completion_max_tokens
     limit = lab_settings.max_tokens_limit
     call = GenerateCall(
-        chat=chat_input(request) if request.is_chat else None,
+        chat=chat_input(request, kwargs) if request.is_chat else None,
         text=request.prompt,
         sampling=SamplingParams(**sampling),
         max_tokens=request.max_tokens,

@@ -144,15 +144,18 @@ def max_tokens_field(limit: int) -> Schema:
     return schema
 
 
-def stop_list(min_length: int = 1) -> Schema:
-    text = {"type": "string", "minLength": min_length, "maxLength": lab_settings.max_stop_chars}
-    return {"type": "array", "items": text, "maxItems": lab_settings.max_stop_sequences}
+def stop_list() -> Schema:
+    """A list of stop sequences: entries that are not strings, and empty strings, are
+    accepted and dropped, as mlx-bun drops them; the count is of the entries sent."""
+    text = {"type": "string", "maxLength": lab_settings.max_stop_chars}
+    entry = {"anyOf": [text, {"not": {"type": "string"}}]}
+    return {"type": "array", "items": entry, "maxItems": lab_settings.max_stop_sequences}
 
 
 def stop_field() -> Schema:
-    """OpenAI's `stop`: empty strings are accepted and dropped, as mlx-bun drops them."""
+    """OpenAI's `stop`: one string or a list (stop_list)."""
     text = {"type": "string", "maxLength": lab_settings.max_stop_chars}
-    return nullable({"anyOf": [text, stop_list(min_length=0)]})
+    return nullable({"anyOf": [text, stop_list()]})
 
 
 SEED = integer(-(2**63), 2**64 - 1)

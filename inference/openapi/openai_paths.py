@@ -127,7 +127,8 @@ MODEL = obj(
         "defaults": {
             "description": "Retrieve only: what a request gets for each sampling field it "
             "leaves out, and where each value came from (the server's MLXLAB_DEFAULT_*, the "
-            "model's generation_config.json, or the fallback).",
+            "model's generation_config.json, or the fallback); enable_thinking null: the "
+            "chat template's own default.",
             **obj(
                 {
                     "temperature": {"type": "number"},
@@ -136,6 +137,7 @@ MODEL = obj(
                     "min_p": {"type": "number"},
                     "repetition_penalty": {"type": ["number", "null"]},
                     "no_think_temperature": {"type": "number"},
+                    "enable_thinking": {"type": ["boolean", "null"]},
                     "chat_max_tokens": {"type": "integer"},
                     "completion_max_tokens": {"type": "integer"},
                     "sources": {

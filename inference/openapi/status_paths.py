@@ -78,6 +78,19 @@ HEALTH = obj(
 STATS = obj(
     {
         "status": {"const": "ok"},
+        "server": {
+            "description": "mlx-bun's server block: the process that answered (`serve`, the "
+            "serving host), the default model, and when it started (milliseconds since the "
+            "epoch).",
+            **obj(
+                {
+                    "owner": {"const": "serve"},
+                    "model": {"type": "string"},
+                    "started_at": {"type": "integer"},
+                },
+                ("owner", "model", "started_at"),
+            ),
+        },
         "uptime_seconds": {"type": "number"},
         "in_flight": {"type": "integer"},
         "generated_tokens": {"type": "integer"},
@@ -87,7 +100,7 @@ STATS = obj(
         "response_store": {"type": "object"},
         "unavailable": {"type": "string"},
     },
-    ("status", "in_flight", "generated_tokens", "models"),
+    ("status", "server", "in_flight", "generated_tokens", "models"),
 )
 
 

@@ -311,7 +311,7 @@ INVALID = [
     ({"tool_choice": {"type": "sometimes"}}, "tool_choice.type: Input should be"),
     ({"thinking": {"type": "enabled"}}, "thinking.budget_tokens: Field required"),
     ({"thinking": {"type": "maybe"}}, "thinking.type: Input should be"),
-    ({"stop_sequences": [""]}, "stop_sequences: Input should be a list of nonempty strings"),
+    ({"stop_sequences": "Paris"}, "stop_sequences: Input should be a valid list"),
     ({"metadata": "x"}, "metadata: Input should be a valid dictionary"),
     ({"temperature": -1}, "temperature must be at least 0"),
     ({"top_p": 2}, "top_p must be at most 1"),

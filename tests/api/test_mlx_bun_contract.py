@@ -57,6 +57,22 @@ REFUSED = [
             "reasoning_effort",
         ),
     ),
+    # A text completion's order: the prompt, then logprobs.
+    (
+        "/v1/completions",
+        {"prompt": ["Hi"], "logprobs": "yes"},
+        openai_error(
+            "prompt (a non-empty string) is required "
+            "(token-array prompts are not accepted, matching mlx_lm.server)",
+            "prompt",
+        ),
+    ),
+    # An integral float is an integer (3.0 is taken as 3); 3.5 is not.
+    (
+        "/v1/chat/completions",
+        {"messages": HI, "logprobs": True, "top_logprobs": 3.5},
+        openai_error("top_logprobs must be of type int", "top_logprobs"),
+    ),
     # Before any model is looked up: a missing model is not the first fault.
     (
         "/v1/chat/completions",
@@ -114,6 +130,11 @@ ACCEPTED = [
     ("/v1/chat/completions", {"messages": HI, "stop": ["", "\n\n"]}),
     ("/v1/chat/completions", {"messages": HI, "stop": ""}),
     ("/v1/completions", {"prompt": "Hi", "stop": [""], "logprobs": True}),
+    # Entries that are not nonempty strings are dropped, on every surface that takes stop.
+    ("/v1/chat/completions", {"messages": HI, "stop": [5, None, {"a": 1}, "", "\n\n"]}),
+    ("/v1/completions", {"prompt": "Hi", "stop": [True, ["x"]]}),
+    ("/v1/responses", {"input": "Hi", "stop": [5, ""]}),
+    ("/v1/chat/completions", {"messages": HI, "logprobs": True, "top_logprobs": 3.0}),
     (
         "/v1/chat/completions",
         {"messages": [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]}]},
@@ -127,6 +148,13 @@ def test_accepted_as_mlx_bun_accepts(http, path, body):
     limit = "max_output_tokens" if path == "/v1/responses" else "max_tokens"
     response = http.post(path, json={"model": DEFAULT_MODEL, limit: 2, **body})
     assert response.status_code == 200, response.text
+
+
+def test_an_integral_float_top_logprobs_counts_as_its_integer(client, model):
+    reply = client.chat.completions.create(
+        model=model, messages=HI, max_tokens=2, logprobs=True, top_logprobs=3.0
+    )
+    assert all(len(entry.top_logprobs) == 3 for entry in reply.choices[0].logprobs.content)
 
 
 def test_top_logprobs_minus_one_means_none(http):

@@ -86,6 +86,87 @@ def test_the_servers_thinking_default_applies_when_the_request_says_nothing(mode
     assert null.sampling.temperature == 0.9
 
 
+# A model that declares thinking off by default and a cooler cap (generation_config.json).
+DECLARING = {**AUTHOR, "no_think_temperature": 0.5,
+             "default_chat_template_kwargs": {"enable_thinking": False}}  # fmt: skip
+
+
+@pytest.fixture
+def declaring(models, model_folder, tmp_path) -> str:
+    folder = tmp_path / "declaring"
+    folder.mkdir()
+    for item in model_folder.iterdir():
+        if item.name != "generation_config.json":
+            (folder / item.name).symlink_to(item)
+    (folder / "generation_config.json").write_text(json.dumps(DECLARING))
+    model_register(name="declaring", path=folder)
+    return "declaring"
+
+
+def test_the_registry_records_what_a_model_declares_about_thinking(declaring):
+    from inference.models import LanguageModel
+
+    record = LanguageModel.objects.get(name="declaring")
+    assert (record.thinking_default, record.no_think_temperature) == (False, 0.5)
+    plain = LanguageModel.objects.get(name="authored")  # declares neither
+    assert (plain.thinking_default, plain.no_think_temperature) == (None, None)
+
+
+def test_the_models_thinking_default_and_cap_apply_when_the_request_says_nothing(
+    declaring, settings
+):
+    settings.MLXLAB = settings.MLXLAB.replace(no_think_temperature=0.6)  # the generic cap
+    call = plan({"model": "declaring", "messages": HI})
+    assert call.chat.template_kwargs == {"enable_thinking": False}
+    assert call.sampling.temperature == 0.5  # the model's cap wins over the server's
+    # A model that declares no cap gets the server's.
+    assert (
+        sampling({"model": "authored", "messages": HI, "reasoning_effort": "none"})["temperature"]
+        == 0.6
+    )
+
+
+def test_the_request_wins_over_the_model_and_the_operator_over_the_model(declaring, settings):
+    effort = plan({"model": "declaring", "messages": HI, "reasoning_effort": "high"})
+    assert (effort.chat.template_kwargs, effort.sampling.temperature) == (
+        {"enable_thinking": True}, 0.9,
+    )  # fmt: skip
+    null = plan({"model": "declaring", "messages": HI,
+                 "chat_template_kwargs": {"enable_thinking": None}})  # fmt: skip
+    assert null.chat.template_kwargs == {} and null.sampling.temperature == 0.9
+    # MLXLAB_THINKING, set, is the operator's choice for every model, as mlx-bun's
+    # --thinking is: a model's declaration applies under it.
+    settings.MLXLAB = settings.MLXLAB.replace(thinking=True)
+    server = plan({"model": "declaring", "messages": HI})
+    assert (server.chat.template_kwargs, server.sampling.temperature) == (
+        {"enable_thinking": True}, 0.9,
+    )  # fmt: skip
+
+
+def test_the_published_defaults_say_where_thinking_comes_from(declaring):
+    from inference.models import LanguageModel
+    from inference.sampling_defaults import sampling_defaults
+
+    record = LanguageModel.objects.get(name="declaring")
+    defaults = sampling_defaults(record.path, record.thinking_declaration())
+    assert (defaults.enable_thinking, defaults.no_think_temperature) == (False, 0.5)
+    assert defaults.sources["enable_thinking"] == defaults.sources["no_think_temperature"]
+    assert defaults.sources["enable_thinking"] == "model"
+
+
+@pytest.mark.parametrize(
+    "config",
+    ["not json", "[1]", '{"default_chat_template_kwargs": {"enable_thinking": "no"}, '
+     '"no_think_temperature": -1}'],
+)  # fmt: skip
+def test_a_declaration_that_is_not_usable_declares_nothing(tmp_path, config):
+    from inference.sampling_defaults import ThinkingDeclaration, declared_thinking
+
+    (tmp_path / "generation_config.json").write_text(config)
+    assert declared_thinking(tmp_path) == ThinkingDeclaration()
+    assert declared_thinking(tmp_path / "missing") == ThinkingDeclaration()
+
+
 def test_an_operators_temperature_is_not_capped(models, settings):
     settings.MLXLAB = settings.MLXLAB.replace(default_temperature=1.0)
     body = {"model": "authored", "messages": HI, "reasoning_effort": "none"}

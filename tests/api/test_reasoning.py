@@ -81,3 +81,15 @@ def test_unknown_reasoning_effort_is_400(client):
             model=THINKING_MODEL, messages=ASK, extra_body={"reasoning_effort": "hihg"}
         )
     assert "'none', 'minimal', 'low', 'medium', 'high', 'xhigh'" in caught.value.body["message"]
+
+
+def test_a_template_without_think_tags_leaves_them_in_the_text(client, model):
+    """The default model's template names no <think>: one in its output is its own text,
+    never reasoning (mlx-bun splits only for a think-tag template)."""
+    reply = client.chat.completions.create(
+        model=model, messages=ASK, max_tokens=32,
+        extra_body={"guided_regex": "<think>[a-z]{2,4}</think>[A-Z][a-z]{1,4}"},
+    )  # fmt: skip
+    message = reply.choices[0].message
+    assert message.content.startswith("<think>") and "</think>" in message.content
+    assert reasoning_of(message) is None

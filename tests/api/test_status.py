@@ -32,6 +32,14 @@ def test_health_and_stats(http, staff_http, model):
         assert fast_path["dense_weight_bytes"] == 0
 
 
+def test_stats_carry_mlx_buns_server_block(staff_http, model):
+    """The process that answered (`serve`), the default model, when it started (ms)."""
+    server = staff_http.get("/stats").json()["server"]
+    assert (server["owner"], server["model"]) == ("serve", model)
+    assert isinstance(server["started_at"], int)
+    assert 0 < time.time() * 1000 - server["started_at"] < 86_400_000
+
+
 def test_disconnect_mid_stream_frees_the_slot(lab_server, http, staff_http, model):
     body = {
         "model": model,

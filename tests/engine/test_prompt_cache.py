@@ -11,7 +11,8 @@ from mlx_lm.generate import GenerationBatch
 from mlx_lm.models.cache import KVCache
 
 from inference.engine import Engine, EngineConfig, GenerationRequest, load_model
-from inference.engine.caching.prompt_cache import PromptCache, PromptCacheConfig, generation_primer
+from inference.engine.caching.prompt_cache import PromptCache, PromptCacheConfig
+from inference.engine.prompting.prompt import PromptBuilder
 from inference.protocol.events import Failed, Finished
 
 from .helpers import Run, generate, submit
@@ -32,10 +33,11 @@ def chat(engine, system: dict, *turns: str) -> list[int]:
     return list(engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True))
 
 
-def test_the_primer_is_the_chatml_assistant_header(engine):
-    primer = generation_primer(engine.tokenizer)
-    assert engine.tokenizer.decode(primer) == "<|im_start|>assistant\n"
-    assert engine.prompt_cache.primer == primer
+def boundary(engine, prompt: list[int], system: dict, *turns: str) -> int | None:
+    """The chat prompt's cache boundary, as the worker probes it (cache_boundary.py)."""
+    roles = ("user", "assistant")
+    messages = [system] + [{"role": roles[i % 2], "content": t} for i, t in enumerate(turns)]
+    return PromptBuilder(engine.loaded).boundary.find(prompt, messages, None, {})
 
 
 def test_a_repeated_prompt_hits_and_answers_the_same(engine):
@@ -60,15 +62,19 @@ def test_the_next_turn_hits_and_answers_as_without_the_cache(engine):
     assert warm.text == cold.text
 
 
-def test_a_cancelled_chat_still_leaves_its_prompt_before_the_primer(engine):
-    prompt = chat(engine, fresh_system(), "Write a long poem about the sea.")
-    run = submit(engine, GenerationRequest(prompt, max_tokens=64))
+def test_a_cancelled_chat_still_leaves_its_prompt_at_its_boundary(engine):
+    system, ask = fresh_system(), "Write a long poem about the sea."
+    prompt = chat(engine, system, ask)
+    stored_at = boundary(engine, prompt, system, ask)
+    assert stored_at == len(prompt) - 1  # ChatML's next turn keeps the whole prompt
+    request = GenerationRequest(prompt, max_tokens=64, cache_boundary=stored_at)
+    run = submit(engine, request)
     deadline = time.monotonic() + 120
     while not run.deltas and time.monotonic() < deadline:
         time.sleep(0.01)  # prefill is over once text flows; cancel long before the end
     engine.cancel(run.request_id)
     again = generate(engine, GenerationRequest(prompt, max_tokens=4))
-    assert again.end.cached_tokens == len(prompt) - len(engine.prompt_cache.primer)
+    assert again.end.cached_tokens == stored_at
 
 
 def test_cached_requests_batched_together_answer_as_alone(engine):

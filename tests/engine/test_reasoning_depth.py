@@ -51,7 +51,7 @@ def builder(model_folder) -> PromptBuilder:
 
 def _rendered(builder: PromptBuilder, **chat) -> str:
     chat = ChatInput(messages=[{"role": "user", "content": "Hi"}], **chat)
-    return builder._render(chat.messages, chat, tools_active=False)
+    return builder._render(chat.messages, chat, tools_active=False)[0]  # the text
 
 
 def test_the_template_gets_the_depth_it_names(builder):

@@ -4,11 +4,11 @@ mlx-lm's `LRUPromptCache` (a token trie with LRU eviction by entries and
 bytes) does the bookkeeping, as in `mlx_lm.server`. This module adds what the
 engine needs around it:
 
-- Chat prompts are split before the generation primer (`<|im_start|>assistant\\n`
-  for ChatML) and the KV cache is stored at that boundary during prefill: the
-  next turn of the conversation starts with exactly those tokens, whatever the
-  template does with the primer and the reply. A finished sequence also stores
-  its whole cache (prompt and reply), which a trimmable cache serves to any
+- A chat prompt comes with its boundary: where the generation primer begins, found by
+  probing its template (prompting/cache_boundary.py). The KV cache is stored there
+  during prefill: the next turn of the conversation starts with exactly those tokens,
+  whatever the template does with the primer and the reply. A finished sequence also
+  stores its whole cache (prompt and reply), which a trimmable cache serves to any
   prompt sharing a prefix with it.
 - At least one prompt token is always left to compute, since the generator
   needs the logits of the last one.
@@ -111,19 +111,6 @@ def _quantized_too_soon(cache: list | None, cached: int, start: int) -> bool:
     return cache is not None and hasattr(cache[0], "bits") and cached < start
 
 
-def generation_primer(tokenizer) -> list[int]:
-    """The tokens a chat template appends to open the assistant's turn ([] if none)."""
-    messages = [{"role": "user", "content": "Hi"}]
-    try:
-        opened = list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
-        closed = list(tokenizer.apply_chat_template(messages, add_generation_prompt=False))
-    except Exception:  # no chat template, or one that needs other messages
-        return []
-    if len(opened) > len(closed) and opened[: len(closed)] == closed:
-        return opened[len(closed) :]
-    return []
-
-
 class PromptCache:
     """One model's prompt cache: lookups before prefill, stores during and after it."""
 
@@ -132,7 +119,6 @@ class PromptCache:
         config: PromptCacheConfig,
         *,
         key: object,
-        tokenizer=None,
         identity: dict | None = None,
         writer: DiskWriter | None = None,
     ):
@@ -147,7 +133,6 @@ class PromptCache:
         if config.disk_enabled and identity is not None and writer is not None:
             folder = Path(config.disk_dir) / digest(identity)[:16]
             self.disk = DiskTier(folder, config.disk_max_bytes, writer)
-        self.primer = generation_primer(tokenizer) if tokenizer is not None else []
         self._lru = LRUPromptCache(max(config.max_entries, 1), config.max_bytes)
         # generator uid -> (its plan, the boundary still awaited or None)
         self._owners: OrderedDict[int, tuple[PromptPlan, int | None]] = OrderedDict()
@@ -163,13 +148,15 @@ class PromptCache:
         share: bool = False,
         session: str | None = None,
         kv: object | None = None,
+        boundary: int | None = None,
     ) -> PromptPlan:
         """The plan for `prompt`: the longest prefix `scope` (or its `session`) has
         cached, then the rest.
 
         `share`: other sequences wait for this same prompt, so its cache is stored one
         token short of the end, where each of them can start from it. `kv`: the request's
-        KV scheme (request.KVScheme), None for plain.
+        KV scheme (request.KVScheme), None for plain. `boundary`: where a chat prompt's
+        next turn diverges (request.cache_boundary); its cache is stored there.
         """
         if kv is not None:  # entries of another scheme are out of sight
             scope = (scope, kv)
@@ -188,7 +175,7 @@ class PromptCache:
                 self._stats.lookups += 1
                 self._stats.hits += cached > 0
                 self._stats.cached_tokens += cached
-        boundary = len(prompt) - 1 if share and self.config.enabled else self._boundary(prompt)
+        boundary = self._boundary(prompt, boundary, share)
         if boundary is None or boundary <= cached:
             return PromptPlan(cache, cached, [prompt[cached:]], None, scope, session)
         segments = [prompt[cached:boundary], prompt[boundary:]]
@@ -238,11 +225,13 @@ class PromptCache:
             cached -= 1
         return cache, cached
 
-    def _boundary(self, prompt: list[int]) -> int | None:
-        size = len(self.primer)
-        if not self.config.enabled or not size or len(prompt) <= size:
+    def _boundary(self, prompt: list[int], boundary: int | None, share: bool) -> int | None:
+        """Where to store the prompt's cache during prefill, if anywhere before its end."""
+        if not self.config.enabled:
             return None
-        return len(prompt) - size if prompt[-size:] == self.primer else None
+        if share:
+            return len(prompt) - 1
+        return boundary if boundary is not None and 0 < boundary < len(prompt) else None
 
     def expect(self, uid: int, plan: PromptPlan) -> None:
         """Remember `uid`'s plan, and to store its KV cache at the plan's boundary."""

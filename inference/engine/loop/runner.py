@@ -51,7 +51,6 @@ class Runner:
         self.prompt_cache = PromptCache(
             config.prompt_cache,
             key=str(loaded.path),
-            tokenizer=tokenizer,
             identity=self.identity,
             writer=writer,
         )
@@ -170,6 +169,7 @@ class Runner:
                 share=share,
                 session=request.cache_session,
                 kv=request.kv,
+                boundary=request.cache_boundary,
             )
             lane, cache = self._lane_for(request, plan.cache)
             uid = self._lanes.insert(

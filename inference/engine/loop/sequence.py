@@ -141,7 +141,9 @@ class Sequence:
         self.tokens.append(token)
         self.accepted_drafts += drafted
         is_eos = finish_reason == "stop"
-        if not is_eos:
+        if not is_eos and self.parser.takes_sentinel(token):
+            self._sentinel(token)
+        elif not is_eos:
             self.detokenizer.add_token(token)
             if self.request.logprobs and not replayed:
                 self.pending_logprobs.append(self._logprob(token, logprob))
@@ -160,6 +162,15 @@ class Sequence:
         for token in tokens:
             self.on_token(token, None, None, replayed=True)
         self.resumed_from = self.saved = len(tokens)
+
+    def _sentinel(self, token: int) -> None:
+        """A tool call's own token: the text before it goes out first (a stop sequence
+        never spans it), then it opens or closes the call; its text is never decoded."""
+        self.detokenizer.finalize()
+        self._release(self.stop.feed(self.detokenizer.last_segment))
+        if self.stop.matched is None:
+            self._release(self.stop.flush())
+            self.parser.sentinel(token)
 
     def _release(self, text: str) -> None:
         if text:

@@ -21,6 +21,44 @@ DEFAULT_THINK = ("<think>", "</think>")
 DEFAULT_TOOL_MARKERS = (json_tools.tool_call_start, json_tools.tool_call_end)
 
 
+def think_markers(tokenizer) -> tuple[str, str] | None:
+    """The reasoning markers of a model whose chat template uses them, else None.
+
+    mlx-lm's declared ones (TokenizerWrapper.think_start/_end, from the vocabulary), or
+    `<think>` blocks. A template that names neither marker has no reasoning channel: a
+    literal "<think>" in its model's output is text, not reasoning (mlx-bun splits only
+    for a think-tag template). A template written in Python (mlx-lm's chat_template_type)
+    has no source to read: the vocabulary decides.
+    """
+    markers = (tokenizer.think_start, tokenizer.think_end) if tokenizer.has_thinking else None
+    source = template_source(tokenizer)
+    if source is None:
+        return markers
+    markers = markers or DEFAULT_THINK
+    return markers if any(marker in source for marker in markers) else None
+
+
+def template_source(tokenizer) -> str | None:
+    """The Jinja source of the model's chat template(s), or None without one."""
+    source = getattr(tokenizer, "chat_template", None)
+    if isinstance(source, dict):  # named templates (transformers): any of them counts
+        source = "\n".join(value for value in source.values() if isinstance(value, str))
+    return source if isinstance(source, str) and source else None
+
+
+def tool_sentinels(tokenizer) -> tuple[int, int] | None:
+    """The token ids of a tool call's markers when the model declares each as one token
+    (mlx-lm's TokenizerWrapper.tool_call_start_tokens/_end_tokens); else None, and tool
+    calls are found in the decoded text. With sentinels only those ids open and close a
+    call, as in mlx-bun: the same characters spelled by other tokens are text."""
+    if not tokenizer.has_tool_calling:
+        return None
+    start, end = tokenizer.tool_call_start_tokens, tokenizer.tool_call_end_tokens
+    if not start or not end or len(start) != 1 or len(end) != 1 or start == end:
+        return None
+    return start[0], end[0]
+
+
 @dataclass(frozen=True)
 class OutputFormat:
     """How to read one request's output."""
@@ -28,6 +66,7 @@ class OutputFormat:
     think: tuple[str, str] | None = DEFAULT_THINK
     starts_in_reasoning: bool = False  # the prompt ended inside an open <think>
     tool_markers: tuple[str, str] | None = None
+    tool_sentinels: tuple[int, int] | None = None  # (open, close) token ids: tool_sentinels()
     tool_parser: Callable = json_tools.parse_tool_call
     tools: list[dict] | None = None
     tool_names: frozenset[str] = frozenset()
@@ -45,7 +84,8 @@ def _transitions(output: OutputFormat) -> dict:
         start, end = output.think
         transitions["normal"].append((start, "reasoning"))
         transitions["reasoning"].append((end, "normal"))
-    if output.tool_markers and output.tool_names and not output.forced_tool_call:
+    text_markers = output.tool_markers and output.tool_sentinels is None
+    if text_markers and output.tool_names and not output.forced_tool_call:
         start, end = output.tool_markers
         transitions["normal"].append((start, "tool"))
         transitions["tool"].append((end, "normal"))
@@ -61,7 +101,8 @@ class OutputParser:
         initial = "reasoning" if output.starts_in_reasoning else "normal"
         if output.forced_tool_call:
             initial = "tool"
-        self._state = TextStateMachine(_transitions(output)).make_state(initial=initial)
+        self._machine = TextStateMachine(_transitions(output))
+        self._state = self._machine.make_state(initial=initial)
         self._current = initial
         self._tool_text = ""
         self._maybe_bare_call = ""  # a leading "{" may be a call without markup
@@ -71,6 +112,23 @@ class OutputParser:
     def feed(self, text: str, logprobs: list[TokenLogprob]) -> None:
         self._state, segments = TextStateMachine.split(self._state, text)
         self._route(segments, logprobs)
+
+    def takes_sentinel(self, token: int) -> bool:
+        """Whether `token` opens or closes a tool call here (OutputFormat.tool_sentinels);
+        a stray one (a close outside a call, an open inside one or in reasoning) is text."""
+        sentinels = self._output.tool_sentinels
+        if sentinels is None or token not in sentinels or not self._output.tool_names:
+            return False
+        opens = token == sentinels[0]
+        return opens != (self._current == "tool") and self._current != "reasoning"
+
+    def sentinel(self, token: int) -> None:
+        """Open or close a call at a sentinel token (takes_sentinel), in place of its text."""
+        opens = token == self._output.tool_sentinels[0]
+        self._state, rest, _ = TextStateMachine.flush(self._state)
+        self._route([(self._state[0], rest)], [])
+        self._state = self._machine.make_state(initial="tool" if opens else "normal")
+        self._route([(self._state[0], "")], [])
 
     def finish(self) -> None:
         self._state, rest, _ = TextStateMachine.flush(self._state)

@@ -18,9 +18,10 @@ from ...protocol.vocabulary import vocabulary_difference
 from ..acceleration.loader import LoadedModel
 from ..drafts.draft_model import DraftModels, vocabulary
 from ..drafts.drafting import DraftPlan
+from .cache_boundary import CacheBoundary
 from .grammar import GrammarCompiler, GrammarError, degrade_instruction
 from .kv_scheme import kv_scheme_problem
-from .output_parser import DEFAULT_THINK, DEFAULT_TOOL_MARKERS, OutputFormat
+from .output_parser import DEFAULT_TOOL_MARKERS, OutputFormat, think_markers, tool_sentinels
 from .output_parser import json_tools as default_tool_parser
 from .reasoning_depth import VARIABLE, template_depth, template_levels
 from .request import GenerationRequest
@@ -147,15 +148,15 @@ class PromptBuilder:
         self.render_seconds = self.limits.render_seconds
         self._compiler: GrammarCompiler | None = None
         tokenizer = loaded.tokenizer
-        self.think = (
-            (tokenizer.think_start, tokenizer.think_end)
-            if tokenizer.has_thinking
-            else DEFAULT_THINK
-        )
+        self.think = think_markers(tokenizer)  # None: no reasoning channel to split off
         self.tool_markers = (
             (tokenizer.tool_call_start, tokenizer.tool_call_end)
             if tokenizer.has_tool_calling
             else DEFAULT_TOOL_MARKERS
+        )
+        self.tool_sentinels = tool_sentinels(tokenizer)
+        self.boundary = CacheBoundary(
+            self.render, lambda text: tokenizer.encode(text, add_special_tokens=False)
         )
         self.depth_levels = template_levels(getattr(tokenizer, "chat_template", None))
 
@@ -175,18 +176,21 @@ class PromptBuilder:
     def build(self, call) -> Prepared:
         """`call` is a wire.GenerateCall; raises PromptRejected for a client error."""
         if call.chat is not None:
-            prompt, grammar, output, warning = self._chat(call.chat, compile=not call.count_only)
+            chat = self._chat(call.chat, compile=not call.count_only)
+            prompt, boundary, grammar, output, warning = chat
         else:
             prompt = self._encode(call.text, "prompt")  # a BOS only if the model asks
-            grammar, output, warning = None, OutputFormat(think=None), None
+            # A raw prompt has no turns: no cache boundary, nothing stored before its end.
+            boundary, grammar, output, warning = None, None, OutputFormat(think=None), None
         if call.count_only:
             self._check_fits(prompt, "messages")
             return Prepared(None, len(prompt), warning)
-        request = self._request(call, prompt, grammar, output)
+        request = self._request(call, prompt, grammar, output, boundary)
         return Prepared(request, len(prompt), warning)
 
     def _chat(self, chat, *, compile: bool = True):
-        """`compile` False (a count): the prompt alone, no grammar compiled for it."""
+        """`compile` False (a count): the prompt alone, no grammar compiled for it, no
+        cache boundary probed."""
         messages = chat.messages
         forced = chat.tool_choice not in ("auto", "none")
         active = bool(chat.tools) and chat.tool_choice != "none"
@@ -207,33 +211,38 @@ class PromptBuilder:
             warning = f"grammar not enforced: {unenforced} - falling back to prompt injection"
             # A system message of its own, first, as mlx-bun sends it.
             messages = [{"role": "system", "content": degrade_instruction(spec)}, *messages]
-        text = self._render(messages, chat, active)
+        text, *rendering = self._render(messages, chat, active)
         prompt = self._encode(text, "messages", add_special_tokens=False)
+        boundary = self.boundary.find(prompt, *rendering) if compile else None
         tokenizer = self.loaded.tokenizer
         output = OutputFormat(
             think=self.think,
-            starts_in_reasoning=text.rfind(self.think[0]) > text.rfind(self.think[1]),
+            starts_in_reasoning=self.think is not None
+            and text.rfind(self.think[0]) > text.rfind(self.think[1]),
             tool_markers=self.tool_markers if active else None,
+            tool_sentinels=self.tool_sentinels if active else None,
             tool_parser=tokenizer.tool_parser or default_tool_parser.parse_tool_call,
             tools=chat.tools or None,
             tool_names=frozenset(chat.tool_names) if active else frozenset(),
             forced_tool_call=forced,
         )
-        return prompt, grammar, output, warning
+        return prompt, boundary, grammar, output, warning
 
-    def _render(self, messages: list[dict], chat, tools_active: bool) -> str:
+    def _render(self, messages: list[dict], chat, tools_active: bool) -> tuple:
+        """The prompt's text, and the messages, tools and variables it was rendered from
+        (which the cache boundary's probe renders again, continued)."""
         kwargs = chat.template_kwargs
         depth = template_depth(chat.reasoning_effort, self.depth_levels)
         if depth is not None and VARIABLE not in kwargs:  # the client's own value wins
             kwargs = {**kwargs, VARIABLE: depth}
         if not tools_active:
-            return self.render(messages, kwargs=kwargs)
+            return self.render(messages, kwargs=kwargs), messages, None, kwargs
         with_tools = self.render(messages, tools=chat.tools, kwargs=kwargs)
         if with_tools != self.render(messages, kwargs=kwargs):
-            return with_tools
+            return with_tools, messages, chat.tools, kwargs
         # The template ignores tools: tell the model about them in the system message.
-        instruction = tools_instruction(chat.tools, self.tool_markers)
-        return self.render(with_system(messages, instruction), kwargs=kwargs)
+        messages = with_system(messages, tools_instruction(chat.tools, self.tool_markers))
+        return self.render(messages, kwargs=kwargs), messages, None, kwargs
 
     def render(self, messages: list[dict], *, tools=None, kwargs=None) -> str:
         """The prompt text; a template that rejects the messages or overruns is a 400."""
@@ -338,7 +347,7 @@ class PromptBuilder:
             )
         return path
 
-    def _request(self, call, prompt: list[int], grammar, output) -> GenerationRequest:
+    def _request(self, call, prompt: list[int], grammar, output, boundary) -> GenerationRequest:
         """Fit the request into the context window, or say plainly why it cannot."""
         vocab_size = self.loaded.vocab_size
         context_length = self.loaded.context_length
@@ -381,6 +390,7 @@ class PromptBuilder:
                 adapters=call.adapters,
                 cache_scope=call.cache_scope,
                 cache_session=call.cache_session,
+                cache_boundary=boundary,
                 kv=call.kv,
                 draft=draft,
             )

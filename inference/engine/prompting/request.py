@@ -37,6 +37,8 @@ class GenerationRequest:
     adapters: tuple = ()  # adapters.AdapterRef, applied in this order
     cache_scope: str = ""  # whose prompt-cache entries it may reuse (prompt_cache.py)
     cache_session: str | None = None  # the prompt-cache session it continues (prompt_cache.py)
+    # Prompt tokens a next turn shares (cache_boundary.py): its KV state is stored there.
+    cache_boundary: int | None = None
     kv: KVScheme | None = None  # None: a plain KV cache (the model's dtype)
     resume: Resume | None = None  # checkpointed, and resumed from an earlier attempt's
     draft: DraftPlan | None = None  # speculative decoding (drafting.py); None: none
