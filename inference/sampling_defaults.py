@@ -11,6 +11,8 @@ own where it declares one (the registry's `no_think_temperature`), else
 the model's declared default (the registry's `thinking_default`), then the template's own.
 Generation length: a chat without max_tokens runs to the end of the context, at most
 65,536 tokens; a raw completion stops at 512; `MLXLAB_DEFAULT_MAX_TOKENS` caps both.
+HLG tone-curve sampling (`hlg`): the request's fields over `MLXLAB_HLG_SAMPLING`'s, field
+by field, then mlx-bun's 4/4/6/6, off unless one of them enables it (resolve_hlg).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from labsettings import lab_settings
+
+from .protocol.sampling import HLG_DEFAULTS, resolve_hlg
 
 # The fields a request, the operator and generation_config.json may each set.
 FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
@@ -43,6 +47,8 @@ class SamplingDefaults:
     enable_thinking: bool | None  # for a request that does not say; None: the template's
     chat_max_tokens: int  # before the context's own room
     completion_max_tokens: int
+    # What a request's `hlg` gets for each field it leaves out: enabled, and each knob.
+    hlg: dict
     sources: dict[str, str]  # field -> "server", "model" or "fallback"
 
     def as_dict(self) -> dict:
@@ -95,8 +101,18 @@ def sampling_defaults(
         **thinking,
         chat_max_tokens=min(CHAT_MAX_TOKENS, cap) if cap else CHAT_MAX_TOKENS,
         completion_max_tokens=min(COMPLETION_MAX_TOKENS, cap) if cap else COMPLETION_MAX_TOKENS,
+        hlg=_hlg(sources),
         sources=sources,
     )
+
+
+def _hlg(sources: dict) -> dict:
+    """The server's MLXLAB_HLG_SAMPLING with mlx-bun's defaults under it (its source into
+    `sources`): what resolve_hlg gives a request's `hlg` for each field it leaves out."""
+    server = lab_settings.hlg_sampling or {}
+    sources["hlg"] = "server" if server else "fallback"
+    knobs = {name: float(server.get(name, HLG_DEFAULTS[name])) for name in HLG_DEFAULTS}
+    return {"enabled": bool(server.get("enabled", False)), **knobs}
 
 
 def _thinking(declared: ThinkingDeclaration, sources: dict) -> dict:
@@ -163,4 +179,5 @@ def resolve(defaults: SamplingDefaults, explicit: dict, *, thinking: bool | None
     resolved = {name: value for name, value in resolved.items() if value is not None}
     if thinking is False and defaults.sources["temperature"] != "server":
         resolved["temperature"] = min(resolved["temperature"], defaults.no_think_temperature)
-    return {**resolved, **explicit}
+    hlg = resolve_hlg(explicit.get("hlg"), defaults.hlg)
+    return {**resolved, **explicit, "hlg": hlg}

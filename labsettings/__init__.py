@@ -28,6 +28,7 @@ from .parsers import (
     optional,
     parse_bool,
     parse_float,
+    parse_hlg,
     parse_int,
     parse_key_digests,
     parse_kv_bits,
@@ -83,6 +84,13 @@ class LabSettings(EngineSettings, WorkerSettings):
     default_max_tokens: int | None = setting(
         "MLXLAB_DEFAULT_MAX_TOKENS", optional(parse_int), None,
         "A cap on the tokens of a request that sets no max_tokens.",
+    )  # fmt: skip
+    # A request's `hlg` fields win over these, field by field (protocol/sampling.resolve_hlg).
+    hlg_sampling: dict | None = setting(
+        "MLXLAB_HLG_SAMPLING", parse_hlg, None,
+        "HLG tone-curve sampling where a request's `hlg` does not say: on; off; knobs, "
+        "`width=3,toe=8` (on) or `off,toe=8` (for requests that turn it on); or a JSON object "
+        "like a request's `hlg`. Unset: off, knobs 4/4/6/6 (width/shoulder/toe/pivot_offset).",
     )  # fmt: skip
     # The chat page's own start value; the API's default above stays as it is.
     chat_max_tokens: int = setting(

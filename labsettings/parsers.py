@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -140,6 +141,58 @@ def parse_kv_by_model(text: str) -> dict[str, dict[str, int | None]]:
                 raise ValueError(f"{item!r}: the start must be at least 0")
         schemes[model.strip()] = values
     return schemes
+
+
+# HLG's knobs and their ranges: inference/protocol/sampling.py's HLG_LIMITS, repeated since
+# this package imports no app (tests/test_labsettings.py checks that the two agree).
+HLG_LIMITS = {"width": (0.0, 1000.0), "shoulder": (0.01, 1000.0), "toe": (0.01, 1000.0),
+              "pivot_offset": (0.0, 1000.0)}  # fmt: skip
+
+
+def parse_hlg(text: str) -> dict | None:
+    """HLG sampling's server default: `on` (mlx-bun's knobs), `off`, knobs with or without
+    a switch (`width=3,toe=8`, `off,toe=8`: the knobs for requests that turn it on), or
+    the request's own JSON object (`{"width": 3}`). Given at all, it is on unless it says
+    off. -> {"enabled": bool, the knobs it sets...}; blank: unset (None)."""
+    text = text.strip()
+    if not text:
+        return None
+    items = _hlg_object(text) if text.startswith("{") else _hlg_items(text)
+    enabled = items.pop("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ValueError("enabled must be true or false")
+    for name, value in items.items():
+        if name not in HLG_LIMITS:
+            raise ValueError(f"{name!r} is none of enabled, {', '.join(HLG_LIMITS)}")
+        low, high = HLG_LIMITS[name]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{name} is not a number")
+        if not low <= value <= high:
+            raise ValueError(f"{name} must be between {low:g} and {high:g}")
+    return {"enabled": enabled, **{name: float(value) for name, value in items.items()}}
+
+
+def _hlg_items(text: str) -> dict:
+    items: dict = {}
+    for item in parse_list(text):
+        name, equals, value = (part.strip() for part in item.partition("="))
+        if not equals:
+            items["enabled"] = parse_bool(item)
+        elif name == "enabled":
+            items["enabled"] = parse_bool(value)
+        else:
+            items[name] = parse_float(value)
+    return items
+
+
+def _hlg_object(text: str) -> dict:
+    try:
+        items = json.loads(text)
+    except ValueError:
+        raise ValueError("not a JSON object") from None
+    if not isinstance(items, dict):
+        raise ValueError("not a JSON object")
+    return {name: value for name, value in items.items() if value is not None}
 
 
 # The shortest MLXLAB_WORKER_SECRET taken (inference/protocol/link.py derives keys from it).

@@ -77,6 +77,7 @@ def sample(name: str) -> tuple[str, object]:
     special["cuda_decode_replay"] = ("launched", "launched")
     special["log_format"] = ("json", "json")
     special["metrics_access"] = ("loopback", "loopback")
+    special["hlg_sampling"] = ("off, toe=8", {"enabled": False, "toe": 8.0})
     if name in special:
         return special[name]
     if kind in ("int", "int | None"):
@@ -141,6 +142,14 @@ def test_a_bad_number_names_its_variable(name):
         ("MLXLAB_QMM_AVX512", "maybe", "not a boolean"),
         ("MLXLAB_CUDA_DECODE", "sometimes", "must be on, off or one of reference (got"),
         ("MLXLAB_CUDA_DECODE_REPLAY", "sometimes", "must be one of launched, captured, kept"),
+        ("MLXLAB_HLG_SAMPLING", "sometimes", "not a boolean"),
+        ("MLXLAB_HLG_SAMPLING", "width=-1", "width must be between 0 and 1000"),
+        ("MLXLAB_HLG_SAMPLING", "toe=0", "toe must be between 0.01 and 1000"),
+        ("MLXLAB_HLG_SAMPLING", "wide=3", "'wide' is none of enabled, width, shoulder"),
+        ("MLXLAB_HLG_SAMPLING", "shoulder=lots", "not a number"),
+        ("MLXLAB_HLG_SAMPLING", '{"width": "3"}', "width is not a number"),
+        ("MLXLAB_HLG_SAMPLING", "[3]", "not a boolean"),
+        ("MLXLAB_HLG_SAMPLING", "{3}", "not a JSON object"),
     ],
 )
 def test_other_bad_values_name_their_variable(env, text, why):
@@ -216,6 +225,7 @@ def test_the_documented_defaults():
         "no_think_temperature": 0.7,
         "thinking": None,
         "default_max_tokens": None,
+        "hlg_sampling": None,
         "chat_max_tokens": 2048,
         "default_adapter": "",
         "cpu_fast_path": True,

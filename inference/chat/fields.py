@@ -12,7 +12,14 @@ from labsettings import lab_settings
 
 from .. import adapter_registry
 from ..errors import ApiError
-from ..protocol.sampling import KV_BITS, KV_GROUP_SIZES, MAX_DRAFT_TOKENS, MAX_TOP_LOGPROBS
+from ..protocol.sampling import (
+    HLG_KNOBS,
+    KV_BITS,
+    KV_GROUP_SIZES,
+    MAX_DRAFT_TOKENS,
+    MAX_TOP_LOGPROBS,
+    hlg_problem,
+)
 
 NUMBER = (float, int)
 
@@ -123,8 +130,29 @@ def sampling(body: dict) -> dict:
         presence_context_size=field(body, "presence_context_size", int, 20, low=0, high=window),
         frequency_penalty=field(body, "frequency_penalty", NUMBER, 0.0),
         frequency_context_size=field(body, "frequency_context_size", int, 20, low=0, high=window),
+        hlg=hlg(body),
     )
     return {name: value for name, value in fields.items() if value is not None}
+
+
+def hlg(body: dict) -> dict | None:
+    """mlx-bun's `hlg` object as sent: the fields it sets (null: unset), checked; the plan
+    resolves them over the server's MLXLAB_HLG_SAMPLING (protocol/sampling.resolve_hlg).
+    Other fields are ignored, as every parser here ignores what it does not know."""
+    value = body.get("hlg")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ApiError("hlg must be an object", param="hlg")
+    enabled = value.get("enabled")
+    if enabled is not None and not isinstance(enabled, bool):
+        raise ApiError("hlg.enabled must be of type bool", param="hlg.enabled")
+    knobs = {name: value[name] for name in HLG_KNOBS if value.get(name) is not None}
+    for name, knob in knobs.items():
+        problem = hlg_problem(name, knob)
+        if problem:
+            raise ApiError(problem, param=f"hlg.{name}")
+    return knobs if enabled is None else {"enabled": enabled, **knobs}
 
 
 def kv_cache(body: dict) -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .common import (
+    HLG,
     WARNING_HEADER,
     Schema,
     draft_fields,
@@ -124,6 +125,7 @@ def messages_request(limit: int, *, count_only: bool = False) -> Schema:
             temperature=number(0),
             top_p=number(0, 1),
             top_k=integer(0),
+            hlg=HLG,
             **kv_fields(),
             **draft_fields(),
         )

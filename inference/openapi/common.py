@@ -6,6 +6,8 @@ from typing import Any
 
 from labsettings import lab_settings
 
+from ..protocol.sampling import HLG_DEFAULTS, HLG_LIMITS
+
 Schema = dict[str, Any]
 
 MAX_TOP_LOGPROBS = 11  # as inference/engine/prompting/request.py (mlx_lm.server's cap)
@@ -189,8 +191,36 @@ def sampling_fields() -> dict[str, Schema]:
         "presence_context_size": integer(0, lab_settings.max_penalty_context),
         "frequency_penalty": number(),
         "frequency_context_size": integer(0, lab_settings.max_penalty_context),
+        "hlg": HLG,
         "stop": stop_field(),
     }
+
+
+def _knob(name: str, about: str) -> Schema:
+    low, high = HLG_LIMITS[name]
+    return {
+        **number(low, high),
+        "description": f"{about} Unset: the server's, else {HLG_DEFAULTS[name]:g}.",
+    }
+
+
+# docs/API.md, "HLG tone-curve sampling"; inference/chat/fields.py `hlg` checks it.
+HLG = nullable(
+    obj(
+        {
+            "enabled": {
+                "type": ["boolean", "null"],
+                "description": "Unset: the server's (MLXLAB_HLG_SAMPLING), else off.",
+            },
+            "width": _knob("width", "The pass-through band around the pivot, in logits."),
+            "shoulder": _knob(
+                "shoulder", "The head's compression: how far past the band the slope halves."
+            ),
+            "toe": _knob("toe", "The tail's compression: how far past the band the slope halves."),
+            "pivot_offset": _knob("pivot_offset", "The pivot's distance below the top logit."),
+        }
+    )
+)
 
 
 def kv_fields() -> dict[str, Schema]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from ..protocol.sampling import HLG_DEFAULTS
 from .common import (
     FINISH_REASON,
     USAGE,
@@ -140,6 +141,12 @@ MODEL = obj(
                     "enable_thinking": {"type": ["boolean", "null"]},
                     "chat_max_tokens": {"type": "integer"},
                     "completion_max_tokens": {"type": "integer"},
+                    "hlg": obj(
+                        {
+                            "enabled": {"type": "boolean"},
+                            **{name: {"type": "number"} for name in HLG_DEFAULTS},
+                        }
+                    ),
                     "sources": {
                         "type": "object",
                         "additionalProperties": {"enum": ["server", "model", "fallback"]},

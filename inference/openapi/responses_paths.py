@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .common import (
+    HLG,
     SEED,
     WARNING_HEADER,
     Schema,
@@ -77,6 +78,7 @@ def responses_request(limit: int) -> Schema:
             "min_p": number(0, 1),
             "seed": SEED,
             "stop": stop_field(),
+            "hlg": HLG,
             **kv_fields(),
             **draft_fields(),
             "metadata": nullable(

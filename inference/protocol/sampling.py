@@ -28,6 +28,7 @@ class SamplingParams:
     presence_context_size: int = 20
     frequency_penalty: float = 0.0
     frequency_context_size: int = 20
+    hlg: HlgParams | None = None  # HLG tone-curve sampling (resolve_hlg); None: off
 
     def __post_init__(self) -> None:
         checks = [
@@ -49,6 +50,66 @@ class SamplingParams:
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0
+
+
+@dataclass(frozen=True)
+class HlgParams:
+    """HLG tone-curve sampling, on (None is off): a logits processor reshapes each
+    distribution by its logits' distance below the top one (engine/loop/hlg.py has the
+    curve). The pivot sits `pivot_offset` below the top logit (mlx-bun's pivot "top");
+    within `width` around it logits pass through; the `shoulder` compresses the head
+    above that band, the `toe` the tail below it."""
+
+    width: float = 4.0
+    shoulder: float = 4.0
+    toe: float = 6.0
+    pivot_offset: float = 6.0
+
+    def __post_init__(self) -> None:
+        for name, value in self.knobs().items():
+            problem = hlg_problem(name, value)
+            if problem:
+                raise ValueError(problem)
+
+    def knobs(self) -> dict[str, float]:
+        return {name: getattr(self, name) for name in HLG_KNOBS}
+
+
+# mlx-bun's HLG_DEFAULTS: what a knob is when neither the request nor the server sets it.
+HLG_DEFAULTS = {"width": 4.0, "shoulder": 4.0, "toe": 6.0, "pivot_offset": 6.0}
+HLG_KNOBS = tuple(HLG_DEFAULTS)
+# Each knob's range, in logit units (nats). The shoulder and toe divide (a zero one would
+# be a hard clip, and float32 loses a knob near 0 or past 1e38); no logit distance that
+# matters comes near 1000. labsettings/parsers.py bounds MLXLAB_HLG_SAMPLING alike.
+HLG_LIMITS = {"width": (0.0, 1000.0), "shoulder": (0.01, 1000.0), "toe": (0.01, 1000.0),
+              "pivot_offset": (0.0, 1000.0)}  # fmt: skip
+
+
+def hlg_problem(name: str, value) -> str | None:
+    """What is wrong with `value` for knob `name` (its message names `hlg.<name>`), or None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"hlg.{name} must be a number"
+    low, high = HLG_LIMITS[name]
+    if not low <= value <= high:  # a NaN fails this too
+        return f"hlg.{name} must be between {low:g} and {high:g}"
+    return None
+
+
+def resolve_hlg(request: dict | None, server: dict | None) -> HlgParams | None:
+    """mlx-bun's resolveHlg: on when the request's `enabled`, else the server's, says so
+    (off when neither does); then each knob the request's, else the server's, else
+    HLG_DEFAULTS'. `request` and `server` hold the fields they set (None: unset)."""
+    request, server = request or {}, server or {}
+
+    def first(name: str, fallback):
+        for source in (request, server):
+            if source.get(name) is not None:
+                return source[name]
+        return fallback
+
+    if not first("enabled", False):
+        return None
+    return HlgParams(**{name: float(first(name, HLG_DEFAULTS[name])) for name in HLG_KNOBS})
 
 
 # mlx-lm's QuantizedKVCache packs 4 or 8 bits; its quantize takes these group sizes.

@@ -14,7 +14,7 @@ from inference.engine.caching.checkpoints import SUFFIX, CheckpointConfig, Check
 from inference.engine.caching.disk_writer import DiskWriter
 from inference.engine.prompting.request import Resume
 from inference.protocol.grammar import GrammarSpec
-from inference.protocol.sampling import KVScheme, SamplingParams
+from inference.protocol.sampling import HlgParams, KVScheme, SamplingParams
 from inference.protocol.wire import ChatInput, GenerateCall
 
 from .helpers import generate, submit
@@ -59,7 +59,13 @@ def interrupted(
 
 
 @pytest.mark.parametrize(
-    "sampling", [{"temperature": 0.8, "seed": 11}, {"temperature": 0.0}], ids=["seeded", "greedy"]
+    "sampling",
+    [
+        {"temperature": 0.8, "seed": 11},
+        {"temperature": 0.0},
+        {"temperature": 0.8, "seed": 11, "hlg": HlgParams()},
+    ],
+    ids=["seeded", "greedy", "seeded-hlg"],
 )
 def test_an_interrupted_generation_resumes_into_the_uninterrupted_text(engine, sampling):
     request = story(engine, **sampling)
@@ -133,6 +139,8 @@ def test_the_key_holds_every_field_that_changes_the_continuation(engine):
         dataclasses.replace(base, sampling=SamplingParams(temperature=0.8, seed=2)),
         dataclasses.replace(base, sampling=SamplingParams(temperature=0.7)),
         dataclasses.replace(base, sampling=SamplingParams(temperature=0.8, top_k=5)),
+        dataclasses.replace(base, sampling=SamplingParams(temperature=0.8, hlg=HlgParams())),
+        dataclasses.replace(base, sampling=SamplingParams(temperature=0.8, hlg=HlgParams(toe=5))),
         dataclasses.replace(base, stop=("dragon",)),
         dataclasses.replace(base, stop=("dragon", "sail")),
         dataclasses.replace(base, stop=("sail", "dragon")),

@@ -3,11 +3,11 @@ retry, which replays what was generated and continues it.
 
 Identity. A checkpoint is keyed by the sha256 of the canonical JSON of everything that can
 change a continuation (object keys sorted, arrays in order, as mlx-bun 0.4 keys them): the
-prompt's token ids, every sampling field, the stop list, max_tokens, the KV scheme, the
-adapter set, the grammar and tool choice, the model and its execution (path, device),
-the caller's scope, and the seed only when the client set it. A request without a seed
-gets one drawn by the worker; it travels in the checkpoint, not in the key, so that an
-identical retry finds the checkpoint and restores it.
+prompt's token ids, every sampling field (HLG's curve among them), the stop list,
+max_tokens, the KV scheme, the adapter set, the grammar and tool choice, the model and its
+execution (path, device), the caller's scope, and the seed only when the client set it. A
+request without a seed gets one drawn by the worker; it travels in the checkpoint, not in
+the key, so that an identical retry finds the checkpoint and restores it.
 
 State. Sampling re-seeds from (seed, step) at every step (sampling.py), so a generation's
 whole random state is its seed and how many tokens it has; a checkpoint holds the seed
@@ -33,7 +33,7 @@ import random
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..prompting.request import GenerationRequest, Resume
@@ -67,11 +67,8 @@ class CheckpointConfig:
 
 def policy(request: GenerationRequest, call, model: dict, *, seed_explicit: bool) -> dict:
     """Everything that can change `request`'s continuation (`call`: its wire.GenerateCall)."""
-    sampling = {
-        f.name: getattr(request.sampling, f.name)
-        for f in fields(request.sampling)
-        if f.name != "seed"
-    }
+    # Every field but the seed, nested ones (hlg's knobs) as objects of their own.
+    sampling = {name: value for name, value in asdict(request.sampling).items() if name != "seed"}
     chat = call.chat
     return {
         "version": VERSION,

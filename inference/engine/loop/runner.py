@@ -157,11 +157,10 @@ class Runner:
         prompt = _prompt(request)
         try:
             sampler = self._samplers.for_row(request.sampling, sequence, step=len(replayed))
-            processors = build_logits_processors(request.sampling)
             grammar = None
-            if request.grammar is not None:  # last, so bias can't revive a masked token
+            if request.grammar is not None:
                 grammar = GrammarProcessor(request.grammar, replayed)
-                processors.append(grammar)
+            processors = build_logits_processors(request.sampling, grammar)
             drafter = self.speculation.drafter_for(request, grammar)
             plan = self.prompt_cache.lookup(
                 prompt,

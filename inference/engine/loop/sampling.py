@@ -10,6 +10,7 @@ import mlx.core as mx
 from mlx_lm.sample_utils import greedy_sampler, make_logits_processors, make_sampler
 
 from ...protocol.sampling import SamplingParams
+from .hlg import HlgProcessor
 
 if TYPE_CHECKING:
     from .sequence import Sequence
@@ -88,9 +89,13 @@ def _seeded(sampler: Sampler, seed: int, step: int) -> Sampler:
     return _Seeded(sampler, seed, step)
 
 
-def build_logits_processors(params: SamplingParams) -> list[LogitsProcessor]:
-    """Bias and penalties, as mlx_lm.server builds them."""
-    return make_logits_processors(
+def build_logits_processors(
+    params: SamplingParams, grammar: LogitsProcessor | None = None
+) -> list[LogitsProcessor]:
+    """Bias and penalties, as mlx_lm.server builds them; then the grammar's mask, so that
+    bias cannot revive a masked token; then HLG's curve, so that its pivot is the top token
+    the grammar allows (the curve keeps a masked token masked)."""
+    processors = make_logits_processors(
         params.logit_bias,
         params.repetition_penalty,
         params.repetition_context_size,
@@ -99,6 +104,11 @@ def build_logits_processors(params: SamplingParams) -> list[LogitsProcessor]:
         params.frequency_penalty,
         params.frequency_context_size,
     )
+    if grammar is not None:
+        processors.append(grammar)
+    if params.hlg is not None:
+        processors.append(HlgProcessor(params.hlg))
+    return processors
 
 
 def guarded(function: Callable, sequence: Sequence, *, fallback: Callable) -> Callable:
