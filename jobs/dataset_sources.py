@@ -11,6 +11,7 @@ from django.utils import timezone
 from inference.api.responses_request import items_to_messages
 from inference.models import StoredResponse
 from inference.response_store import BrokenChain, response_chain
+from lab.message_tree import shown_path
 from lab.models import Conversation
 
 from .context import JobParamsError
@@ -67,7 +68,8 @@ def _check_found(ids: list, found: set, name: str) -> None:
 
 
 def conversation_chats(ids: list[int]) -> list[Chat]:
-    """Each conversation as a chat: its system prompt, then its turns in id order."""
+    """Each conversation as a chat: its system prompt, then the turns of its shown branch
+    (the versions the chat page shows; the others would repeat turns)."""
     chats = []
     conversations = Conversation.objects.filter(id__in=ids).prefetch_related("messages")
     by_id = {conversation.id: conversation for conversation in conversations}
@@ -79,7 +81,7 @@ def conversation_chats(ids: list[int]) -> list[Chat]:
         messages = messages if conversation.system_prompt else []
         messages += [
             {"role": m.role, "content": m.content}
-            for m in conversation.messages.all()
+            for m in shown_path(conversation.messages.all())
             if m.content.strip()  # a reply cut off before any text teaches nothing
         ]
         chats.append((messages, None))

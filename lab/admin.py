@@ -6,7 +6,7 @@ from .models import Conversation, Message, Preset, SideBySide
 class MessageInline(admin.TabularInline):
     model = Message
     extra = 0
-    fields = ["role", "content", "reasoning", "stats", "created_at"]
+    fields = ["role", "content", "parent", "shown", "reasoning", "stats", "created_at"]
     readonly_fields = fields
 
 

@@ -17,6 +17,7 @@ from access.error_responses import errors
 
 from .conversation_export import FORMATS, export
 from .conversations import branch, conversation_summary, message_dict, title_from
+from .message_tree import delete_message, path_with_versions, show
 from .models import Conversation, Message, Preset
 
 KIND_NAMES = {str: " string", dict: "n object"}
@@ -48,23 +49,47 @@ def _conversation(request: Request, conversation_id: int) -> Conversation:
 
 
 def conversation_dict(conversation: Conversation) -> dict:
+    """The conversation with its shown branch, each message with its turn's versions."""
     return {
         **conversation_summary(conversation),
         "system_prompt": conversation.system_prompt,
         "params": conversation.params,
         "created_at": conversation.created_at.isoformat(),
-        "messages": [message_dict(m) for m in conversation.messages.all()],
+        "messages": [message_dict(m, v) for m, v in path_with_versions(conversation)],
     }
+
+
+def _message_of(conversation: Conversation, request: Request) -> Message:
+    message_id = _object(request).get("message")
+    message = (
+        conversation.messages.filter(id=message_id).first()
+        if isinstance(message_id, int) and not isinstance(message_id, bool)
+        else None
+    )
+    if message is None:
+        raise ValidationError(
+            {"detail": "message must be the id of a message in this conversation"}
+        )
+    return message
+
+
+# ?kind= of the conversation list: the chat page's own, or the side-by-side page's runs.
+KINDS = {"chat": Q(side_by_side_run=""), "side_by_side": ~Q(side_by_side_run="")}
 
 
 class ConversationListApi(APIView):
     @extend_schema(
         responses={200: OpenApiTypes.OBJECT, **errors(403)},
+        parameters=[OpenApiParameter("q", str), OpenApiParameter("kind", str, enum=list(KINDS))],
         summary="My conversations",
         operation_id="conversations_list",
     )
     def get(self, request: Request) -> Response:
         conversations = Conversation.objects.filter(owner=request.user)
+        if kind := request.query_params.get("kind"):
+            if kind not in KINDS:
+                raise ValidationError({"detail": f"kind must be one of {', '.join(KINDS)}"})
+            conversations = conversations.filter(KINDS[kind])
         if query := request.query_params.get("q", "").strip():
             conversations = conversations.filter(
                 Q(title__icontains=query) | Q(messages__content__icontains=query)
@@ -124,17 +149,20 @@ class ConversationBranchApi(APIView):
     )
     def post(self, request: Request, conversation_id: int) -> Response:
         conversation = _conversation(request, conversation_id)
-        message_id = _object(request).get("message")
-        message = (
-            conversation.messages.filter(id=message_id).first()
-            if isinstance(message_id, int)
-            else None
-        )
-        if message is None:
-            raise ValidationError(
-                {"detail": "message must be the id of a message in this conversation"}
-            )
+        message = _message_of(conversation, request)
         return Response(conversation_dict(branch(conversation, message)), status=201)
+
+
+class ConversationShowApi(APIView):
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        responses={200: OpenApiTypes.OBJECT, **errors(400, 403, 404, 415)},
+        summary="Show another version of a turn (and the branch that follows it)",
+    )
+    def post(self, request: Request, conversation_id: int) -> Response:
+        conversation = _conversation(request, conversation_id)
+        show(_message_of(conversation, request))
+        return Response(conversation_dict(conversation))
 
 
 class ConversationExportApi(APIView):
@@ -161,7 +189,7 @@ class MessageApi(APIView):
         message = Message.objects.filter(conversation__owner=request.user, id=message_id).first()
         if message is None:
             raise NotFound("No such message of yours.")
-        message.delete()
+        delete_message(message)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -14,6 +14,7 @@ urlpatterns = [
     path(
         "conversations/<int:conversation_id>/export", conversations.ConversationExportApi.as_view()
     ),
+    path("conversations/<int:conversation_id>/show", conversations.ConversationShowApi.as_view()),
     path("messages/<int:message_id>", conversations.MessageApi.as_view()),
     path("side-by-side/votes", side_by_side.SideBySideVoteApi.as_view()),
     path("presets", conversations.PresetListApi.as_view()),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 
 from channels.db import database_sync_to_async
@@ -25,6 +26,7 @@ from .conversations import (
     Turn,
     conversation_summary,
     message_dict,
+    new_user_message,
     plan_edit,
     plan_regenerate,
     plan_send,
@@ -34,6 +36,7 @@ from .conversations import (
 log = logging.getLogger(__name__)
 
 UNAUTHENTICATED = 4401  # the websocket counterpart of HTTP 401
+RUN_KEY = re.compile(r"[A-Za-z0-9-]{1,64}")
 
 
 def _plan_turn(user, message: dict) -> Turn:
@@ -44,13 +47,23 @@ def _plan_turn(user, message: dict) -> Turn:
         text = message.get("content")
         if not isinstance(text, str) or not text.strip():
             raise ChatInputError("content must be a non-empty string")
-        return plan_send(user, message.get("conversation"), text, settings)
+        run = side_by_side_run(message.get("side_by_side_run"))
+        return plan_send(user, message.get("conversation"), text, settings, run)
     if kind == "regenerate":
         return plan_regenerate(user, message.get("conversation"), settings)
     text = message.get("content")
     if not isinstance(text, str) or not text.strip():
         raise ChatInputError("content must be a non-empty string")
     return plan_edit(user, message.get("conversation"), message.get("message"), text, settings)
+
+
+def side_by_side_run(value) -> str:
+    """The key a side-by-side page gives its run's conversations (None: a chat)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str) or not RUN_KEY.fullmatch(value):
+        raise ChatInputError("side_by_side_run must be 1 to 64 letters, digits or '-'")
+    return value
 
 
 class LiveStats:
@@ -167,22 +180,25 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def _begin(
         self, turn: Turn, model: str, events: RequestStream, prompt_tokens: int, received: float
     ):
-        conversation, user_message = await database_sync_to_async(turn.commit)(self.user, model)
+        conversation, user_message, parent = await database_sync_to_async(turn.commit)(
+            self.user, model
+        )
         await self.send_json(
             {"type": "conversation", "conversation": conversation_summary(conversation)}
         )
-        if turn.drop_after is not None:
+        if turn.hides:  # what a regenerate or an edit replaces leaves the shown branch
             await self.send_json(
-                {"type": "truncated", "conversation": conversation.id, "after": turn.drop_after}
+                {"type": "truncated", "conversation": conversation.id, "after": turn.hides_after}
             )
         if user_message is not None:
-            await self.send_json({"type": "user_message", "message": message_dict(user_message)})
+            shown = await database_sync_to_async(new_user_message)(user_message)
+            await self.send_json({"type": "user_message", "message": shown})
         self.reply = asyncio.create_task(
-            self._generate(conversation, model, events, prompt_tokens, received)
+            self._generate(conversation, parent, model, events, prompt_tokens, received)
         )
 
     async def _generate(
-        self, conversation, model: str, events, prompt_tokens: int, received: float
+        self, conversation, parent, model: str, events, prompt_tokens: int, received: float
     ) -> None:
         await self.send_json({"type": "start", "model": model})
         reply = Reply(received)
@@ -210,11 +226,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             else ("interrupted" if interrupted else "cancelled"),
             "model": model,
         }
-        saved = await database_sync_to_async(save_reply)(
-            conversation, "".join(reply.content), "".join(reply.reasoning), stats
+        saved, versions = await database_sync_to_async(save_reply)(
+            conversation, parent, "".join(reply.content), "".join(reply.reasoning), stats
         )
         with contextlib.suppress(Exception):  # the socket may be gone
-            await self.send_json({"type": "done", "message": message_dict(saved)})
+            await self.send_json({"type": "done", "message": message_dict(saved, versions)})
             if interrupted:
                 await self._error(interrupted)
 

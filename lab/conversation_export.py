@@ -1,11 +1,13 @@
 """A saved conversation as a file: Markdown to read, or JSON in OpenAI's chat shape
-(`{"model", "messages"}`, a body POST /v1/chat/completions takes as it is)."""
+(`{"model", "messages"}`, a body POST /v1/chat/completions takes as it is). Either holds
+the shown branch: the versions the page shows, as the model would read them."""
 
 from __future__ import annotations
 
 import json
 import re
 
+from .message_tree import conversation_path
 from .models import Conversation
 
 FORMATS = {"markdown": ("md", "text/markdown; charset=utf-8"), "json": ("json", "application/json")}
@@ -17,7 +19,7 @@ def openai_messages(conversation: Conversation) -> list[dict]:
     messages = []
     if conversation.system_prompt.strip():
         messages.append({"role": "system", "content": conversation.system_prompt})
-    for message in conversation.messages.all():
+    for message in conversation_path(conversation):
         messages.append({"role": message.role, "content": message.content})
     return messages
 
@@ -33,7 +35,7 @@ def as_markdown(conversation: Conversation) -> str:
         parts += [f"Model: `{conversation.model}`", ""]
     if conversation.system_prompt.strip():
         parts += ["## System", "", conversation.system_prompt.strip(), ""]
-    for message in conversation.messages.all():
+    for message in conversation_path(conversation):
         parts += [f"## {ROLE_HEADINGS.get(message.role, message.role)}", ""]
         if message.reasoning.strip():
             parts += ["<details><summary>Thinking</summary>", "", message.reasoning.strip()]

@@ -2,7 +2,8 @@
 
 A chat action (send, regenerate, edit) is first worked out in memory as a `Turn`, so a
 refused request (a bad parameter, an unknown model) changes nothing; `Turn.commit`
-then writes it.
+then writes it. A conversation is a tree of turns (lab/message_tree.py): an action
+reads and extends its shown branch.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from .chat_settings import ChatInputError, ChatSettings
+from .message_tree import add_message, conversation_path, copy_lineage, versions_of
 from .models import Conversation, Message
+from .side_by_side import variant_of
 
 TITLE_LENGTH = 60
 
@@ -22,7 +25,10 @@ def title_from(text: str) -> str:
     return line if len(line) <= TITLE_LENGTH else line[: TITLE_LENGTH - 1] + "…"
 
 
-def message_dict(message: Message) -> dict:
+def message_dict(message: Message, versions: list[int] | None = None) -> dict:
+    """A message for the page; `versions`: the ids of its turn's versions, its own among
+    them (oldest first), from which the page draws "< 2 / 3 >"."""
+    versions = versions or [message.id]
     return {
         "id": message.id,
         "role": message.role,
@@ -30,6 +36,9 @@ def message_dict(message: Message) -> dict:
         "reasoning": message.reasoning,
         "stats": message.stats,
         "created_at": message.created_at.isoformat(),
+        "parent": message.parent_id,
+        "version": versions.index(message.id) + 1 if message.id in versions else 1,
+        "versions": versions,
     }
 
 
@@ -39,38 +48,67 @@ def conversation_summary(conversation: Conversation) -> dict:
         "title": conversation.title,
         "model": conversation.model,
         "updated_at": conversation.updated_at.isoformat(),
+        "side_by_side_run": conversation.side_by_side_run or None,
     }
+
+
+def side_by_side_title(variant: str, prompt: str) -> str:
+    """The variant, then the prompt cut as a chat's title is: the 2-4 conversations of a
+    run share their prompt, and a title cut to fit the sidebar must still tell them apart
+    (the sidebar shows the prompt once, as the run's heading, and each variant under it)."""
+    return f"{' '.join(variant.split())[:100]} · {title_from(prompt)}"
 
 
 @dataclass
 class Turn:
-    """What an action will do: the conversation's turns to generate from, and the edits."""
+    """What an action will do: the turns to generate from, and the message it adds.
+
+    Nothing is deleted: regenerate and edit add a version beside the reply or the user
+    message they replace (lab/message_tree.py), and `hides_after` tells the page which
+    messages leave the shown branch (those after that id; None: all of them).
+    """
 
     conversation: Conversation | None  # None: a new one, created on commit
     settings: ChatSettings
     turns: list[dict]
-    user_text: str | None = None  # a new user message to append
-    edit: Message | None = None  # a user message whose text changes
-    drop_after: int | None = None  # remove the messages after this id (0: all)
+    user_text: str | None = None  # a new user message, after `parent`
+    parent: Message | None = None  # the turn the new user message follows
+    answers: Message | None = None  # regenerate: the user message the reply answers
+    edited: Message | None = None  # edit: the user message the new one is a version of
+    hides: bool = False  # regenerate and edit: the page hides what they replace
+    hides_after: int | None = None
+    side_by_side_run: str = ""  # a new conversation of a side-by-side run
 
     @transaction.atomic
-    def commit(self, owner, model: str) -> tuple[Conversation, Message | None]:
-        """Write the action; returns the conversation and the new or edited user message."""
+    def commit(self, owner, model: str) -> tuple[Conversation, Message | None, Message]:
+        """Write the action; returns the conversation, the new user message (None for a
+        regenerate) and the message the reply will follow."""
         conversation = self.conversation or Conversation(owner=owner, title="New chat")
-        if self.conversation is None and self.user_text:
-            conversation.title = title_from(self.user_text)
         conversation.model = model
         conversation.system_prompt = self.settings.system_prompt
         conversation.params = self.settings.saved()
+        if self.conversation is None and self.user_text:
+            conversation.side_by_side_run = self.side_by_side_run
+            conversation.title = (
+                side_by_side_title(variant_of(conversation), self.user_text)
+                if self.side_by_side_run
+                else title_from(self.user_text)
+            )
+        elif self.edited is not None and self._edits_the_title(conversation):
+            conversation.title = title_from(self.user_text or "")
         conversation.save()
-        if self.drop_after is not None:
-            conversation.messages.filter(id__gt=self.drop_after).delete()
-        user_message = self.edit
-        if self.edit is not None:
-            self.edit.save(update_fields=["content"])
-        if self.user_text is not None:
-            user_message = conversation.messages.create(role="user", content=self.user_text)
-        return conversation, user_message
+        if self.user_text is None:
+            return conversation, None, self.answers
+        user_message = add_message(
+            conversation=conversation, parent=self.parent, role="user", content=self.user_text
+        )
+        return conversation, user_message, user_message
+
+    def _edits_the_title(self, conversation: Conversation) -> bool:
+        # The title follows the first user message, unless the user renamed it.
+        first = next((t for t in self.turns if t["role"] == "user"), None)
+        edits_first = first is not None and first is self.turns[-1]
+        return edits_first and conversation.title == title_from(self.edited.content)
 
 
 def _turns(messages) -> list[dict]:
@@ -86,48 +124,69 @@ def _owned(owner, conversation_id) -> Conversation:
     return conversation
 
 
-def plan_send(owner, conversation_id, text: str, settings: ChatSettings) -> Turn:
+def plan_send(
+    owner, conversation_id, text: str, settings: ChatSettings, side_by_side_run: str = ""
+) -> Turn:
+    """A user message after the shown branch's last turn (a new conversation for None)."""
+    turn = [{"role": "user", "content": text}]
     if conversation_id is None:
-        return Turn(None, settings, [{"role": "user", "content": text}], user_text=text)
+        return Turn(None, settings, turn, user_text=text, side_by_side_run=side_by_side_run)
     conversation = _owned(owner, conversation_id)
-    turns = _turns(conversation.messages.all()) + [{"role": "user", "content": text}]
-    return Turn(conversation, settings, turns, user_text=text)
+    path = conversation_path(conversation)
+    parent = path[-1] if path else None
+    return Turn(conversation, settings, _turns(path) + turn, user_text=text, parent=parent)
 
 
 def plan_regenerate(owner, conversation_id, settings: ChatSettings) -> Turn:
+    """A new version of the reply to the shown branch's last user message."""
     conversation = _owned(owner, conversation_id)
-    messages = list(conversation.messages.all())
-    while messages and messages[-1].role == "assistant":
-        messages.pop()
-    if not messages:
+    path = conversation_path(conversation)
+    while path and path[-1].role == "assistant":
+        path.pop()
+    if not path:
         raise ChatInputError("there is no user message to answer")
-    return Turn(conversation, settings, _turns(messages), drop_after=messages[-1].id)
+    answers = path[-1]
+    return Turn(
+        conversation, settings, _turns(path), answers=answers, hides=True, hides_after=answers.id
+    )
 
 
 def plan_edit(owner, conversation_id, message_id, text: str, settings: ChatSettings) -> Turn:
+    """A new version of a user message of the shown branch; the edited one keeps its own
+    branch."""
     conversation = _owned(owner, conversation_id)
-    messages = list(conversation.messages.all())
-    index = next((i for i, m in enumerate(messages) if m.id == message_id), None)
-    if index is None or messages[index].role != "user":
+    path = conversation_path(conversation)
+    index = next((i for i, m in enumerate(path) if m.id == message_id), None)
+    if index is None or path[index].role != "user":
         raise ChatInputError(f"no user message {message_id} in this conversation")
-    edited = messages[index]
-    edited.content = text
+    edited = path[index]
+    turns = _turns(path[:index]) + [{"role": "user", "content": text}]
     return Turn(
-        conversation, settings, _turns(messages[: index + 1]), edit=edited, drop_after=edited.id
-    )
+        conversation, settings, turns, user_text=text, parent=path[index - 1] if index else None,
+        edited=edited, hides=True, hides_after=edited.parent_id,
+    )  # fmt: skip
 
 
-def save_reply(conversation: Conversation, content: str, reasoning: str, stats: dict) -> Message:
-    message = conversation.messages.create(
-        role="assistant", content=content, reasoning=reasoning, stats=stats
-    )
+def save_reply(
+    conversation: Conversation, parent: Message, content: str, reasoning: str, stats: dict
+) -> tuple[Message, list[int]]:
+    """The reply, after the message it answers, as the shown version of its turn; and
+    the ids of that turn's versions."""
+    message = add_message(
+        conversation=conversation, parent=parent, role="assistant",
+        content=content, reasoning=reasoning, stats=stats,
+    )  # fmt: skip
     conversation.save(update_fields=["updated_at"])
-    return message
+    return message, versions_of(message)
 
 
-@transaction.atomic
+def new_user_message(message: Message) -> dict:
+    """The websocket's user_message: the new message with its turn's versions."""
+    return message_dict(message, versions_of(message))
+
+
 def branch(conversation: Conversation, message: Message) -> Conversation:
-    """A new conversation holding copies of the messages up to and including `message`."""
+    """A new conversation holding copies of `message` and the turns before it."""
     copy = Conversation.objects.create(
         owner=conversation.owner,
         title=title_from(f"{conversation.title} (branch)"),
@@ -135,14 +194,5 @@ def branch(conversation: Conversation, message: Message) -> Conversation:
         system_prompt=conversation.system_prompt,
         params=conversation.params,
     )
-    Message.objects.bulk_create(
-        Message(
-            conversation=copy,
-            role=m.role,
-            content=m.content,
-            reasoning=m.reasoning,
-            stats=m.stats,
-        )
-        for m in conversation.messages.filter(id__lte=message.id)
-    )
+    copy_lineage(message, copy)
     return copy

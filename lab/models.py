@@ -1,3 +1,5 @@
+from __future__ import annotations
+
 from django.conf import settings
 from django.db import models
 
@@ -12,6 +14,9 @@ class Conversation(models.Model):
     model = models.CharField(max_length=200, blank=True)
     system_prompt = models.TextField(blank=True)
     params = models.JSONField(default=dict, blank=True)  # sampling, thinking, structured
+    # The side-by-side run this conversation answered in (a key the page made up for the
+    # run, shared by its 2-4 columns); blank for a chat. The sidebar groups by it.
+    side_by_side_run = models.CharField(max_length=64, blank=True, db_index=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True, db_index=True)
 
@@ -22,19 +27,44 @@ class Conversation(models.Model):
         return self.title
 
 
+class MessageManager(models.Manager):
+    def create(self, **fields) -> Message:
+        """A message, by default the next turn of the shown branch (as `messages.create`
+        appended to the conversation before turns had versions); `parent=None` makes a
+        first turn. It becomes the shown version of its turn."""
+        from .message_tree import add_message  # the tree's rules live there
+
+        if "conversation" not in fields:
+            fields["conversation"] = Conversation.objects.get(id=fields.pop("conversation_id"))
+        if "parent_id" in fields:
+            parent_id = fields.pop("parent_id")
+            fields["parent"] = None if parent_id is None else self.get(id=parent_id)
+        return add_message(**fields)
+
+
 class Message(models.Model):
-    """One turn; a conversation's messages are read in id order."""
+    """One turn of a conversation, which is a tree of them (docs/LAB_UI.md, "Reply
+    versions"): a message's siblings (same parent) are the versions of its turn, and
+    `shown` marks the one the page shows; lab/message_tree.py reads and changes it."""
 
     ROLES = [("user", "user"), ("assistant", "assistant")]
 
     conversation = models.ForeignKey(
         Conversation, on_delete=models.CASCADE, related_name="messages"
     )
+    # The turn this one follows (null: a first turn). Deleting a message deletes the
+    # branch that followed it; message_tree.delete_message keeps an only version's.
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
+    )
+    shown = models.BooleanField(default=True)  # the shown version among its siblings
     role = models.CharField(max_length=16, choices=ROLES)
     content = models.TextField(blank=True)
     reasoning = models.TextField(blank=True)
     stats = models.JSONField(default=dict, blank=True)  # ttft, tokens/s, counts, finish reason
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = MessageManager()
 
     class Meta:
         ordering = ["id"]
@@ -73,11 +103,13 @@ class SideBySide(models.Model):
     variants = models.JSONField(default=list)  # labels: "model" or "model + adapter"
     conversations = models.ManyToManyField(Conversation, related_name="side_by_sides")
     conversation_ids = models.JSONField(default=list)  # the columns' order
-    winner = models.PositiveSmallIntegerField()  # index into variants
+    winner = models.PositiveSmallIntegerField(null=True)  # index into variants; null: a tie
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
+        if self.winner is None:
+            return f"a tie ({' vs '.join(self.variants)})"
         return f"{self.variants[self.winner]} preferred ({' vs '.join(self.variants)})"

@@ -8,6 +8,7 @@ from itertools import combinations
 from django.db import transaction
 
 from .chat_settings import ChatInputError
+from .message_tree import conversation_path
 from .models import Conversation, SideBySide
 
 MIN_COLUMNS, MAX_COLUMNS = 2, 4
@@ -22,11 +23,12 @@ def variant_of(conversation: Conversation) -> str:
 
 @transaction.atomic
 def record_vote(owner, conversation_ids, winner) -> SideBySide:
-    """Keep the vote with its conversations; ChatInputError says what will not do."""
+    """Keep the vote with its conversations (`winner` None: a tie); ChatInputError says
+    what will not do."""
     conversations = _columns(owner, conversation_ids)
-    if isinstance(winner, bool) or not isinstance(winner, int):
-        raise ChatInputError("winner must be the index of the better reply")
-    if not 0 <= winner < len(conversations):
+    if winner is not None and (isinstance(winner, bool) or not isinstance(winner, int)):
+        raise ChatInputError("winner must be the index of the better reply, or null for a tie")
+    if winner is not None and not 0 <= winner < len(conversations):
         raise ChatInputError(f"winner must be between 0 and {len(conversations) - 1}")
     prompts = {_prompt_and_reply(conversation) for conversation in conversations}
     if len(prompts) != 1:
@@ -57,10 +59,11 @@ def _columns(owner, conversation_ids) -> list[Conversation]:
 
 
 def _prompt_and_reply(conversation: Conversation) -> str:
-    roles = list(conversation.messages.values_list("role", "content"))
-    if [role for role, _ in roles] != ["user", "assistant"]:
+    # The shown branch: a column regenerated in the chat page still answers its prompt.
+    path = conversation_path(conversation)
+    if [m.role for m in path] != ["user", "assistant"]:
         raise ChatInputError(f"conversation {conversation.id} is not one prompt and its reply")
-    return roles[0][1]
+    return path[0].content
 
 
 def vote_dict(vote: SideBySide) -> dict:
@@ -72,15 +75,17 @@ def vote_dict(vote: SideBySide) -> dict:
 
 
 def pair_counts(labels: list[str]) -> list[dict]:
-    """For each pair of these variants: how often each won a vote they were both in."""
+    """For each pair of these variants: how often each won a vote they were both in (a
+    tie counts as a vote that neither won)."""
     votes = list(SideBySide.objects.values_list("variants", "winner"))
     counts = []
     for first, second in combinations(dict.fromkeys(labels), 2):
         together = [(variants, winner) for variants, winner in votes
                     if first in variants and second in variants]  # fmt: skip
-        wins = [variants[winner] for variants, winner in together]
+        wins = [variants[winner] for variants, winner in together if winner is not None]
         counts.append({
             "pair": (first, second), "votes": len(together),
             "wins": (wins.count(first), wins.count(second)),
+            "ties": len(together) - len(wins),
         })  # fmt: skip
     return counts

@@ -26,7 +26,12 @@ def chat(request: HttpRequest) -> HttpResponse:
 @login_required
 @ensure_csrf_cookie
 def side_by_side(request: HttpRequest) -> HttpResponse:
-    return render(request, "lab/side_by_side.html", {"default_model": default_model_name()})
+    # The chat's sampling fields, max tokens starting where the chat's does.
+    context = {
+        "default_model": default_model_name(),
+        "chat_max_tokens": settings_table.chat_max_tokens,
+    }
+    return render(request, "lab/side_by_side.html", context)
 
 
 @login_required
@@ -39,3 +44,8 @@ def models(request: HttpRequest) -> HttpResponse:
 @ensure_csrf_cookie
 def lab_settings(request: HttpRequest) -> HttpResponse:
     return render(request, "lab/settings.html")
+
+
+@login_required
+def usage(request: HttpRequest) -> HttpResponse:
+    return render(request, "lab/usage.html")

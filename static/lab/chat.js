@@ -1,14 +1,16 @@
 // The chat page: wires the conversation list, the settings panel and the websocket to
 // the message column. See docs/LAB_UI.md for the protocol.
 
-import { apiDelete, apiGet, apiPost } from './api.js';
+import { apiGet } from './api.js';
+import { MessageActions } from './chat_actions.js';
 import { SettingsPanel } from './chat_panel.js';
 import { ExportMenu } from './chat_export.js';
-import { PanelToggle, wireComposer } from './chat_layout.js';
-import { MessageColumn, StreamingBubble, cancelEdit, createMessage, createPendingMessage, messageText, startEdit } from './chat_render.js';
+import { PanelToggle, setPageTitle, setUrl, wireComposer } from './chat_layout.js';
+import { MessageColumn, StreamingBubble, cancelEdit, createMessage } from './chat_render.js';
 import { ConversationList } from './chat_sidebar.js';
 import { ChatSocket } from './chat_socket.js';
-import { copyWithFeedback, hideBanner, readJsonScript, showBanner, wireBannerClose } from './util.js';
+import { dropWaiting, showWaiting, undoEdit } from './chat_waiting.js';
+import { hideBanner, readJsonScript, showBanner, wireBannerClose } from './util.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -32,13 +34,8 @@ const state = {
   interrupted: false, // the socket dropped mid-reply: reload once it is back
 };
 
-function showError(message) {
-  showBanner(dom.error, message);
-}
-
-function clearError() {
-  hideBanner(dom.error);
-}
+const showError = (message) => showBanner(dom.error, message);
+const clearError = () => hideBanner(dom.error);
 
 const column = new MessageColumn($('messages'), $('chat-empty'));
 
@@ -104,17 +101,7 @@ function viewingRequest() {
   return Boolean(state.request) && state.request.view === state.view;
 }
 
-function setTitle(title) {
-  dom.title.textContent = title || 'New chat';
-  document.title = `${title || 'New chat'} · MLX Lab`;
-}
-
-function setUrl(id, mode) {
-  if (mode === 'none') return;
-  const url = id ? `/?c=${id}` : '/';
-  if (mode === 'replace') history.replaceState(null, '', url);
-  else history.pushState(null, '', url);
-}
+const setTitle = (title) => setPageTitle(dom.title, title);
 
 // ---- conversations
 
@@ -155,31 +142,6 @@ async function newChat({ historyMode = 'push' } = {}) {
 
 // ---- requests
 
-// What the user sees at once, before the server answers: their message (a send), the
-// replies it replaces hidden (regenerate, edit), and the reply saying what it waits for.
-function showWaiting(model, { pendingText, supersede }) {
-  if (supersede) column.supersedeFrom(supersede);
-  if (pendingText !== null) {
-    state.request.pendingNode = createPendingMessage(pendingText);
-    column.place(state.request.pendingNode);
-  }
-  const name = model || panel.fallbackModel() || 'the model';
-  state.bubble = new StreamingBubble(name, () => column.followIfNear(), { loading: !panel.isLoaded(name) });
-  column.place(state.bubble.node);
-  column.scrollToBottom();
-}
-
-// A request that will not be answered: take back what showWaiting put up.
-function dropWaiting(request) {
-  if (state.bubble) {
-    state.bubble.begin(); // stops its clock
-    if (state.bubble.isEmpty()) state.bubble.node.remove();
-    else state.bubble.fail();
-  }
-  request?.pendingNode?.remove();
-  column.restore();
-}
-
 // Sends one websocket request with the panel's settings; false if it could not go out.
 function startRequest(payload, { pendingText = null, editing = null, supersede = null } = {}) {
   if (state.generating) {
@@ -198,7 +160,10 @@ function startRequest(payload, { pendingText = null, editing = null, supersede =
   clearError();
   state.request = { view: state.view, conversationId: payload.conversation ?? null, pendingText, editing };
   setGenerating(true);
-  showWaiting(settings.model, { pendingText, supersede });
+  const model = settings.model || panel.fallbackModel() || 'the model';
+  const shown = showWaiting(column, { model, loading: !panel.isLoaded(model), pendingText, supersede });
+  state.bubble = shown.bubble;
+  state.request.pendingNode = shown.pendingNode;
   return true;
 }
 
@@ -227,8 +192,12 @@ function saveEdit(node, text) {
     return;
   }
   const payload = { type: 'edit', conversation: state.conversationId, message: Number(node.dataset.id), content: text };
-  // Shown at once; the server's user_message confirms it (or `error` puts the old text back).
-  if (startRequest(payload, { editing: node, supersede: node.nextElementSibling })) cancelEdit(node, text);
+  // Shown at once; the server's user_message (the new version) takes its place, or `error`
+  // puts the old text back. Pending, it stays while `truncated` clears the old branch.
+  if (startRequest(payload, { editing: node, supersede: node.nextElementSibling })) {
+    cancelEdit(node, text);
+    node.classList.add('pending');
+  }
 }
 
 function stopGenerating() {
@@ -236,8 +205,8 @@ function stopGenerating() {
     // Never reached the server: take the request back.
     socket.clearQueue();
     if (state.request?.pendingText && !dom.composer.value) dom.composer.value = state.request.pendingText;
-    if (state.request?.editing?.isConnected) cancelEdit(state.request.editing);
-    dropWaiting(state.request);
+    undoEdit(state.request?.editing);
+    dropWaiting(column, state.bubble, state.request?.pendingNode);
     finishRequest();
     return;
   }
@@ -259,7 +228,7 @@ const handlers = {
   },
 
   user_message({ message }) {
-    const pending = state.request?.pendingNode;
+    const pending = state.request?.pendingNode || state.request?.editing;
     if (state.request) Object.assign(state.request, { pendingText: null, pendingNode: null, editing: null });
     if (!viewingRequest()) return;
     const replacing = column.find(message.id) || (pending?.isConnected ? pending : null);
@@ -307,11 +276,11 @@ const handlers = {
   error({ message }) {
     showError(message || 'The request failed.');
     const request = state.request;
-    if (viewingRequest()) dropWaiting(request);
+    if (viewingRequest()) dropWaiting(column, state.bubble, request?.pendingNode);
     else state.bubble?.begin();
     // A refused send: give the text back rather than lose it.
     if (request?.pendingText && !dom.composer.value) dom.composer.value = request.pendingText;
-    if (request?.editing?.isConnected) cancelEdit(request.editing); // back to the saved text
+    undoEdit(request?.editing); // back to the saved text
     finishRequest();
   },
 };
@@ -348,47 +317,21 @@ function socketStatus(status, info) {
   }
 }
 
-// ---- message actions
+// ---- message actions (chat_actions.js)
 
-async function deleteMessage(node) {
-  const id = node.dataset.id;
-  if (!id) return;
-  const whose = node.dataset.role === 'user' ? 'your message' : 'this reply';
-  if (!window.confirm(`Delete ${whose}? This cannot be undone.`)) return;
-  try {
-    await apiDelete(`/api/messages/${encodeURIComponent(id)}`);
-    column.remove(node);
-  } catch (error) {
-    showError(`Could not delete the message: ${error.message}`);
-  }
-}
-
-async function branchAt(node) {
-  if (!node.dataset.id || state.conversationId === null) return;
-  try {
-    const body = { message: Number(node.dataset.id) };
-    const branch = await apiPost(`/api/conversations/${state.conversationId}/branch`, body);
+new MessageActions($('messages'), {
+  conversationId: () => state.conversationId,
+  generating: () => state.generating,
+  column,
+  showError,
+  regenerate,
+  saveEdit,
+  opened: (conversation) => column.show(conversation.messages || []),
+  openBranch: async (branch) => {
     sidebar.upsert(branch);
     await openConversation(branch.id);
-  } catch (error) {
-    showError(`Could not branch: ${error.message}`);
-  }
-}
-
-function messageAction(event) {
-  const button = event.target.closest('button[data-action]');
-  const node = button?.closest('.message');
-  if (!node) return;
-  const action = button.dataset.action;
-  if (action === 'copy') copyWithFeedback(button, messageText(node));
-  else if (action === 'delete') deleteMessage(node);
-  else if (action === 'branch') branchAt(node);
-  else if (action === 'regenerate') regenerate();
-  else if (action === 'edit') {
-    if (state.generating) showError('Wait for the reply to finish (or stop it) before editing.');
-    else startEdit(node, (text) => saveEdit(node, text));
-  }
-}
+  },
+});
 
 // Esc stops the reply being generated; otherwise it closes a floating panel.
 function pageKey(event) {
@@ -415,7 +358,6 @@ function wirePage() {
     sidebarToggle.hideIfFloating();
     newChat();
   });
-  $('messages').addEventListener('click', messageAction);
   document.addEventListener('keydown', pageKey);
   window.addEventListener('popstate', () => {
     const id = Number(new URLSearchParams(location.search).get('c'));

@@ -1,4 +1,18 @@
-// Layout helpers of the chat page: the collapsible side panels and the composer box.
+// Layout helpers of the chat page: the collapsible side panels, the composer box, the
+// title and the address (/?c=<id>).
+
+export function setPageTitle(titleEl, title) {
+  titleEl.textContent = title || 'New chat';
+  document.title = `${title || 'New chat'} · MLX Lab`;
+}
+
+// mode: 'push' (a new history entry), 'replace', or 'none'.
+export function setUrl(id, mode) {
+  if (mode === 'none') return;
+  const url = id ? `/?c=${id}` : '/';
+  if (mode === 'replace') history.replaceState(null, '', url);
+  else history.pushState(null, '', url);
+}
 
 // A side panel shown or hidden by a class on the layout. On narrow screens the panels
 // float over the messages, so they start hidden there and close after use.

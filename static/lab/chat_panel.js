@@ -2,23 +2,13 @@
 // parameters, thinking switch, presets and structured output. `collect()` builds the
 // settings part of each websocket request ({model, adapter, system_prompt, params,
 // thinking, structured}); params carry the draft source (speculative decoding) too.
+// The preset, system prompt and parameters are sampling_fields.js, shared with the
+// side-by-side page.
 
-import { apiDelete, apiGet, apiPost, chats, results } from './api.js';
+import { apiGet, chats, results } from './api.js';
 import { AdapterPicker, NO_ADAPTER } from './chat_adapters.js';
+import { PresetPicker, SamplingFields } from './sampling_fields.js';
 import { debounce, el } from './util.js';
-
-const PARAMS = [
-  { key: 'temperature', integer: false },
-  { key: 'top_p', integer: false },
-  { key: 'top_k', integer: true },
-  { key: 'min_p', integer: false },
-  { key: 'max_tokens', integer: true },
-  { key: 'repetition_penalty', integer: false },
-  { key: 'seed', integer: true, placeholder: 'random' }, // no default: empty means a random seed
-  { key: 'num_draft_tokens', integer: true, placeholder: 'auto' }, // empty: the engine's choice
-];
-const PLACEHOLDERS = Object.fromEntries(PARAMS.map(({ key, placeholder }) => [key, placeholder || '']));
-const NO_DEFAULT_FILL = new Set(['seed', 'num_draft_tokens']);
 
 // The draft choices every model has; registered models follow them.
 const DRAFT_METHODS = [
@@ -44,36 +34,30 @@ export class SettingsPanel {
     this.chatMaxTokens = Number.isInteger(chatMaxTokens) && chatMaxTokens > 0 ? chatMaxTokens : null;
     this.onError = onError;
     this.models = [];
-    this.presets = [];
     this.modelInfo = null;
     this.detailsRequest = 0;
     this.fillDefaults = true; // a new chat takes the model's defaults as its values
     this.picker = $('model-picker');
     this.adapters = new AdapterPicker({ select: $('adapter-picker'), onError });
-    this.systemPrompt = $('system-prompt');
-    this.stop = $('param-stop');
+    this.fields = new SamplingFields();
+    this.systemPrompt = this.fields.systemPrompt;
     this.draft = $('param-draft_model');
     this.thinking = $('thinking-toggle');
     this.thinkingField = $('thinking-field');
-    this.presetPicker = $('preset-picker');
+    this.presets = new PresetPicker({
+      systemPrompt: this.systemPrompt,
+      read: () => this.readParams(),
+      apply: (preset) => this.setParams(preset.params || {}, { dirty: true }),
+      onError,
+    });
     this.structuredKind = $('structured-kind');
     this.structuredValue = $('structured-value');
     this.structuredError = $('structured-error');
-    this.inputs = new Map(PARAMS.map(({ key }) => [key, $(`param-${key}`)]));
     this.wire();
   }
 
   wire() {
     this.picker.addEventListener('change', () => this.modelChanged());
-    for (const input of this.inputs.values()) {
-      // A value the user typed survives a model change; untouched ones follow the model.
-      input.addEventListener('input', () => {
-        input.dataset.dirty = '1';
-      });
-    }
-    this.presetPicker.addEventListener('change', () => this.applySelectedPreset());
-    $('save-preset').addEventListener('click', () => this.savePreset());
-    $('delete-preset').addEventListener('click', () => this.deletePreset());
     this.structuredKind.addEventListener('change', () => this.structuredKindChanged());
     const check = debounce(() => this.readStructured({ quietWhenEmpty: true }), 300);
     this.structuredValue.addEventListener('input', check);
@@ -81,7 +65,7 @@ export class SettingsPanel {
 
   async init() {
     this.structuredKindChanged();
-    await Promise.all([this.loadModels(), this.loadPresets()]);
+    await Promise.all([this.loadModels(), this.presets.load()]);
   }
 
   // ---- models
@@ -197,16 +181,7 @@ export class SettingsPanel {
       const room = Number.isInteger(contextLength) && contextLength > 0 ? contextLength : Infinity;
       starts.max_tokens = Math.min(this.chatMaxTokens, room);
     }
-    for (const [key, input] of this.inputs) {
-      const fallback = defaults[key];
-      const value = starts[key];
-      input.placeholder = fallback === undefined || fallback === null ? PLACEHOLDERS[key] : String(fallback);
-      // The field being typed in keeps its text: the details can arrive mid-keystroke.
-      const editing = document.activeElement === input;
-      if (this.fillDefaults && !input.dataset.dirty && !editing && !NO_DEFAULT_FILL.has(key)) {
-        input.value = value === undefined || value === null ? '' : String(value);
-      }
-    }
+    this.fields.applyDefaults(defaults, starts, this.fillDefaults);
   }
 
   showThinking(supported) {
@@ -218,27 +193,12 @@ export class SettingsPanel {
   // ---- values in and out
 
   setParams(params, { dirty }) {
-    for (const [key, input] of this.inputs) {
-      const value = params[key];
-      input.value = value === undefined || value === null ? '' : String(value);
-      if (dirty && input.value !== '') input.dataset.dirty = '1';
-      else delete input.dataset.dirty;
-    }
-    this.stop.value = Array.isArray(params.stop) ? params.stop.join('\n') : '';
+    this.fields.set(params, { dirty });
     this.selectDraft(typeof params.draft_model === 'string' ? params.draft_model : '');
   }
 
   readParams() {
-    const params = {};
-    for (const { key, integer } of PARAMS) {
-      const text = this.inputs.get(key).value.trim();
-      if (text === '') continue; // empty: the server's default (for seed: random)
-      const number = Number(text);
-      if (!Number.isFinite(number)) continue;
-      params[key] = integer ? Math.trunc(number) : number;
-    }
-    const stops = this.stop.value.split('\n').filter((line) => line.trim() !== '');
-    if (stops.length) params.stop = stops;
+    const params = this.fields.read();
     if (this.draft.value) params.draft_model = this.draft.value;
     return params;
   }
@@ -264,7 +224,7 @@ export class SettingsPanel {
     this.setParams({}, { dirty: false });
     this.thinking.checked = true; // templates think by default when they can
     this.setStructured(null);
-    this.presetPicker.value = '';
+    this.presets.clear();
     this.adapters.want(NO_ADAPTER);
     return this.selectModel(this.defaultModel);
   }
@@ -285,58 +245,9 @@ export class SettingsPanel {
     const thinking = conversation.thinking ?? params.thinking;
     this.thinking.checked = thinking !== false;
     this.setStructured(conversation.structured ?? params.structured ?? null);
-    this.presetPicker.value = '';
+    this.presets.clear();
     this.adapters.want(conversation.adapter ?? params.adapter ?? NO_ADAPTER);
     return this.selectModel(conversation.model);
-  }
-
-  // ---- presets
-
-  async loadPresets(selectId = '') {
-    try {
-      this.presets = results(await apiGet('/api/presets'));
-    } catch (error) {
-      this.onError(`Could not list the presets: ${error.message}`);
-      this.presets = [];
-    }
-    const options = this.presets.map((preset) => el('option', { value: String(preset.id) }, preset.name));
-    this.presetPicker.replaceChildren(el('option', { value: '' }, 'Choose a preset…'), ...options);
-    this.presetPicker.value = selectId ? String(selectId) : '';
-  }
-
-  selectedPreset() {
-    return this.presets.find((preset) => String(preset.id) === this.presetPicker.value) || null;
-  }
-
-  applySelectedPreset() {
-    const preset = this.selectedPreset();
-    if (!preset) return;
-    this.systemPrompt.value = preset.system_prompt || '';
-    this.setParams(preset.params || {}, { dirty: true });
-  }
-
-  async savePreset() {
-    const current = this.selectedPreset();
-    const name = window.prompt('Save the system prompt and parameters as preset:', current ? current.name : '');
-    if (name === null || !name.trim()) return;
-    try {
-      const body = { name: name.trim(), system_prompt: this.systemPrompt.value, params: this.readParams() };
-      const saved = await apiPost('/api/presets', body);
-      await this.loadPresets(saved.id);
-    } catch (error) {
-      this.onError(`Could not save the preset: ${error.message}`);
-    }
-  }
-
-  async deletePreset() {
-    const preset = this.selectedPreset();
-    if (!preset || !window.confirm(`Delete the preset "${preset.name}"?`)) return;
-    try {
-      await apiDelete(`/api/presets/${encodeURIComponent(preset.id)}`);
-      await this.loadPresets();
-    } catch (error) {
-      this.onError(`Could not delete the preset: ${error.message}`);
-    }
   }
 
   // ---- structured output

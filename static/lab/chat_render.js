@@ -1,7 +1,9 @@
 // Message elements of the chat page: saved messages, the streaming reply, their stats.
 // Element shape (the browser tests rely on it):
-//   article.message[data-role][data-id] > .content, details.reasoning, .stats, buttons[data-action]
+//   article.message[data-role][data-id][data-versions] > .message-header (with .versions),
+//   .content, details.reasoning, .stats, buttons[data-action]
 
+import { versionSwitcher } from './chat_versions.js';
 import { renderMarkdown } from './markdown.js';
 import { el } from './util.js';
 
@@ -26,12 +28,13 @@ function messageActions(role) {
   return el('div', { class: 'message-actions' }, buttons);
 }
 
-function messageHeader(role, model) {
+function messageHeader(role, model, versions = null) {
   return el(
     'div',
     { class: 'message-header' },
     el('span', { class: 'message-role' }, role === 'user' ? 'You' : 'Assistant'),
     model ? el('span', { class: 'message-model' }, model) : null,
+    versions,
   );
 }
 
@@ -94,12 +97,13 @@ export function renderStats(statsEl, stats) {
   statsEl.title = details.filter(Boolean).join(' · ');
 }
 
-// A saved message ({id, role, content, reasoning, stats}) as an element.
+// A saved message ({id, role, content, reasoning, stats, versions}) as an element.
 export function createMessage(message) {
   const role = message.role === 'user' ? 'user' : 'assistant';
   const stats = message.stats && typeof message.stats === 'object' ? message.stats : null;
-  const node = el('article', { class: `message message-${role}`, dataset: { role, id: String(message.id) } });
-  node.append(messageHeader(role, role === 'assistant' ? stats?.model : null));
+  const versions = Array.isArray(message.versions) ? message.versions.join(',') : '';
+  const node = el('article', { class: `message message-${role}`, dataset: { role, id: String(message.id), versions } });
+  node.append(messageHeader(role, role === 'assistant' ? stats?.model : null, versionSwitcher(message)));
   if (role === 'assistant' && message.reasoning) node.append(reasoningBlock(message.reasoning, false));
   const contentEl = el('div', { class: role === 'user' ? 'content plain' : 'content markdown' });
   fillContent(contentEl, role, message.content || '');

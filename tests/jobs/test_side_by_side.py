@@ -30,7 +30,7 @@ def test_two_columns_stream_and_the_vote_is_counted(
     page.on("websocket", lambda ws: sockets.append(ws))
     pickers.nth(0).select_option(DEFAULT_MODEL)
     pickers.nth(1).select_option(QUANTIZED)
-    page.fill("#sbs-max-tokens", "8")
+    page.fill("#param-max_tokens", "8")  # the chat's sampling fields, shared
     page.fill("#sbs-prompt", PROMPT)
     page.click("#sbs-send")
     columns = page.locator(".sbs-column")

@@ -13,6 +13,7 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser
 
 from inference.engines import supervisor
+from lab.message_tree import conversation_path
 from lab.models import Conversation, Message
 from lab.routing import websocket_urlpatterns
 from tests.conftest import DEFAULT_MODEL, THINKING_MODEL
@@ -119,7 +120,7 @@ def test_stop_cancels_in_the_engine_and_keeps_the_partial_reply(registered_model
     assert Message.objects.get(id=done["message"]["id"]).content == done["message"]["content"]
 
 
-def test_regenerate_and_edit_replace_the_tail(registered_models, alice):
+def test_regenerate_and_edit_add_versions_of_the_turn(registered_models, alice):
     async def scenario():
         chat = await connected(alice)
         await chat.send_json_to(send("Say hello."))
@@ -142,17 +143,22 @@ def test_regenerate_and_edit_replace_the_tail(registered_models, alice):
 
     conversation, user_id, first, second, between, third, edited = run(scenario)
     assert {"type": "truncated", "conversation": conversation, "after": user_id} in between
-    assert second["message"]["id"] != first["message"]["id"]
-    assert [m for m in edited if m["type"] == "user_message"][0]["message"]["content"] == (
-        "What is the capital of France?"
-    )
+    assert second["message"]["versions"] == [first["message"]["id"], second["message"]["id"]]
+    assert second["message"]["version"] == 2
+    # The edit hides the whole branch (its message was the first turn) and adds a version.
+    assert {"type": "truncated", "conversation": conversation, "after": None} in edited
+    new_user = [m for m in edited if m["type"] == "user_message"][0]["message"]
+    assert new_user["content"] == "What is the capital of France?"
+    assert new_user["versions"] == [user_id, new_user["id"]]
     assert "Paris" in third["message"]["content"]
-    messages = list(Message.objects.filter(conversation_id=conversation))
-    assert [(m.id, m.role) for m in messages] == [
-        (user_id, "user"),
+    assert third["message"]["parent"] == new_user["id"]
+    path = conversation_path(Conversation.objects.get(id=conversation))
+    assert [(m.id, m.role) for m in path] == [
+        (new_user["id"], "user"),
         (third["message"]["id"], "assistant"),
     ]
-    assert messages[0].content == "What is the capital of France?"
+    assert Message.objects.filter(conversation_id=conversation).count() == 5  # all kept
+    assert Conversation.objects.get(id=conversation).title == "What is the capital of France?"
 
 
 def test_thinking_switch_splits_the_reasoning(registered_models, alice):
@@ -181,6 +187,7 @@ def test_thinking_switch_splits_the_reasoning(registered_models, alice):
         (send("hi", params={"draft_model": "no-such-draft"}), "is not a registered model"),
         (send("hi", params={"num_draft_tokens": 0}), "num_draft_tokens must be at least 1"),
         (send("hi", conversation=999), "no conversation 999 of yours"),
+        (send("hi", side_by_side_run="a run"), "side_by_side_run must be"),
         ({"type": "dance"}, "type must be one of"),
         ("not json", "messages must be JSON objects"),
     ],

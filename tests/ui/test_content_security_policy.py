@@ -8,7 +8,8 @@ from playwright.sync_api import Page, expect
 from tests.conftest import DEFAULT_MODEL
 from tests.ui.test_chat_page import open_chat, send, set_params, wait_reply
 
-PAGES = ["/", "/side-by-side/", "/models/", "/settings/", "/jobs/", "/admin/", "/api/docs/"]
+PAGES = ["/", "/side-by-side/", "/models/", "/usage/", "/settings/", "/jobs/", "/admin/",
+         "/api/docs/"]  # fmt: skip
 
 
 def refusals(page: Page) -> list[str]:

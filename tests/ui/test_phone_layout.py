@@ -66,7 +66,8 @@ def test_every_page_fits_a_phone_and_its_menu_reaches_every_link(phone: Page, jo
     page.goto("/")
     title = "A conversation whose title is much longer than a phone is wide"
     conversation = api_post(page, "/api/conversations", {"title": title})["id"]
-    paths = ["/", f"/?c={conversation}", "/side-by-side/", "/models/", "/settings/", "/jobs/"]
+    paths = ["/", f"/?c={conversation}", "/side-by-side/", "/models/", "/usage/", "/settings/",
+             "/jobs/"]  # fmt: skip
     paths += [f"/jobs/{job_id}/", f"/jobs/{job_id}/compare/"]
     for path in paths:
         page.goto(path)
