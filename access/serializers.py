@@ -32,6 +32,7 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
+MAX_LIMIT = 2**31 - 1  # the column's range (PositiveIntegerField on every database)
 LIMIT = "{what} per minute for this key; null: the server's default; 0: none (staff only)."
 
 
@@ -39,11 +40,13 @@ class ApiKeyLimitsSerializer(serializers.Serializer):
     """A key's own rate limits: staff set any; a member only lowers the server's default."""
 
     rpm = serializers.IntegerField(
-        min_value=0, allow_null=True, required=False, help_text=LIMIT.format(what="Requests")
-    )
+        min_value=0, max_value=MAX_LIMIT, allow_null=True, required=False,
+        help_text=LIMIT.format(what="Requests"),
+    )  # fmt: skip
     tpm = serializers.IntegerField(
-        min_value=0, allow_null=True, required=False, help_text=LIMIT.format(what="Tokens")
-    )
+        min_value=0, max_value=MAX_LIMIT, allow_null=True, required=False,
+        help_text=LIMIT.format(what="Tokens"),
+    )  # fmt: skip
 
     def validate(self, data: dict) -> dict:
         request = self.context.get("request")

@@ -62,7 +62,8 @@ class UsageApi(APIView):
         summary="Requests and tokens by key, model, day or user",
     )
     def get(self, request: Request) -> Response:
-        query = UsageQuerySerializer(data=request.query_params)
+        # A plain dict: from a QueryDict, DRF reads "start=" as absent and takes the default.
+        query = UsageQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
         start, end, group_by = (query.validated_data[k] for k in ("start", "end", "group_by"))
         everyone = request.user.is_staff

@@ -6,11 +6,16 @@ own, with throwaway data), then, in turn:
 1. 64 streams across the four surfaces, and 32 clients that hang up mid-stream;
 2. streams in flight when the model's worker is SIGKILLed, then streams after it;
 3. Redis restarted while streams run, then a job submitted;
-4. the Celery worker SIGKILLed during a quantize job, then another quantize job.
+4. the Celery worker SIGKILLed during a quantize job, then another quantize job;
+5. one tenant's streams alone, then beside a tenant limited to 2 requests a minute that
+   sends 16 at once, then beside clients pushing oversized and slow bodies
+   (soak_neighbours.py).
 
 It prints what completed, the errors by type and what must be zero: 5xx answers, slots
-still held after the load, jobs not in a final state a minute after the last fault, and
-rows lost (stored responses and conversations, counted before and after).
+still held after the load, jobs not in a final state a minute after the last fault, rows
+lost (stored responses and conversations, counted before and after), a limited tenant
+that got no 429, a request body spooled past its limit, and a tenant whose p95 time to
+first token beside its neighbours left the spread of its runs alone.
 The figures also go to var/bench/soak.json. This is a bench script, not a test: nothing
 in it is timed against a limit, and it asks the same of every run.
 """
@@ -28,50 +33,17 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 
-import anthropic
 import httpx
-import openai
 from servers import MODEL_DIR, MODEL_NAME, ROOT, free_port
+from soak_clients import Clients, Outcome, Phase, load
+from soak_neighbours import BODY_SECONDS, neighbours
 
 OUT = ROOT / "var" / "bench" / "soak.json"
 USER, PASSWORD = "soak", "soak-password-1"
 FINAL = ("succeeded", "failed", "cancelled")
-TOKENS = 16  # per stream: enough to be mid-stream when a fault lands, short on 2 cores
-PROMPTS = [
-    "Write a short note about the sea.",
-    "Describe a quiet morning in a small town.",
-    "Explain why leaves change colour in autumn.",
-    "Give three tips for a first camping trip.",
-]
-
-
-@dataclass
-class Outcome:
-    label: str  # "completed", "hung up", "stream error: <type>", "HTTP <status> <type>", ...
-    status: int | None  # the HTTP status the answer started with, if one came
-    response_id: str | None = None  # a stored response's id (the responses surface)
-
-
-@dataclass
-class Phase:
-    name: str
-    outcomes: list[Outcome] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def summary(self) -> dict:
-        counts = Counter(o.label for o in self.outcomes)
-        return {
-            "requests": len(self.outcomes),
-            "completed": counts.pop("completed", 0),
-            "hung_up": counts.pop("hung up", 0),
-            "errors": dict(sorted(counts.items())),
-            "5xx": sum(1 for o in self.outcomes if o.status is not None and o.status >= 500),
-            "notes": self.notes,
-        }
 
 
 # -- the lab under test --------------------------------------------------------------
@@ -92,9 +64,12 @@ class Lab:
             "MLXLAB_DEFAULT_MODEL": MODEL_NAME,
             "MLXLAB_PRELOAD": "1",
             "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+            "MLXLAB_REQUEST_BODY_SECONDS": str(BODY_SECONDS),
         }
         self.process: subprocess.Popen | None = None
         self.key = ""
+        self.neighbours: dict = {}  # the neighbours phase's figures
+        self.body_limit = 8 << 20  # MLXLAB_MAX_REQUEST_BYTES's default, on /v1
 
     def manage(self, *args: str, **env: str) -> str:
         done = subprocess.run(
@@ -176,113 +151,6 @@ class Lab:
 
     def jobs(self) -> list[dict]:
         return self.get("/api/jobs").get("results", [])
-
-
-# -- clients, one per surface, each through its official SDK ---------------------------
-
-
-class Clients:
-    def __init__(self, lab: Lab) -> None:
-        limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
-        self.openai = openai.AsyncOpenAI(
-            base_url=f"{lab.url}/v1", api_key=lab.key, max_retries=0, timeout=600,
-            http_client=openai.DefaultAsyncHttpxClient(limits=limits),
-        )  # fmt: skip
-        self.anthropic = anthropic.AsyncAnthropic(
-            base_url=lab.url, api_key=lab.key, max_retries=0, timeout=600,
-            http_client=anthropic.DefaultAsyncHttpxClient(limits=limits),
-        )  # fmt: skip
-        self.opened = 0  # streams whose answer started (headers in)
-        self.streaming = 0  # streams that carried text
-
-
-async def _chat(c: Clients, prompt: str, hang_up: bool) -> Outcome:
-    stream = await c.openai.chat.completions.create(
-        model=MODEL_NAME, messages=[{"role": "user", "content": prompt}],
-        max_tokens=TOKENS, temperature=0, stream=True,
-    )  # fmt: skip
-    return await _read(c, stream, hang_up, lambda ch: ch.choices and ch.choices[0].delta.content)
-
-
-async def _completions(c: Clients, prompt: str, hang_up: bool) -> Outcome:
-    stream = await c.openai.completions.create(
-        model=MODEL_NAME, prompt=prompt, max_tokens=TOKENS, temperature=0, stream=True
-    )
-    return await _read(c, stream, hang_up, lambda ch: ch.choices and ch.choices[0].text)
-
-
-async def _responses(c: Clients, prompt: str, hang_up: bool) -> Outcome:
-    stream = await c.openai.responses.create(
-        model=MODEL_NAME, input=prompt, max_output_tokens=TOKENS, temperature=0, stream=True
-    )
-    return await _read(c, stream, hang_up, lambda ev: ev.type == "response.output_text.delta")
-
-
-async def _messages(c: Clients, prompt: str, hang_up: bool) -> Outcome:
-    stream = await c.anthropic.messages.create(
-        model=MODEL_NAME, messages=[{"role": "user", "content": prompt}],
-        max_tokens=TOKENS, stream=True,
-    )  # fmt: skip
-    return await _read(c, stream, hang_up, lambda ev: ev.type == "content_block_delta")
-
-
-SURFACES: dict[str, Callable[[Clients, str, bool], Awaitable[Outcome]]] = {
-    "chat": _chat,
-    "completions": _completions,
-    "responses": _responses,
-    "messages": _messages,
-}
-
-
-async def _read(c: Clients, stream, hang_up: bool, carries_text) -> Outcome:
-    c.opened += 1
-    status = stream.response.status_code
-    texts, response_id = 0, None
-    async for item in stream:
-        if getattr(item, "type", None) == "error":  # the responses surface's error event
-            return Outcome(f"stream error: {item.code}", status)
-        if getattr(item, "type", None) == "response.completed":
-            response_id = item.response.id
-        if carries_text(item):
-            texts += 1
-            if texts == 1:
-                c.streaming += 1
-            if hang_up and texts == 2:
-                await stream.close()  # the client leaves mid-stream
-                return Outcome("hung up", status)
-    return Outcome("completed" if texts else "no text", status, response_id)
-
-
-async def one(c: Clients, surface: str, prompt: str, hang_up: bool = False) -> Outcome:
-    try:
-        return await SURFACES[surface](c, prompt, hang_up)
-    except (openai.APIStatusError, anthropic.APIStatusError) as error:
-        status = error.response.status_code
-        if status == 200:  # an error frame in a stream that had started
-            return Outcome(f"stream error: {_error_type(error)}", status)
-        return Outcome(f"HTTP {status} {_error_type(error)}", status)
-    except (openai.APIError, anthropic.APIError) as error:  # an error frame (OpenAI SDK)
-        return Outcome(f"stream error: {_error_type(error)}", 200)
-    except (httpx.HTTPError, openai.APIConnectionError, anthropic.APIConnectionError) as error:
-        return Outcome(f"connection: {type(error).__name__}", None)
-
-
-def _error_type(error) -> str:
-    """The protocol's error type: OpenAI's body is the error, Anthropic's wraps it."""
-    body = error.body if isinstance(error.body, dict) else {}
-    inner = body.get("error") if isinstance(body.get("error"), dict) else body
-    return inner.get("type") or error.message[:60]
-
-
-def load(c: Clients, streams: int, hang_ups: int = 0, offset: int = 0) -> list[Awaitable]:
-    """`streams` readers and `hang_ups` leavers, spread evenly over the four surfaces."""
-    surfaces = list(SURFACES)
-    calls = []
-    for i in range(streams + hang_ups):
-        surface = surfaces[i % len(surfaces)]
-        prompt = f"{PROMPTS[(i + offset) % len(PROMPTS)]} (note {i + offset})"
-        calls.append(one(c, surface, prompt, hang_up=i >= streams))
-    return calls
 
 
 # -- the phases ------------------------------------------------------------------------
@@ -405,7 +273,7 @@ async def soak(args) -> dict:
         before = lab.rows()
         c = Clients(lab)
         phases = []
-        for run in (steady_load, worker_killed, redis_restarted, celery_killed):
+        for run in (steady_load, worker_killed, redis_restarted, celery_killed, neighbours):
             print(f"- {run.__name__} ...", flush=True)
             phases.append(await run(lab, c, args))
             print(f"  {json.dumps(phases[-1].summary())}", flush=True)
@@ -431,6 +299,7 @@ async def soak(args) -> dict:
         "jobs": jobs,
         "rows_before": {table: len(ids) for table, ids in before.items()},
         "rows_lost": lost,
+        "neighbours": lab.neighbours,
         "home": str(home),
     }
 
@@ -440,6 +309,7 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=64)
     parser.add_argument("--hang-ups", type=int, default=32)
     report = asyncio.run(soak(parser.parse_args()))
+    near = report["neighbours"]
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(report, indent=2))
     zero = {
@@ -447,6 +317,14 @@ def main() -> int:
         "slots still held": sum(report["slots_held_after_load"].values()),
         "jobs not final after a minute": report["jobs_not_final_after_a_minute"],
         "rows lost": sum(report["rows_lost"].values()),
+        "limited tenant refused nothing": int(
+            not any(label.startswith("HTTP 429") for label in near["limited_answers"])
+        ),
+        "body spooled past its limit": int(near["largest_spool_bytes"] > near["body_limit_bytes"]),
+        "tenant slower beside its neighbours": sum(
+            near[f"beside_{what}_p95_ttft_s"] > near["allowed_p95_ttft_s"]
+            for what in ("limited", "bodies")
+        ),
     }
     print(f"\ncompleted {report['completed']}, hung up {report['hung_up']}")
     print(f"errors by type: {report['errors_by_type'] or 'none'}")

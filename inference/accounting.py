@@ -43,21 +43,28 @@ class Accounting:
         self._record(tally)
 
     def _record(self, tally: Finished) -> None:
-        task = asyncio.get_running_loop().create_task(self._store(tally))
+        self.record(tally.prompt_tokens, tally.completion_tokens, tally.cached_tokens)
+
+    def record(self, prompt: int, completion: int = 0, cached: int = 0) -> None:
+        """Record one request's tokens, in the background of the caller's loop."""
+        task = asyncio.get_running_loop().create_task(self._store(prompt, completion, cached))
         _pending.add(task)
         task.add_done_callback(_pending.discard)
 
-    async def _store(self, tally: Finished) -> None:
+    async def _store(self, prompt: int, completion: int, cached: int) -> None:
         caller = self.caller
         try:
-            await sync_to_async(record_usage)(
-                caller, self.model, tally.prompt_tokens, tally.completion_tokens,
-                tally.cached_tokens,
-            )  # fmt: skip
-            tokens = tally.prompt_tokens + tally.completion_tokens
-            await rate_limiter().spend(caller.name, caller.rates, tokens)
+            await sync_to_async(record_usage)(caller, self.model, prompt, completion, cached)
+            await rate_limiter().spend(caller.name, caller.rates, prompt + completion)
         except Exception:  # the answer is out: a lost record is logged, never raised
             log.exception("could not record the usage of %s", caller.name)
+
+
+def account_for_input(model: str, tokens: int) -> None:
+    """A call that generates nothing (embeddings, rerank): its input tokens, counted as a
+    generation's prompt is, for the caller the API's decorator named."""
+    if (caller := CALLER.get()) is not None:
+        Accounting(caller, model).record(tokens)
 
 
 async def settle_accounts() -> None:

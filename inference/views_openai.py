@@ -8,6 +8,7 @@ import logging
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from .accounting import account_for_input
 from .api.access import caller_id
 from .api.embeddings_render import embeddings_body
 from .api.embeddings_request import parse_embeddings
@@ -23,6 +24,7 @@ from .engines import supervisor
 from .errors import ApiError, model_not_found
 from .model_registry import amodel_named, model_capabilities
 from .models import LanguageModel
+from .protocol.embeddings import Embedded
 from .rerank import rerank as rerank_documents
 from .sampling_defaults import sampling_defaults
 from .serve import serve
@@ -64,15 +66,19 @@ async def completions(request: HttpRequest) -> HttpResponse:
 
 async def _from_worker(request: HttpRequest, parse, ask):
     """(the parsed call, the worker's answer) of a one-answer call (embeddings, rerank), or
-    the error response: OpenAI's shape for the client's errors and an unavailable worker."""
+    the error response: OpenAI's shape for the client's errors and an unavailable worker.
+    The input tokens go to the usage record as a generation's prompt does."""
     try:
         call = parse(parse_json_body(request.body))
-        return call, await ask(call)
+        record, answer = await ask(call)
     except ApiError as error:
         return error.response()
     except (EngineUnavailable, WorkerStopped) as error:
         log.warning("%s: %s", call.model, error.message)
         return OPENAI.unavailable(error.message, error.state)
+    tokens = answer.prompt_tokens if isinstance(answer, Embedded) else answer.total_tokens
+    account_for_input(record.name, tokens)
+    return call, (record, answer)
 
 
 @api_endpoint("POST")

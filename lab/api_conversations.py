@@ -79,7 +79,7 @@ KINDS = {"chat": Q(side_by_side_run=""), "side_by_side": ~Q(side_by_side_run="")
 
 class ConversationListApi(APIView):
     @extend_schema(
-        responses={200: OpenApiTypes.OBJECT, **errors(403)},
+        responses={200: OpenApiTypes.OBJECT, **errors(400, 403)},
         parameters=[OpenApiParameter("q", str), OpenApiParameter("kind", str, enum=list(KINDS))],
         summary="My conversations",
         operation_id="conversations_list",
@@ -169,7 +169,11 @@ class ConversationExportApi(APIView):
     @extend_schema(
         # Not `format`: DRF reads that one as its own renderer override.
         parameters=[OpenApiParameter("as", str, enum=list(FORMATS), default="markdown")],
-        responses={200: OpenApiTypes.STR, **errors(400, 403, 404)},
+        responses={
+            (200, "text/markdown"): OpenApiTypes.STR,
+            (200, "application/json"): OpenApiTypes.OBJECT,
+            **errors(400, 403, 404),
+        },
         summary="A conversation as a Markdown or JSON (OpenAI messages) file",
     )
     def get(self, request: Request, conversation_id: int) -> HttpResponse:

@@ -11,6 +11,7 @@ test_rerank.py shares.
 from __future__ import annotations
 
 import base64
+import time
 
 import mlx.core as mx
 import numpy as np
@@ -227,3 +228,18 @@ def test_mean_pooling_without_normalize(client, embedding_models):
     assert not np.allclose(np.linalg.norm(got, axis=1), 1.0)  # no Normalize module: raw
     # Truncated only: a model that does not normalize is not normalized by `dimensions`.
     assert_close(create(client, LLAMA, TEXTS, dimensions=16), expected[:, :16])
+
+
+def test_an_embeddings_call_is_in_the_usage_record(client, staff_http, embedding_models):
+    def used() -> dict:
+        rows = staff_http.get("/api/usage?group_by=model").json()["data"]
+        return next((r for r in rows if r["group"] == BERT), {"requests": 0, "prompt_tokens": 0})
+
+    before = used()
+    answer = client.embeddings.create(model=BERT, input=["one text", "and another one"])
+    deadline = time.monotonic() + 5
+    while used()["requests"] == before["requests"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    after = used()
+    assert after["requests"] == before["requests"] + 1
+    assert after["prompt_tokens"] - before["prompt_tokens"] == answer.usage.prompt_tokens > 0

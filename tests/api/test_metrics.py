@@ -29,6 +29,19 @@ def value(samples: dict, name: str, **labels: str) -> float:
     return samples.get((f"mlxlab:{name}", tuple(sorted(labels.items()))), 0.0)
 
 
+def idle_scrape(staff_http: httpx.Client, model: str) -> dict[tuple, float]:
+    """A scrape once the model's worker holds no request: an earlier test's request that
+    ends inside ours would move the counters too."""
+    deadline = time.monotonic() + 30
+    while True:
+        samples = scrape(staff_http)
+        busy = sum(value(samples, f"num_requests_{what}", model_name=model)
+                   for what in ("running", "waiting"))  # fmt: skip
+        if not busy or time.monotonic() > deadline:
+            return samples
+        time.sleep(0.2)
+
+
 def anonymous_usage(staff_http: httpx.Client) -> dict:
     """Today's usage of the open API's callers (no key), as /api/usage totals it."""
     rows = staff_http.get("/api/usage?group_by=key").json()["data"]
@@ -39,7 +52,7 @@ def anonymous_usage(staff_http: httpx.Client) -> dict:
 def test_request_figures_move_with_finished_cached_and_drafted_requests(client, staff_http, model):
     messages = [{"role": "user", "content": f"Note {uuid.uuid4().hex[:8]}: name a colour."}]
     common = {"model": model, "messages": messages, "max_tokens": 6, "temperature": 0}
-    before = scrape(staff_http)
+    before = idle_scrape(staff_http, model)
     first = client.chat.completions.create(**common)
     # The same prompt again: a prompt-cache hit, drafted from the first reply.
     prediction = {"type": "content", "content": first.choices[0].message.content}

@@ -90,7 +90,12 @@ def test_cancel_frees_the_slot(engine):
     while engine.in_flight and time.monotonic() < deadline:
         time.sleep(0.05)
     assert engine.in_flight == 0
-    assert run.end is None  # a cancelled request gets no more events
+    # No more text: only the tally of what it cost (the usage record counts a hang-up).
+    deltas = len(run.deltas)
+    assert run.end.finish_reason == "cancelled"
+    assert run.end.completion_tokens >= deltas and run.end.prompt_tokens > 0
+    time.sleep(0.2)
+    assert len(run.deltas) == deltas
 
 
 def test_a_failing_request_fails_alone(engine, monkeypatch):
