@@ -101,14 +101,14 @@ def test_cancel_frees_the_slot(engine):
 def test_a_failing_request_fails_alone(engine, monkeypatch):
     real = runner_module.build_logits_processors
 
-    def processors(sampling):
+    def processors(sampling, *grammar):
         if sampling.logit_bias == {0: -0.5}:  # the marked request breaks mid-step
 
             def broken(tokens, logits):
                 raise RuntimeError("processor exploded")
 
             return [broken]
-        return real(sampling)
+        return real(sampling, *grammar)
 
     monkeypatch.setattr(runner_module, "build_logits_processors", processors)
     healthy = greedy(engine, "Name a fruit.", 8)
