@@ -130,13 +130,15 @@ class Lab:
             time.sleep(0.25)
         return True
 
-    def child(self, word: str) -> int:
-        """The pid of runlab's child whose command line holds `word` (its newest one)."""
+    def child(self, word: str) -> int | None:
+        """The pid of runlab's child whose command line holds `word` (its newest one), or
+        None while there is none (between a child's exit and its restart)."""
         found = subprocess.run(
             ["pgrep", "-n", "-P", str(self.process.pid), "-f", word],
             capture_output=True, text=True,
         )  # fmt: skip
-        return int(found.stdout.split()[0])
+        pids = found.stdout.split()
+        return int(pids[0]) if pids else None
 
     def worker_pid(self) -> int | None:
         workers = self.get("/engine").get("workers", [])
@@ -190,7 +192,7 @@ async def redis_restarted(lab: Lab, c: Clients, args) -> Phase:
     pid = lab.child("redis-server")
     os.kill(pid, signal.SIGTERM)
     gone = time.monotonic()
-    while lab.child("redis-server") == pid:
+    while lab.child("redis-server") in (pid, None):
         await asyncio.sleep(0.1)
     phase.notes.append(f"redis pid {pid} stopped; runlab started {lab.child('redis-server')}")
     phase.outcomes = await asyncio.gather(*running)

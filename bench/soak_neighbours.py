@@ -1,9 +1,10 @@
 """The soak's neighbours phase (bench/soak.py): what other clients do to a tenant's streams.
 
 One tenant's streams (its key unlimited) are timed to their first token alone, three
-runs, then beside each kind of neighbour:
-- a tenant whose key is limited to 2 requests a minute and sends 16 at once (it must get
-  429s);
+runs (once the jobs of the earlier phases are done: a quantize job would share the CPU),
+then beside each kind of neighbour:
+- a tenant whose key is limited to 2 requests a minute, which has spent them, and sends
+  16 at once (each must be a 429, and cost the other tenant nothing);
 - clients that declare bodies far past the route's limit and push them as fast as they
   can, and clients that send their body a byte a second (the web server must answer 413
   and 408, and spool nothing past the limit).
@@ -24,6 +25,7 @@ import openai
 from servers import MODEL_NAME
 from soak_clients import PROMPTS, TOKENS, Clients, Outcome, Phase, one
 
+FINAL = ("succeeded", "failed", "cancelled")
 TENANT_STREAMS = 8  # the unlimited tenant's streams per run, all at once
 LIMITED_BURST = 16  # what the limited tenant (2 a minute) sends at once
 OVERSIZED = 4  # clients pushing a body past the limit
@@ -138,15 +140,19 @@ async def neighbours(lab, c: Clients, args) -> Phase:
     key = lab.manage("create_api_key", "--user", "tenant-limited", "--create-user", "--rpm", "2")
     limited = Clients(lab)
     limited.openai = openai.AsyncOpenAI(base_url=f"{lab.url}/v1", api_key=key, max_retries=0)
+    await asyncio.to_thread(lab.wait, lambda: all(j["status"] in FINAL for j in lab.jobs()), 600)
     alone = [await p95_first_token(c, 1000 * run) for run in (1, 2, 3)]
+    spent = await asyncio.gather(*(one(limited, "chat", f"{PROMPTS[i]} (allowed)") for i in (0, 1)))
     burst = [one(limited, "chat", f"{PROMPTS[i % 4]} (limited {i})") for i in range(LIMITED_BURST)]
     beside_limited, *refused = await asyncio.gather(p95_first_token(c, 4000), *burst)
     beside_bodies, oversized, slow, spooled = await _beside_bodies(lab, c)
-    phase.outcomes = [*refused, *(Outcome(label, None) for label, _ in (*oversized, *slow))]
+    bodies = (Outcome(label, None) for label, _ in (*oversized, *slow))
+    phase.outcomes = [*spent, *refused, *bodies]
     lab.neighbours = {
         "alone_p95_ttft_s": [round(t, 3) for t in alone],
         "allowed_p95_ttft_s": round(max(alone) + (max(alone) - min(alone)) + 0.1 * max(alone), 3),
         "beside_limited_p95_ttft_s": round(beside_limited, 3),
+        "limited_allowance": dict(Counter(o.label for o in spent)),
         "limited_answers": dict(Counter(o.label for o in refused)),
         "beside_bodies_p95_ttft_s": round(beside_bodies, 3),
         "oversized_answers": dict(Counter(label for label, _ in oversized)),
