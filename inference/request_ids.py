@@ -18,7 +18,7 @@ import uuid
 REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="")
 # Printable, no spaces or quotes: it goes into headers and log lines as it came.
 SANE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/+=@-]{0,127}")
-ANTHROPIC_PATH = "/v1/messages"  # Anthropic's answers also carry `request-id`
+ANTHROPIC_PATH = "/v1/messages"  # Anthropic's surface: `request-id`, its rate-limit headers
 QUIET_PREFIXES = ("/static/", "/health")  # assets and probes: no access line each
 
 log = logging.getLogger("mlxlab.access")

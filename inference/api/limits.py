@@ -19,8 +19,7 @@ from access.usage import month_tokens
 
 from ..errors import ApiError
 from ..metrics import rate_limited
-
-ANTHROPIC_PATH = "/v1/messages"
+from ..request_ids import ANTHROPIC_PATH
 
 
 async def admit(request: HttpRequest, render_error) -> tuple[Caller, HttpResponse | None, dict]:
