@@ -24,7 +24,7 @@ def _check_model(record: LanguageModel) -> None:
     if support.spec is not None:
         reason = "it is an embedding model (it serves /v1/embeddings only)"
     else:
-        reason = support.problem or "it is a chat model, not a sequence-classification reranker"
+        reason = support.problem or "it is a chat model, not a reranker"
     raise ApiError(
         f"The model '{record.name}' cannot rerank: {reason}",
         param="model",
@@ -43,5 +43,6 @@ async def rerank(request: RerankRequest) -> tuple[LanguageModel, Reranked]:
         query=request.query,
         documents=request.documents,
         max_input_tokens=lab_settings.embedding_max_input_tokens,
+        instruction=request.instruction,
     )
     return record, await ask_worker(record, call)

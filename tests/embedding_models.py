@@ -8,12 +8,19 @@
   Qwen3-Embedding's last-token pooling and Normalize module, or mean pooling alone;
 - a BERT cross-encoder reranker (ms-marco-MiniLM-L6-v2's config shape, shrunk): a
   BertForSequenceClassification of one label, its weights named as transformers saves them
-  (`bert.*` and the `classifier.*` head), with the same WordPiece tokenizer.
+  (`bert.*` and the `classifier.*` head), with the same WordPiece tokenizer;
+- an XLM-R one (bge-reranker-base's shape, shrunk): `roberta.*` without a pooler and the
+  `classifier.dense`/`classifier.out_proj` head, with a tokenizer joining pairs as XLM-R's
+  does (`<s> q </s></s> d </s>`);
+- decoder rerankers in Qwen3-Reranker's two forms: a qwen3 causal LM that config.json
+  marks with vLLM's `classifier_from_token: ["no", "yes"]`, and its sequence-classification
+  conversion (a `score` row of lm_head[yes] - lm_head[no], no lm_head).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import string
 from pathlib import Path
 
@@ -23,6 +30,7 @@ from mlx.utils import tree_flatten
 # The names the API tests register them under (tests/api/conftest.py).
 BERT, QWEN3, LLAMA = "tiny-bert-embed", "tiny-qwen3-last-embed", "tiny-llama-mean-embed"
 RERANKER = "tiny-bert-rerank"
+XLMR_RERANKER, QWEN3_RERANKER = "tiny-xlmr-rerank", "tiny-qwen3-rerank"
 
 # all-MiniLM-L6-v2's config.json, at a width of 32 and 2 layers.
 BERT_CONFIG = {
@@ -175,3 +183,93 @@ def build_decoder_folder(
     build_folder(model_type, folder, tokenizer_dir, seed=1)
     write_sentence_transformers_files(folder, pooling=pooling, normalize=normalize)
     return folder
+
+
+# bge-reranker-base's config.json, at a width of 32 and 2 layers.
+XLMR_CROSS_ENCODER_CONFIG = {
+    **CROSS_ENCODER_CONFIG,
+    "architectures": ["XLMRobertaForSequenceClassification"],
+    "model_type": "xlm-roberta",
+    "layer_norm_eps": 1e-05,
+    "pad_token_id": 1,
+    "bos_token_id": 0,
+    "eos_token_id": 2,
+    "type_vocab_size": 1,
+    "max_position_embeddings": 66,  # XLM-R's positions start after the padding id
+}
+XLMR_SPECIAL = ["<s>", "<pad>", "</s>", "<unk>"]
+
+
+def write_xlmr_tokenizer(folder: Path, max_length: int) -> int:
+    """A word-level tokenizer with XLM-R's special ids and its pair template."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    words = [*BERT_WORDS, *string.ascii_lowercase, *string.punctuation, *string.digits]
+    vocab = {token: index for index, token in enumerate([*XLMR_SPECIAL, *words])}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.normalizer = normalizers.Lowercase()
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>",
+        pair="<s> $A </s> </s> $B </s>",
+        special_tokens=[("<s>", 0), ("</s>", 2)],
+    )
+    tokenizer.save(str(folder / "tokenizer.json"))
+    special = {"bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>",
+               "cls_token": "<s>", "pad_token": "<pad>", "unk_token": "<unk>"}  # fmt: skip
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_length,
+              **special}  # fmt: skip
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    (folder / "special_tokens_map.json").write_text(json.dumps(special))
+    return len(vocab)
+
+
+def build_xlmr_cross_encoder_folder(folder: Path, seed: int = 3) -> Path:
+    """A random-weight XLMRobertaForSequenceClassification of one label, as transformers
+    saves it: mlx-embeddings' encoder under `roberta.` (no pooler), and the head."""
+    from mlx_embeddings.models import xlm_roberta
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab_size = write_xlmr_tokenizer(folder, 64)
+    config = {**XLMR_CROSS_ENCODER_CONFIG, "vocab_size": vocab_size}
+    mx.random.seed(seed)
+    args = xlm_roberta.ModelArgs.from_dict({**config, "add_pooling_layer": False})
+    encoder = xlm_roberta.Model(args)
+    weights = {f"roberta.{key}": value for key, value in tree_flatten(encoder.parameters())}
+    width = config["hidden_size"]
+    weights["classifier.dense.weight"] = mx.random.normal((width, width)) / width**0.5
+    weights["classifier.dense.bias"] = mx.zeros((width,))
+    weights["classifier.out_proj.weight"] = 4 * mx.random.normal((1, width))
+    weights["classifier.out_proj.bias"] = mx.array([-0.2])
+    mx.eval(weights)
+    mx.save_safetensors(str(folder / "model.safetensors"), weights, metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    return folder
+
+
+def build_qwen3_reranker_folders(root: Path, tokenizer_dir: Path) -> tuple[Path, Path]:
+    """Qwen3-Reranker's original form (a causal LM whose yes/no logits score) and its
+    sequence-classification conversion from the same weights."""
+    from tests.architecture_models import build_folder
+
+    original = build_folder("qwen3", root / "original", tokenizer_dir, seed=4)
+    config = json.loads((original / "config.json").read_text())
+    (original / "config.json").write_text(
+        json.dumps({**config, "classifier_from_token": ["no", "yes"]}, indent=2)
+    )
+    converted = root / "seq-cls"
+    shutil.copytree(original, converted)
+    weights = mx.load(str(original / "model.safetensors"))
+    head = weights.pop("lm_head.weight")
+    yes, no = _token_ids(tokenizer_dir, "yes", "no")
+    weights["score.weight"] = (head[yes] - head[no])[None]
+    mx.save_safetensors(str(converted / "model.safetensors"), weights, metadata={"format": "mlx"})
+    classifier = {**config, "architectures": ["Qwen3ForSequenceClassification"],
+                  "id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0}}  # fmt: skip
+    (converted / "config.json").write_text(json.dumps(classifier, indent=2))
+    return original, converted
+
+
+def _token_ids(tokenizer_dir: Path, *tokens: str) -> list[int]:
+    vocab = json.loads((tokenizer_dir / "tokenizer.json").read_text())["model"]["vocab"]
+    return [vocab[token] for token in tokens]

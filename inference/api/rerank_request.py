@@ -3,7 +3,8 @@
 `query` is a non-empty string; `documents` a non-empty array of non-empty strings or
 `{"text": str}` objects (Cohere's and Jina's), at most MLXLAB_EMBEDDING_MAX_INPUTS of them;
 `top_n` a positive integer (unset: every document); `return_documents` a boolean, true
-unless sent false, as vLLM and Jina default it. A pair's tokens are checked by the worker,
+unless sent false, as vLLM and Jina default it; `instruction` a non-empty string, a decoder
+reranker's task line (its model card's <Instruct>). A pair's tokens are checked by the worker,
 which tokenizes and knows the model's context.
 """
 
@@ -29,6 +30,7 @@ class RerankRequest:
     documents: list[str]
     top_n: int | None = None
     return_documents: bool = True
+    instruction: str | None = None
 
 
 def _document(value, index: int) -> str:
@@ -62,4 +64,11 @@ def parse_rerank(body: dict) -> RerankRequest:
         documents=_documents(body.get("documents")),
         top_n=fields.field(body, "top_n", int, low=1),
         return_documents=fields.field(body, "return_documents", bool, True),
+        instruction=_instruction(body.get("instruction")),
     )
+
+
+def _instruction(value) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ApiError("instruction must be a non-empty string", param="instruction")
+    return value

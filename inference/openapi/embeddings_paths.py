@@ -109,6 +109,14 @@ def rerank_request() -> Schema:
             "return_documents": nullable(
                 {"type": "boolean", "description": "Unset: true, as vLLM and Jina default it"}
             ),
+            "instruction": nullable(
+                {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "A decoder reranker's task line (Qwen3-Reranker's "
+                    "<Instruct>); unset: its default. Encoder cross-encoders take none.",
+                }
+            ),
         },
         ("query", "documents"),
     )

@@ -7,10 +7,13 @@ token, mean or CLS) with, when listed, a Normalize module. The pooling is read f
 files, never guessed: a decoder without them is a chat model, and a folder whose modules
 ask for what is not served here (max pooling, a Dense layer) says so.
 
-A third kind reranks: a cross-encoder, its config's architecture a one-label
-`...ForSequenceClassification` (BERT only: engine/embedding/reranker.py). It is found here
-because its config also looks like an encoder mlx-embeddings loads, which it must not be
-taken for.
+A third kind reranks (engine/embedding/reranker.py). A cross-encoder, its config's
+architecture a one-label `...ForSequenceClassification`: a BERT or XLM-R encoder (found here
+first, since its config also looks like an encoder mlx-embeddings embeds with), or a decoder
+mlx-lm loads with a `score` head (Qwen3-Reranker converted to sequence classification). Or
+the original Qwen3-Reranker, a causal LM that answers "yes" or "no", when its config carries
+the keys vLLM's hf_overrides give it (`classifier_from_token: ["no", "yes"]`): nothing else
+in its files tells it from a chat model.
 
 The web side asks this to list capabilities and refuse requests; the worker to pool. The
 installed libraries' model types are read from their package folders, not imported
@@ -45,9 +48,9 @@ CHAT = "chat"
 EMBEDDINGS = "embeddings"
 RERANK = "rerank"
 
-# Cross-encoders whose sequence-classification head is served (engine/embedding/reranker.py):
-# mlx-embeddings has the encoders but no classification heads.
-RERANKER_MODEL_TYPES = ("bert",)
+# Encoder cross-encoders whose sequence-classification head is served
+# (engine/embedding/cross_encoders.py): mlx-embeddings has the encoders but not the heads.
+RERANKER_MODEL_TYPES = ("bert", "xlm_roberta")
 # sentence-transformers' CrossEncoder applies a sigmoid to a 1-label model's logit unless
 # the checkpoint's config names another activation; these names mean the raw logit.
 IDENTITY_ACTIVATIONS = ("torch.nn.modules.linear.Identity", "torch.nn.Identity")
@@ -64,6 +67,9 @@ class EmbeddingSpec:
     model_type: str
     task: str = EMBEDDINGS  # or RERANK: a cross-encoder's one relevance score a pair
     score_activation: str = "sigmoid"  # a reranker's: "sigmoid" or "identity"
+    # A decoder reranker scored from its language-model head: the ("no", "yes") tokens
+    # whose logits' difference is the relevance logit; None: a `score` head of its own.
+    classifier_tokens: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -181,6 +187,34 @@ def _score_activation(config: dict) -> str:
     return "identity" if saved in IDENTITY_ACTIVATIONS else "sigmoid"
 
 
+def _classifier_tokens(config: dict) -> tuple[str, str] | None:
+    """vLLM's keys for a yes/no language model scored as a classifier, when present."""
+    tokens = config.get("classifier_from_token")
+    if tokens is None:
+        return None
+    if not (
+        isinstance(tokens, list) and len(tokens) == 2 and all(isinstance(t, str) for t in tokens)
+    ):
+        raise _Unservable("classifier_from_token must name two tokens: the 'no' and the 'yes'")
+    return tokens[0], tokens[1]
+
+
+def _decoder_reranker_support(config: dict, tokens: tuple[str, str] | None) -> EmbeddingSupport:
+    """mlx-lm's model scoring the last token: its `score` head, or the yes/no logits."""
+    return EmbeddingSupport(
+        EmbeddingSpec(
+            backend=DECODER,
+            pooling="last",
+            normalize=False,
+            dimension=_dimension(config, None),
+            model_type=_model_type(config),
+            task=RERANK,
+            score_activation=_score_activation(config),
+            classifier_tokens=tokens,
+        )
+    )
+
+
 def _reranker_support(config: dict) -> EmbeddingSupport:
     """A sequence classifier is a reranker when it has one label (one relevance logit)."""
     labels = config.get("id2label")
@@ -190,10 +224,12 @@ def _reranker_support(config: dict) -> EmbeddingSupport:
         return EmbeddingSupport(
             problem=f"a sequence classifier of {count} labels; a reranker has one"
         )
+    if model_type in decoder_model_types():
+        return _decoder_reranker_support(config, None)
     if model_type not in RERANKER_MODEL_TYPES:
         return EmbeddingSupport(
             problem=f"a {model_type} cross-encoder; rerankers are served for "
-            f"{', '.join(RERANKER_MODEL_TYPES)} only"
+            f"{', '.join(RERANKER_MODEL_TYPES)} and the decoders mlx-lm loads only"
         )
     spec = EmbeddingSpec(
         backend=ENCODER,
@@ -213,6 +249,9 @@ def _support(folder: Path) -> EmbeddingSupport:
             config = _read_json(folder / "config.json")
         except _Unservable:
             return EmbeddingSupport()  # not ours to judge: the worker says what is wrong
+        tokens = _classifier_tokens(config)
+        if tokens is not None and _model_type(config) in decoder_model_types():
+            return _decoder_reranker_support(config, tokens)
         if _is_sequence_classifier(config):
             return _reranker_support(config)
         # mlx-embeddings pools an encoder itself (mean or CLS, per model) and normalizes.

@@ -44,6 +44,7 @@ class RerankCall:
     query: str
     documents: list[str]
     max_input_tokens: int = 8192  # a pair's tokens; the model's context bounds it too
+    instruction: str | None = None  # a decoder reranker's task line; None: its default
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,12 @@ from tests.embedding_models import (
     BERT,
     LLAMA,
     QWEN3,
+    QWEN3_RERANKER,
     RERANKER,
     build_bert_cross_encoder_folder,
     build_bert_folder,
     build_decoder_folder,
+    build_qwen3_reranker_folders,
 )
 
 
@@ -80,6 +82,9 @@ def embedding_folders(tmp_path_factory) -> dict:
             pooling="mean_tokens", normalize=False,
         ),
         RERANKER: build_bert_cross_encoder_folder(root / RERANKER),
+        QWEN3_RERANKER: build_qwen3_reranker_folders(
+            root / QWEN3_RERANKER, DEFAULT_TOKENIZER_DIR
+        )[0],
     }  # fmt: skip
 
 

@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from tests.conftest import DEFAULT_MODEL
-from tests.embedding_models import BERT, RERANKER
+from tests.embedding_models import BERT, QWEN3_RERANKER, RERANKER
 
 QUERY = "What is the capital of France?"
 DOCUMENTS = [
@@ -163,3 +163,33 @@ def test_a_chat_request_to_the_reranker_is_a_400(client, embedding_models):
         )
     assert f"'{RERANKER}' is a reranker" in raised.value.body["message"]
     assert raised.value.body["param"] == "model"
+
+
+def test_a_qwen3_reranker_ranks_by_its_own_yes_probability(http, embedding_models):
+    """Qwen3-Reranker's original form, served: each score is P(yes) from mlx-lm's own
+    logits over the model card's prompt, with the request's instruction in it."""
+    from mlx_lm import load
+
+    from inference.engine.embedding.decoder_reranker import reranker_prompt
+
+    model, tokenizer = load(str(embedding_models[QWEN3_RERANKER]))
+    yes, no = tokenizer.convert_tokens_to_ids(["yes", "no"])
+    for instruction in (None, "Find the sentence about cities"):
+        expected = []
+        for document in DOCUMENTS:
+            ids = tokenizer.encode(reranker_prompt(QUERY, document, instruction))
+            logits = np.array(model(mx.array([ids]))[0, -1].astype(mx.float32))
+            expected.append(1 / (1 + np.exp(logits[no] - logits[yes])))
+        body = {"instruction": instruction} if instruction else {}
+        response = rerank(http, model=QWEN3_RERANKER, query=QUERY, documents=DOCUMENTS, **body)
+        assert response.status_code == 200, response.text
+        results = response.json()["results"]
+        assert [r["index"] for r in results] == list(np.argsort(expected)[::-1])
+        got = np.array([r["relevance_score"] for r in sorted(results, key=lambda r: r["index"])])
+        assert np.abs(got - np.array(expected)).max() < TOLERANCE
+
+
+def test_a_bad_instruction_is_a_400(http, embedding_models):
+    response = rerank(http, model=QWEN3_RERANKER, query=QUERY, documents=["a"], instruction=3)
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "instruction"

@@ -32,7 +32,7 @@ from ..acceleration.accelerator import device_name
 from ..acceleration.cpu_fast_path import blas_state
 from ..embedding.embedder import Embedder, InputRejected
 from ..embedding.models import load_embedding_model
-from ..embedding.reranker import Reranker, load_cross_encoder
+from ..embedding.reranker import Reranker, load_reranker
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class EmbeddingWorkerServer:
     def _load(self) -> Embedder | Reranker:
         """An Embedder, or a reranker's Reranker (the same inputs_of/vectors/stats)."""
         if self.spec.task == RERANK:
-            loaded = load_cross_encoder(self.path, self.spec)
+            loaded = load_reranker(self.path, self.spec)
             return Reranker(loaded, name=self.model, batch_tokens=self.batch_tokens)
         loaded = load_embedding_model(self.path, self.spec)
         return Embedder(loaded, name=self.model, batch_tokens=self.batch_tokens)
