@@ -1,7 +1,9 @@
 // The models page: the registry table (load/unload, delete, updates from the Hub), the
-// details dialog, the "Get a model" panel (hub_pull.js) and GGUF import.
+// details dialog, the "Get a model" panel (hub_pull.js), GGUF import and the "Compare
+// texts" panel (compare_texts.js).
 
 import { apiDelete, apiGet, apiPatch, apiPost, results } from './api.js';
+import { updateComparePanel } from './compare_texts.js';
 import { HubSearch, PullList } from './hub_pull.js';
 import { el, formatBytes, hideBanner, labelCells, readJsonScript, showBanner, wireBannerClose } from './util.js';
 
@@ -109,6 +111,7 @@ async function refreshTable() {
     const models = results(await apiGet('/api/models'));
     modelNames = models.map((model) => model.name);
     byName = new Map(models.map((model) => [model.name, model]));
+    updateComparePanel(models);
     dom.tbody.replaceChildren(...(models.length ? models.map(modelRow) : [placeholderRow('No models registered yet.')]));
     labelCells($('models-table'));
   } catch (error) {

@@ -78,3 +78,52 @@ def test_a_model_s_default_draft_model_from_its_details(page: Page):
         with page.expect_response(lambda r: r.request.method == "PATCH"):
             select.select_option("")
     assert page.request.get(f"/api/models/{DEFAULT_MODEL}").json()["draft_model"] is None
+
+
+def test_compare_texts_shows_the_model_s_cosine_and_a_reranker_s_score(
+    page: Page, embedding_models, screenshot
+):
+    import numpy as np
+
+    from tests.embedding_models import BERT, RERANKER
+
+    first, second = "the cat sat on the mat", "a dog sat on the mat"
+    vectors = page.request.post(
+        "/v1/embeddings", data={"model": BERT, "input": [first, second]},
+        headers={"X-CSRFToken": csrf(page)},
+    ).json()["data"]  # fmt: skip
+    a, b = (np.array(item["embedding"]) for item in vectors)
+    expected = float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+    page.goto("/models/")
+    panel = page.locator("#compare-panel")
+    expect(panel).to_be_visible()
+    page.select_option("#compare-model", BERT)
+    page.fill("#compare-first", first)
+    page.fill("#compare-second", second)
+    page.click("#compare-button")
+    expect(panel.locator(".compare-value")).to_have_text(f"{expected:.4f}")
+    expect(panel.locator("#compare-result")).to_contain_text("cosine similarity")
+    screenshot(page, "models-compare")
+
+    page.fill("#compare-second", first)  # the same text twice: the same vector
+    page.click("#compare-button")
+    expect(panel.locator(".compare-value")).to_have_text("1.0000")
+
+    score = page.request.post(
+        "/v1/rerank", data={"model": RERANKER, "query": first, "documents": [second]},
+        headers={"X-CSRFToken": csrf(page)},
+    ).json()["results"][0]["relevance_score"]  # fmt: skip
+    page.select_option("#compare-model", RERANKER)
+    page.fill("#compare-second", second)
+    page.click("#compare-button")
+    expect(panel.locator(".compare-value")).to_have_text(f"{score:.4f}")
+    expect(panel.locator("#compare-result")).to_contain_text("relevance")
+
+    page.fill("#compare-second", "")
+    page.click("#compare-button")
+    expect(panel.locator("#compare-error")).to_have_text("Write two texts to compare.")
+
+
+def csrf(page: Page) -> str:
+    return next(c["value"] for c in page.context.cookies() if c["name"] == "csrftoken")
