@@ -250,6 +250,8 @@ def main() -> int:
         failed = True
     if bench_script("families", "One stream per model family: fused layers against mlx-lm's") != 0:
         failed = True
+    if bench_script("embeddings", "Embeddings per second: batched against one at a time") != 0:
+        failed = True
     return 1 if failed else 0
 
 
