@@ -182,12 +182,12 @@ class ThroughWorker:
         except BaseException:
             self.supervisor.shutdown()  # not yet in the caller's list of sides to close
             raise
-        self.socket_path = self.supervisor.workers[self.model].socket_path
+        self.socket_path = self.supervisor.models[self.model].workers[0].socket_path
 
     @property
     def pid(self) -> int | None:
-        worker = self.supervisor.workers.get(self.model)
-        return worker.pid if worker else None
+        group = self.supervisor.models.get(self.model)
+        return group.workers[0].pid if group else None
 
     async def events(self, call: wire.GenerateCall) -> AsyncIterator[Event]:
         stream = await self.supervisor.open(self.model, self.path, call)

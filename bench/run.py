@@ -248,6 +248,8 @@ def main() -> int:
         failed = True
     if bench_script("durability", "A model worker's restart: the prompt cache on disk") != 0:
         failed = True
+    if bench_script("replicas", "One model on two replicas against one, and prefix routing") != 0:
+        failed = True
     if bench_script("families", "One stream per model family: fused layers against mlx-lm's") != 0:
         failed = True
     if bench_script("embeddings", "Embeddings per second: batched against one at a time") != 0:

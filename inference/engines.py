@@ -54,6 +54,9 @@ def supervisor() -> Supervisor:
                     load_seconds=lab_settings.model_load_seconds,
                     pinned=supervisor_pinned(),
                     remote=dict(lab_settings.workers),
+                    replicas=dict(lab_settings.model_replicas),
+                    imbalance=lab_settings.replica_imbalance,
+                    round_robin=lab_settings.replica_routing == "round_robin",
                     secret=lab_settings.worker_secret,
                     link_timeout=lab_settings.worker_link_timeout_seconds,
                 )
@@ -98,6 +101,13 @@ def unload_model_worker(name: str) -> bool:
 
 def resident_models() -> list[str]:
     return supervisor().ready_models() if _supervisor is not None else []
+
+
+def replicas_serving(name: str) -> int:
+    """How many of the model's replicas take new requests now."""
+    if _supervisor is None:
+        return 0
+    return sum(1 for w in _supervisor.resident() if w.model == name and w.serving)
 
 
 def model_is_resident(name: str) -> bool:

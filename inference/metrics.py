@@ -4,8 +4,9 @@ Names follow vLLM's with `mlxlab:` for `vllm:` and the same `model_name` label, 
 vLLM dashboard carries over with a rename. Request figures are observed here, as each
 answer's events pass through the web process (`RequestMetrics`): every Daphne replica
 exports the requests it served, and Prometheus sums the replicas. Worker figures come
-from the workers' own reports at scrape time (`WorkerSnapshot`), job counts from the
-database.
+from the workers' own reports at scrape time (`WorkerFigures`), one series per replica
+(the `replica` label: its place among its model's replicas, "0" for a model's only
+worker), job counts from the database.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from .protocol.events import Event, Failed, Finished
 
 PREFIX = "mlxlab:"
 MODEL = ["model_name"]
+REPLICA = [*MODEL, "replica"]
 
 # vLLM's buckets, so its dashboards' quantiles read the same.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
@@ -136,15 +138,18 @@ class RequestMetrics:
 
 @dataclass(frozen=True)
 class WorkerFigures:
-    """One resident worker at scrape time; its load is None when it is not ready or did not
-    answer in time."""
+    """One resident replica at scrape time; its load is None when it is not ready or did not
+    answer in time; `routed` (reason -> requests) only for a model of several replicas."""
 
     model: str
+    replica: str
     state: str
     restarts: int
     running: int | None = None
     waiting: int | None = None
     kv_cache_bytes: int | None = None
+    prompt_cache_bytes: int | None = None
+    routed: dict[str, int] | None = None
 
 
 class WorkersCollector(Collector):
@@ -159,23 +164,33 @@ class WorkersCollector(Collector):
             "num_requests_waiting", "Requests sent to the model and not yet in its batch."
         )
         kv = gauge("kv_cache_usage_bytes", "Bytes the batch's KV cache holds now.")
+        prompt_cache = gauge("prompt_cache_usage_bytes", "Bytes the prompt cache holds in RAM.")
         state = GaugeMetricFamily(
-            PREFIX + "worker_state", "1 for each resident worker's state.",
-            labels=[*MODEL, "state"],
+            PREFIX + "worker_state", "1 for each resident replica's state.",
+            labels=[*REPLICA, "state"],
         )  # fmt: skip
         restarts = CounterMetricFamily(
-            PREFIX + "worker_restarts", "Times a model's worker was restarted.", labels=MODEL
+            PREFIX + "worker_restarts", "Times a replica's worker was restarted.", labels=REPLICA
         )
+        routed = CounterMetricFamily(
+            PREFIX + "replica_routed_requests",
+            "Requests this web process sent to a replica, by why: its session, its cached "
+            "prefix, or its load.",
+            labels=[*REPLICA, "reason"],
+        )  # fmt: skip
         for worker in self.workers:
-            labels = [worker.model]
-            state.add_metric([worker.model, worker.state], 1)
+            labels = [worker.model, worker.replica]
+            state.add_metric([*labels, worker.state], 1)
             restarts.add_metric(labels, worker.restarts)
+            for reason, count in (worker.routed or {}).items():
+                routed.add_metric([*labels, reason], count)
             if worker.running is not None:
                 running.add_metric(labels, worker.running)
                 waiting.add_metric(labels, worker.waiting)
                 kv.add_metric(labels, worker.kv_cache_bytes)
-        yield from (running, waiting, kv, state, restarts)
+                prompt_cache.add_metric(labels, worker.prompt_cache_bytes)
+        yield from (running, waiting, kv, prompt_cache, state, restarts, routed)
 
 
 def gauge(name: str, documentation: str) -> GaugeMetricFamily:
-    return GaugeMetricFamily(PREFIX + name, documentation, labels=MODEL)
+    return GaugeMetricFamily(PREFIX + name, documentation, labels=REPLICA)

@@ -2,10 +2,13 @@
 
 A request that no worker can take, or whose worker dies before the answer
 starts, gets the protocol's 502; one whose worker dies mid-stream ends with the
-protocol's error frame. The one exception: a request the worker had not yet accepted
+protocol's error frame. The exceptions: a request the worker had not yet accepted
 when something outside killed it (SIGKILL, SIGTERM) goes once more to the restarted
-worker. Nothing of it had started, and it cannot have caused the kill, whereas a crash
-(a segfault, an abort) may be the request's own doing and is never repeated.
+worker (or another replica). Nothing of it had started, and it cannot have caused the
+kill, whereas a crash (a segfault, an abort) may be the request's own doing and is never
+repeated. And an answer not streamed, whose replica was killed so while another of its
+model's replicas serves, goes once more to that one: nothing of it was shown, and the
+killed generation's checkpoint (on the replicas' shared disk) resumes it there.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from django.http import HttpResponse, JsonResponse
 from .api.sse import event_stream_response
 from .api.surfaces import Surface
 from .chat.plan import PlannedGeneration
-from .engines import open_generation
+from .engines import open_generation, replicas_serving
 from .errors import ApiError
 from .protocol import wire
 from .workers.streams import Choices, EngineUnavailable, Rejected, RequestStream, WorkerStopped
@@ -89,6 +92,7 @@ async def serve(
     *,
     stream: bool,
     on_result: OnResult = None,
+    again: bool = True,
 ) -> HttpResponse:
     try:
         events, accepted = await start(plan)
@@ -104,7 +108,12 @@ async def serve(
     if stream:
         response = event_stream_response(_frames(events, renderer, surface, on_result))
     else:
-        response = await _collect(plan, events, renderer, surface, on_result)
+        try:
+            response = await _collect(plan, events, renderer, surface, on_result, again=again)
+        except WorkerStopped:  # killed from outside, and another replica serves
+            log.warning("%s: a killed replica held the request; on another", plan.model_name)
+            again_on = {"stream": False, "on_result": on_result, "again": False}
+            return await serve(plan, surface, make_renderer, **again_on)
     if accepted.warning:
         response["Warning"] = f'299 mlxlab "{accepted.warning}"'
     if accepted.resumed_from:  # an earlier attempt's checkpoint: replayed, then continued
@@ -112,11 +121,13 @@ async def serve(
     return response
 
 
-async def _collect(plan, events: RequestStream, renderer, surface: Surface, on_result):
+async def _collect(plan, events: RequestStream, renderer, surface: Surface, on_result, *, again):
     try:
         async for event in events.events():
             renderer.feed(event)
     except WorkerStopped as error:
+        if again and error.killed_from_outside and replicas_serving(plan.model_name):
+            raise
         log.error("%s: worker stopped under a request (%s)", plan.model_name, error)
         return surface.unavailable(error.message, error.state)
     except asyncio.CancelledError:

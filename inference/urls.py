@@ -1,6 +1,13 @@
 from django.urls import path, re_path
 
-from . import views_anthropic, views_metrics, views_openai, views_responses, views_status
+from . import (
+    views_anthropic,
+    views_metrics,
+    views_openai,
+    views_replicas,
+    views_responses,
+    views_status,
+)
 
 urlpatterns = [
     path("v1/chat/completions", views_openai.chat_completions),
@@ -18,5 +25,6 @@ urlpatterns = [
     path("health", views_status.health),
     path("stats", views_status.stats),
     path("engine", views_status.engine),
+    path("engine/replicas/<str:replica_id>/drain", views_replicas.drain_replica),
     path("metrics", views_metrics.metrics),
 ]

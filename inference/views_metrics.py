@@ -7,6 +7,7 @@ on this host (a Prometheus beside the lab).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ipaddress
 
 from asgiref.sync import sync_to_async
@@ -55,16 +56,23 @@ def _render(workers: list[WorkerFigures]) -> bytes:
 
 
 async def _figures(worker: Worker) -> WorkerFigures:
-    figures = WorkerFigures(worker.model, worker.state, worker.restarts)
+    routing = supervisor().routing_report(worker)
+    figures = WorkerFigures(
+        worker.model, str(worker.replica), worker.public_state, worker.restarts,
+        routed=routing["routed"] if routing is not None else None,
+    )  # fmt: skip
     if worker.state != "ready":
         return figures
     try:
-        status = await asyncio.wrap_future(supervisor().live_status(worker.model, 2.0))
+        future = supervisor().live_status(worker.model, 2.0, worker_id=worker.id)
+        status = await asyncio.wrap_future(future)
     except Exception:  # busy past two seconds, or gone: its state says enough
         return figures
+    if status is None:
+        return figures
     requests = status.stats.get("requests") or {"running": status.in_flight, "waiting": 0}
-    return WorkerFigures(
-        worker.model, worker.state, worker.restarts,
-        running=requests["running"], waiting=requests["waiting"],
+    return dataclasses.replace(
+        figures, running=requests["running"], waiting=requests["waiting"],
         kv_cache_bytes=status.stats.get("kv_cache", {}).get("bytes", 0),
+        prompt_cache_bytes=status.stats.get("prompt_cache", {}).get("bytes", 0),
     )  # fmt: skip

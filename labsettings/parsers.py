@@ -220,9 +220,10 @@ def reaches_beyond_loopback(address: str) -> bool:
         return True
 
 
-def parse_worker_addresses(text: str) -> dict[str, str]:
-    """`big=tcp://gpu1:7001,small=tcp://10.0.0.5:7002` -> {model: address}."""
-    workers = {}
+def parse_worker_addresses(text: str) -> dict[str, tuple[str, ...]]:
+    """`big=tcp://gpu1:7001,big=tcp://gpu2:7001,small=tcp://10.0.0.5:7002` -> {model:
+    its addresses}: a model named at several addresses has a replica at each."""
+    workers: dict[str, tuple[str, ...]] = {}
     for item in parse_list(text):
         model, equals, address = item.partition("=")
         model, address = model.strip(), address.strip()
@@ -231,5 +232,23 @@ def parse_worker_addresses(text: str) -> dict[str, str]:
         if not address.startswith(("tcp://", "ipc://")):
             raise ValueError(f"{address!r} is not tcp://HOST:PORT or ipc:///path")
         _tcp_host(address)
-        workers[model] = address
+        if address in workers.get(model, ()):
+            raise ValueError(f"{model}={address} is named twice")
+        workers[model] = (*workers.get(model, ()), address)
     return workers
+
+
+MAX_REPLICAS = 64
+
+
+def parse_replica_counts(text: str) -> dict[str, int]:
+    """`big=2,small=3` -> {model: local worker processes}."""
+    counts = {}
+    for item in parse_list(text):
+        model, equals, count = item.partition("=")
+        if not equals or not model.strip() or not count.strip().isdigit():
+            raise ValueError(f"{item!r} is not MODEL=N")
+        if not 0 <= int(count) <= MAX_REPLICAS:
+            raise ValueError(f"{item!r}: from 0 to {MAX_REPLICAS} replicas")
+        counts[model.strip()] = int(count)
+    return counts

@@ -17,6 +17,7 @@ from .parsers import (
     parse_bool,
     parse_float,
     parse_int,
+    parse_replica_counts,
     parse_worker_addresses,
     reaches_beyond_loopback,
 )
@@ -81,9 +82,27 @@ class WorkerSettings(PlaceSettings):
     )  # fmt: skip
     # Workers on other hosts (docs/DEPLOY.md): started there with `manage.py modelworker
     # --listen tcp://HOST:PORT`, never spawned, evicted or unloaded by this process.
-    workers: dict[str, str] = setting(
+    # A model named at several addresses, or given several local processes (or both), has
+    # that many replicas; inference/workers/routing.py sends each request to one.
+    workers: dict[str, tuple[str, ...]] = setting(
         "MLXLAB_WORKERS", parse_worker_addresses, {},
-        "Models served by workers started elsewhere: NAME=tcp://HOST:PORT,...",
+        "Models served by workers started elsewhere: NAME=tcp://HOST:PORT,... (a name at "
+        "several addresses: a replica at each).",
+    )  # fmt: skip
+    model_replicas: dict[str, int] = setting(
+        "MLXLAB_MODEL_REPLICAS", parse_replica_counts, {},
+        "Local worker processes per model: NAME=N,... (1 for a model not named; 0 for one "
+        "served by MLXLAB_WORKERS alone, which is the default there).",
+    )  # fmt: skip
+    replica_routing: str = setting(
+        "MLXLAB_REPLICA_ROUTING", one_of("cache", "round_robin"), "cache",
+        "How requests spread over a model's replicas: cache (its session, then its cached "
+        "prefix, then the least loaded), or round_robin (in turn: to measure against).",
+    )  # fmt: skip
+    replica_imbalance: int = setting(
+        "MLXLAB_REPLICA_IMBALANCE", parse_int, 8,
+        "A replica holding this many more requests than its model's least loaded one loses "
+        "its session and prefix affinity (README.md, Replicas).",
     )  # fmt: skip
     worker_secret: str = setting(
         "MLXLAB_WORKER_SECRET", str.strip, "",
@@ -102,7 +121,8 @@ class WorkerSettings(PlaceSettings):
             raise ImproperlyConfigured(
                 f"MLXLAB_WORKER_SECRET: at least {MIN_SECRET_CHARS} characters"
             )
-        open_links = [a for a in self.workers.values() if reaches_beyond_loopback(a)]
+        addresses = [a for named in self.workers.values() for a in named]
+        open_links = [a for a in addresses if reaches_beyond_loopback(a)]
         if open_links and not self.worker_secret:
             raise ImproperlyConfigured(
                 f"MLXLAB_WORKERS: {open_links[0]} is beyond loopback: set MLXLAB_WORKER_SECRET "

@@ -57,8 +57,10 @@ def sample(name: str) -> tuple[str, object]:
     }
     special["workers"] = (
         "big=tcp://127.0.0.1:7001, small=ipc:///run/small.sock",
-        {"big": "tcp://127.0.0.1:7001", "small": "ipc:///run/small.sock"},
+        {"big": ("tcp://127.0.0.1:7001",), "small": ("ipc:///run/small.sock",)},
     )
+    special["model_replicas"] = ("big=2, small=0", {"big": 2, "small": 0})
+    special["replica_routing"] = ("round_robin", "round_robin")
     special["worker_secret"] = (" a-secret-of-24-characters ", "a-secret-of-24-characters")
     special["import_roots"] = (
         "/srv/lab/imports: :/data/ggufs",
@@ -138,6 +140,10 @@ def test_a_bad_number_names_its_variable(name):
         ("MLXLAB_WORKERS", "big", "'big' is not MODEL=tcp://HOST:PORT"),
         ("MLXLAB_WORKERS", "big=http://gpu1:80", "'http://gpu1:80' is not tcp://HOST:PORT"),
         ("MLXLAB_WORKERS", "big=tcp://gpu1", "'tcp://gpu1' is not tcp://HOST:PORT"),
+        ("MLXLAB_WORKERS", "big=ipc:///a,big=ipc:///a", "big=ipc:///a is named twice"),
+        ("MLXLAB_MODEL_REPLICAS", "big", "'big' is not MODEL=N"),
+        ("MLXLAB_MODEL_REPLICAS", "big=-1", "'big=-1' is not MODEL=N"),
+        ("MLXLAB_MODEL_REPLICAS", "big=65", "'big=65': from 0 to 64 replicas"),
         ("MLXLAB_WORKER_SECRET", "short", "at least 16 characters"),
         ("MLXLAB_QMM_AVX512", "maybe", "not a boolean"),
         ("MLXLAB_CUDA_DECODE", "sometimes", "must be on, off or one of reference (got"),
@@ -167,7 +173,11 @@ def test_a_worker_beyond_loopback_needs_the_secret():
     for address in ("tcp://127.0.0.1:7001", "tcp://localhost:7001", "ipc:///run/w.sock"):
         assert LabSettings.from_environ({"MLXLAB_WORKERS": f"big={address}"}).workers
     secret = {"MLXLAB_WORKER_SECRET": "s" * 16, "MLXLAB_WORKERS": "big=tcp://gpu1:7001"}
-    assert LabSettings.from_environ(secret).workers == {"big": "tcp://gpu1:7001"}
+    assert LabSettings.from_environ(secret).workers == {"big": ("tcp://gpu1:7001",)}
+    secret["MLXLAB_WORKERS"] = "big=tcp://gpu1:7001, big=tcp://gpu2:7001"
+    assert LabSettings.from_environ(secret).workers == {
+        "big": ("tcp://gpu1:7001", "tcp://gpu2:7001")
+    }
 
 
 def test_blank_values():
@@ -215,6 +225,9 @@ def test_the_documented_defaults():
         "warm_up": "auto",
         "kernel_cache_dir": var / "kernels",
         "workers": {},
+        "model_replicas": {},
+        "replica_routing": "cache",
+        "replica_imbalance": 8,
         "worker_secret": "",
         "worker_link_timeout_seconds": 6,
         "default_temperature": None,

@@ -1,4 +1,4 @@
-"""/health, /stats and /engine as OpenAPI operations."""
+"""/health, /stats, /engine and a replica's drain as OpenAPI operations."""
 
 from __future__ import annotations
 
@@ -14,17 +14,38 @@ EXIT = nullable(
         }
     )
 )
-WORKER_STATES = ["starting", "ready", "restarting", "stopped"]
+WORKER_STATES = ["starting", "ready", "draining", "restarting", "stopped"]
+ROUTED = obj({reason: {"type": "integer"} for reason in ("session", "prefix", "load", "turn")})
 WORKER = obj(
     {
         "id": {"type": "string"},
         "role": {"const": "primary"},
         "model": {"type": "string"},
+        "replica": {
+            "type": "integer",
+            "description": "Its place among its model's replicas (0 for a model's only worker)",
+        },
         "pid": nullable({"type": "integer"}),
         "state": {"enum": WORKER_STATES},
         "restarts": {"type": "integer"},
         "socket": {"type": "string"},
         "remote": {"type": "boolean"},
+        "in_flight": {"type": "integer", "description": "This web process's requests there"},
+        "queue": nullable({"type": "integer", "description": "Requests not yet in its batch"}),
+        "prompt_cache": nullable(
+            obj({k: {"type": "integer"} for k in ("entries", "bytes", "hits", "cached_tokens")})
+        ),
+        "routing": {
+            "description": "For a model of several replicas: what this web process routed "
+            "there and why, its prefix tree's characters, the sessions it holds",
+            **obj(
+                {
+                    "routed": ROUTED,
+                    "prefix_chars": {"type": "integer"},
+                    "sessions": {"type": "integer"},
+                }
+            ),  # fmt: skip
+        },
         "memory": nullable(
             obj(
                 {
@@ -109,7 +130,7 @@ def components() -> dict[str, Schema]:
 
 
 # For staff only, whether or not the API is open.
-STAFF_ONLY = ("/stats", "/engine", "/metrics")
+STAFF_ONLY = ("/stats", "/engine", "/metrics", "/engine/replicas/{replica_id}/drain")
 
 
 def paths() -> dict[str, Schema]:
@@ -146,6 +167,28 @@ def paths() -> dict[str, Schema]:
                 "responses": {
                     "200": {"description": "Engine report", "content": json_content(ref("Engine"))},
                     **errors("OpenAIError", 403),
+                },
+            }
+        },
+        "/engine/replicas/{replica_id}/drain": {
+            "post": {
+                "operationId": "replica_drain",
+                "summary": "One replica out of rotation for a rolling restart: it finishes its "
+                "streams while its model's other replicas take the new requests (staff; a "
+                "session needs its CSRF token)",
+                "tags": ["status"],
+                "parameters": [
+                    {
+                        "name": "replica_id",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string"},
+                        "description": "A worker's id in /engine",
+                    }
+                ],  # fmt: skip
+                "responses": {
+                    "202": {"description": "Draining", "content": json_content(ref("Worker"))},
+                    **errors("OpenAIError", 403, 404),
                 },
             }
         },

@@ -1,11 +1,12 @@
 """Workers started on other hosts: the supervisor connects to them instead of spawning.
 
-A model named in `config.remote` (MLXLAB_WORKERS) is served by a worker that an operator
-started elsewhere (`manage.py modelworker --listen tcp://HOST:PORT`); link.py
-authenticates the link. The supervisor never evicts or unloads such a worker. Its
-socket's monitor tells when the link is lost (the worker died, its host went away, the
-heartbeats went unanswered): the requests it held end as they would for a dead local
-worker, and ZeroMQ reconnects by itself; the worker is ready again once it answers.
+A model named in `config.remote` (MLXLAB_WORKERS, at one address or several: each a
+replica) is served by workers that an operator started elsewhere (`manage.py modelworker
+--listen tcp://HOST:PORT`); link.py authenticates the link. The supervisor never evicts
+or unloads such a worker. Its socket's monitor tells when the link is lost (the worker
+died, its host went away, the heartbeats went unanswered): the requests it held end as
+they would for a dead local worker, it takes no new ones, and ZeroMQ reconnects by
+itself; the worker is back in rotation once it answers.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from zmq.utils.monitor import parse_monitor_message
 
 from ..protocol import link, wire
 from .streams import ExitStatus
-from .worker import Worker
+from .worker import Replicas, Worker
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +36,13 @@ def send_now(socket, frame: bytes) -> bool:
 class RemoteWorkers:
     """The Supervisor's part for remote workers (it runs on the supervisor's loop)."""
 
-    def _attach(self, model: str, path: str, size_bytes: int) -> Worker:
-        address = self.config.remote[model]
-        worker = Worker(f"r{next(self._ids)}", model, path, address, size_bytes, remote=True)
-        self.workers[model] = worker
+    def _attach(self, group: Replicas, replica: int, address: str, size_bytes: int) -> Worker:
+        model = group.model
+        worker = Worker(
+            f"r{next(self._ids)}", model, group.path, address, size_bytes,
+            remote=True, replica=replica, group=group,
+        )  # fmt: skip
+        group.workers.append(worker)
         socket = self.context.socket(zmq.DEALER)
         socket.setsockopt(zmq.LINGER, 0)
         socket.setsockopt(zmq.RCVHWM, 0)
@@ -86,6 +90,7 @@ class RemoteWorkers:
 
     def _link_lost(self, worker: Worker) -> None:
         """What a dead local worker's exit is: its requests end, it counts a restart."""
+        worker.drained = False  # its host restarts it (a drain's end): back once it answers
         if worker.state != "ready":  # it never came (back) up: nothing it held to end
             return
         status = ExitStatus(None, None, link=worker.address)

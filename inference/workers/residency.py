@@ -1,9 +1,12 @@
 """Which models stay resident: the supervisor's eviction, draining and idle unloading.
 
-At most `max_loaded` models (and `memory_limit_bytes` of their reported memory) are
-resident, least recently used evicted first, pinned models never; an evicted worker
-drains (finishes what it holds) before it stops. A remote worker (remote.py) holds no
-memory here: it is never counted, evicted or unloaded.
+A model is resident with all its replicas (residency counts each local worker process):
+at most `max_loaded` processes (and `memory_limit_bytes` of their reported memory) are
+resident, the least recently used model evicted first, pinned models never; an evicted
+model's replicas drain (finish what they hold) before they stop. A remote worker
+(remote.py) holds no memory here: it is never counted, evicted or unloaded. One replica
+can also be drained alone (a rolling restart): it finishes its streams while the others
+take the new requests.
 """
 
 from __future__ import annotations
@@ -13,53 +16,65 @@ import logging
 import time
 from pathlib import Path
 
-from .worker import Worker
+from .routing import Router
+from .worker import Replicas, Worker
 
 log = logging.getLogger(__name__)
+DRAIN_STOP_SECONDS = 10.0  # a drained worker that ignores SIGTERM this long is killed
 
 
 class Residency:
     """The Supervisor's part that loads, evicts and stops workers (on the supervisor's loop)."""
 
-    async def _resident_worker(self, model: str, path: str, size_bytes: int) -> Worker:
-        """The model's current worker, or a new one; a draining one's successor."""
+    async def _resident_replicas(self, model: str, path: str, size_bytes: int) -> Replicas:
+        """The model's current replicas, or new ones; a draining model's successors."""
         while True:
-            worker = self.workers.get(model)
-            if worker is not None and worker.draining:
-                await worker.changed.wait()
+            group = self.models.get(model)
+            if group is not None and group.draining:
+                await group.changed.wait()
                 continue
-            if worker is not None and worker.state != "stopped":
-                if worker.path == path or worker.remote:
-                    return worker
+            if group is not None:
+                if group.path == path or not group.local:
+                    return group
                 # The registry moved the model to a new folder (a pull brought a newer
-                # commit): the old worker finishes what it holds, a new one loads that.
+                # commit): the old workers finish what they hold, new ones load that.
                 log.info("reloading %s from %s", model, path)
-                worker.draining = True  # a second request waits for the same drain
-                self.loop.create_task(self._drain_and_stop(worker))
-                await worker.changed.wait()
+                group.draining = True  # a second request waits for the same drain
+                self.loop.create_task(self._drain_and_stop(group))
+                await group.changed.wait()
                 continue
             async with self._residency:
-                worker = self.workers.get(model)
-                if worker is None or worker.state == "stopped":
-                    if model in self.config.remote:
-                        return self._attach(model, path, size_bytes)
-                    await self._make_room(model, size_bytes)
-                    return self._spawn(model, path, size_bytes)
+                group = self.models.get(model)
+                if group is None:
+                    return await self._load(model, path, size_bytes)
 
-    async def _make_room(self, model: str, size_bytes: int) -> None:
-        """Evict least recently used workers until the new one fits (pinned ones stay)."""
+    async def _load(self, model: str, path: str, size_bytes: int) -> Replicas:
+        local = self.config.local_replicas(model)
+        if local:
+            await self._make_room(model, size_bytes, local)
+        group = Replicas(model, path, Router(self.config.imbalance, self.config.round_robin))
+        self.models[model] = group
+        for replica in range(local):
+            self._spawn(group, replica, size_bytes)
+        for offset, address in enumerate(self.config.addresses(model)):
+            self._attach(group, local + offset, address, size_bytes)
+        return group
+
+    async def _make_room(self, model: str, size_bytes: int, count: int) -> None:
+        """Evict least recently used models until `count` new processes fit (pinned stay)."""
         while True:
+            others = [g for g in self.models.values() if g.model != model and not g.stopped]
             # A remote worker holds no memory here: it never counts, and is never evicted.
-            others = [w for w in self.resident() if w.model != model and not w.remote]
-            over_count = len(others) + 1 > max(self.config.max_loaded, 1)
+            processes = [w for g in others for w in g.local if w.state != "stopped"]
+            over_count = len(processes) + count > max(self.config.max_loaded, count)
             limit = self.config.memory_limit_bytes
-            used = sum(w.memory_bytes for w in others)
-            over_memory = limit > 0 and used + size_bytes > limit and bool(others)
+            used = sum(w.memory_bytes for w in processes)
+            over_memory = limit > 0 and used + size_bytes * count > limit and bool(processes)
             if not (over_count or over_memory):
                 return
             candidates = sorted(
-                (w for w in others if w.model not in self.config.pinned),
-                key=lambda w: w.last_used,
+                (g for g in others if g.local and g.model not in self.config.pinned),
+                key=lambda g: g.last_used,
             )
             if not candidates:
                 log.warning("no room for %s: every resident model is pinned", model)
@@ -68,18 +83,28 @@ class Residency:
             log.info("unloading %s to make room for %s", victim.model, model)
             await self._drain_and_stop(victim)
 
-    async def _drain_and_stop(self, worker: Worker) -> None:
-        worker.draining = True
-        worker.notify()
-        while (worker.streams or worker.waiters) and worker.state != "stopped":
-            await worker.changed.wait()
-        await self._stop(worker)
+    async def _drain_and_stop(self, group: Replicas) -> None:
+        group.draining = True
+        group.notify()
+        while group.holds_requests() and group.live() and not group.stopped:
+            await group.changed.wait()
+        await self._stop_group(group)
+
+    async def _stop_group(self, group: Replicas, timeout: float = 10.0) -> None:
+        if group.stopped:
+            return
+        group.stopped = True
+        group.draining = False
+        if self.models.get(group.model) is group:
+            self.models.pop(group.model)
+        await asyncio.gather(*(self._stop(w, timeout) for w in group.workers))
+        group.notify()
 
     async def _stop(self, worker: Worker, timeout: float = 10.0) -> None:
+        if worker.state == "stopped" and worker.process is None and worker.socket is None:
+            return
         worker.state = "stopped"
-        worker.draining = False
-        if self.workers.get(worker.model) is worker:
-            self.workers.pop(worker.model)
+        worker.drained = False
         process = worker.process
         if process is not None:
             process.terminate()
@@ -96,11 +121,41 @@ class Residency:
             log.info("stopped worker %s for %s", worker.id, worker.model)
 
     async def _unload(self, model: str) -> bool:
-        worker = self.workers.get(model)
-        if worker is None or worker.remote:  # a remote worker is its own host's to stop
+        group = self.models.get(model)
+        if group is None or not group.local:  # a remote worker is its own host's to stop
             return False
-        await self._drain_and_stop(worker)
+        await self._drain_and_stop(group)
         return True
+
+    async def _drain_replica(self, worker_id: str) -> bool:
+        """One replica out of rotation until its streams end; then a local one restarts
+        (`_exited` relaunches it at once) and a remote one waits for its host's restart
+        (remote.py puts it back when its link is lost and answers again)."""
+        worker = next((w for w in self.resident() if w.id == worker_id), None)
+        if worker is None:
+            return False
+        worker.drained = True
+        worker.notify()
+        self.loop.create_task(self._finish_drain(worker))
+        return True
+
+    async def _finish_drain(self, worker: Worker) -> None:
+        while worker.streams and worker.state == "ready" and worker.drained:
+            await worker.changed.wait()
+        if not worker.drained:  # it died meanwhile: its restart ended the drain
+            return
+        if worker.state != "ready":  # loading or stopped: its next process is a fresh one
+            worker.drained = False
+            worker.notify()
+            return
+        log.info("drained worker %s for %s", worker.id, worker.model)
+        if worker.remote or worker.process is None:
+            return
+        worker.state = "restarting"
+        worker.notify()
+        process = worker.process
+        process.terminate()
+        self.loop.call_later(DRAIN_STOP_SECONDS, lambda: process.poll() is None and process.kill())
 
     async def _housekeeping(self) -> None:
         """Refresh the workers' memory reports; unload models idle past their time."""
@@ -108,20 +163,19 @@ class Residency:
             await asyncio.sleep(self.config.report_interval)
             for worker in self.resident():
                 if worker.state == "ready":
-                    self.loop.create_task(self._live_status(worker.model, 5.0))
-                idle = time.monotonic() - worker.last_used
+                    self.loop.create_task(self._live_status(worker, 5.0))
+            for group in list(self.models.values()):
+                idle = time.monotonic() - group.last_used
                 if (
                     self.config.idle_seconds > 0
                     and idle > self.config.idle_seconds
-                    and worker.state == "ready"
-                    and not worker.streams
-                    and not worker.waiters
-                    and not worker.draining
-                    and worker.model not in self.config.pinned
-                    and not worker.remote
+                    and any(w.state == "ready" for w in group.local)
+                    and not group.holds_requests()
+                    and not group.draining
+                    and group.model not in self.config.pinned
                 ):
-                    log.info("unloading %s: idle for %.0f s", worker.model, idle)
-                    self.loop.create_task(self._drain_and_stop(worker))
+                    log.info("unloading %s: idle for %.0f s", group.model, idle)
+                    self.loop.create_task(self._drain_and_stop(group))
 
     async def _stop_all(self, timeout: float) -> None:
-        await asyncio.gather(*(self._stop(w, timeout) for w in self.resident()))
+        await asyncio.gather(*(self._stop_group(g, timeout) for g in list(self.models.values())))

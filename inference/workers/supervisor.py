@@ -1,11 +1,13 @@
-"""The supervisor: starts a worker process per model on demand, watches it, restarts it.
+"""The supervisor: starts a model's worker processes on demand, watches them, restarts them.
 
 It runs on a thread of its own with its own asyncio loop, which owns every ZeroMQ
 socket and child process; request handlers on any other loop reach it through
 `run_coroutine_threadsafe`. Which models stay resident, and how an evicted or idle
 one stops, is residency.py's part.
 
-A model named in `config.remote` is served by a worker on another host (remote.py).
+A model may have several replicas (`config.replicas` local processes, `config.remote`
+workers on other hosts, remote.py): each request goes to one that serves, as
+routing.py chooses; one that is dead, restarting or drained gets none.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ import zmq.asyncio
 from ..protocol import wire
 from .remote import RemoteWorkers, send_now
 from .residency import Residency
+from .routing import Candidate, route_key
 from .streams import STOPPED, EngineUnavailable, ExitStatus, RequestStream
-from .worker import FINAL_KINDS, SupervisorConfig, Worker, exit_status
+from .worker import FINAL_KINDS, Replicas, SupervisorConfig, Worker, exit_status
 
 LEFT_SECONDS = 60.0  # how long a cancelled request's tally is waited for
 
@@ -37,7 +40,7 @@ log = logging.getLogger(__name__)
 class Supervisor(Residency, RemoteWorkers):
     def __init__(self, config: SupervisorConfig) -> None:
         self.config = config
-        self.workers: dict[str, Worker] = {}  # model name -> worker
+        self.models: dict[str, Replicas] = {}  # model name -> its replicas
         self._ids = itertools.count(1)
         self._request_ids = itertools.count(1)
         self.loop = asyncio.new_event_loop()
@@ -75,14 +78,38 @@ class Supervisor(Residency, RemoteWorkers):
     def unload(self, model: str) -> bool:
         return self.call(self._unload(model)).result()
 
-    def live_status(self, model: str, timeout: float = 2.0) -> Future:
-        return self.call(self._live_status(model, timeout))
+    def live_status(
+        self, model: str, timeout: float = 2.0, *, worker_id: str | None = None
+    ) -> Future:
+        """The worker's own report (`worker_id`'s, else a ready replica's of `model`), or
+        None when it cannot answer within `timeout`."""
+        return self.call(self._live_status_of(model, worker_id, timeout))
+
+    def drain(self, worker_id: str) -> Future:
+        """Take one replica out of rotation: it finishes its streams, then a local one
+        restarts and rejoins; a remote one rejoins once its host restarts it. False when no
+        replica has that id."""
+        return self.call(self._drain_replica(worker_id))
+
+    @property
+    def workers(self) -> dict[str, Worker]:
+        """Each resident model's first replica, for callers that know one worker a model."""
+        return {name: group.workers[0] for name, group in self.models.items() if group.workers}
 
     def resident(self) -> list[Worker]:
-        return [w for w in list(self.workers.values()) if w.state != "stopped"]
+        """Every replica of every resident model, model by model, in replica order."""
+        groups = list(self.models.values())
+        return [w for group in groups for w in list(group.workers) if w.state != "stopped"]
 
     def ready_models(self) -> list[str]:
-        return sorted(w.model for w in self.resident() if w.state == "ready")
+        return sorted({w.model for w in self.resident() if w.state == "ready"})
+
+    def routing_report(self, worker: Worker) -> dict | None:
+        """What the model's router did with this replica; None for a model of one replica."""
+        group = worker.group
+        if group is None or len(group.workers) < 2:
+            return None
+        return group.router.report(worker.id)
 
     def shutdown(self, timeout: float = 10.0) -> None:
         if self._closed:
@@ -115,7 +142,7 @@ class Supervisor(Residency, RemoteWorkers):
         self.loop.run_forever()
 
     async def _open(self, model, path, size_bytes, call, stream: RequestStream) -> None:
-        worker = await self._ready_worker(model, path, size_bytes)
+        worker = await self._ready_worker(model, path, size_bytes, call)
         request_id = next(self._request_ids)
         socket = worker.socket
         worker.streams[request_id] = stream
@@ -145,50 +172,62 @@ class Supervisor(Residency, RemoteWorkers):
                 worker.leaving[request_id] = (now, stream)
             worker.notify()
 
-    async def _ready_worker(self, model: str, path: str, size_bytes: int) -> Worker:
-        """The model's worker once it is ready: started, waited for, or refused.
+    async def _ready_worker(self, model: str, path: str, size_bytes: int, call=None) -> Worker:
+        """A replica of the model that serves, once one does: started, waited for, or refused.
 
-        A request counts as waiting on the worker it first finds; a drain serves those
-        before the worker stops, so an eviction never starves a request already waiting.
+        A request counts as waiting on the replicas it first finds; a drain serves those
+        before they stop, so an eviction never starves a request already waiting.
         """
         deadline = None
-        worker: Worker | None = None
+        group: Replicas | None = None
         try:
             while True:
-                if worker is not None and worker.state == "stopped":  # stopped under us
-                    worker.waiters -= 1
-                    worker = None
-                if worker is None:
-                    worker = await self._resident_worker(model, path, size_bytes)
-                    worker.waiters += 1
-                if worker.state == "ready":
-                    return worker
-                if worker.link_error:
-                    raise EngineUnavailable(worker.link_error, worker.state)
-                if deadline is None:  # a first load may take long; a restart is a short wait
-                    recovering = worker.restarts > 0 and worker.state in ("restarting", "starting")
-                    short = recovering or worker.remote  # a remote worker loaded on its host
-                    wait = self.config.wait_seconds if short else self.config.load_seconds
-                    deadline = time.monotonic() + wait
+                if group is not None and group.stopped:  # stopped under us
+                    group.waiters -= 1
+                    group = None
+                if group is None:
+                    group = await self._resident_replicas(model, path, size_bytes)
+                    group.waiters += 1
+                if serving := group.serving():
+                    return self._route(group, serving, call)
+                group.refuse_if_hopeless()
+                if deadline is None:
+                    patience = group.patience(self.config.wait_seconds, self.config.load_seconds)
+                    deadline = time.monotonic() + patience
                 try:
-                    await asyncio.wait_for(worker.changed.wait(), deadline - time.monotonic())
+                    await asyncio.wait_for(group.changed.wait(), deadline - time.monotonic())
                 except TimeoutError:
+                    worker = (group.live() or group.workers)[0]
                     raise EngineUnavailable(worker.unready_reason(), worker.state) from None
-                if worker.state == "stopped" and worker.failure:
-                    raise EngineUnavailable(worker.failure, "stopped")
-                if worker.link_error:
-                    raise EngineUnavailable(worker.link_error, worker.state)
         finally:
-            if worker is not None:
-                worker.waiters -= 1
-                worker.notify()
+            if group is not None:
+                group.waiters -= 1
+                group.notify()
 
-    def _spawn(self, model: str, path: str, size_bytes: int) -> Worker:
+    def _route(self, group: Replicas, serving: list[Worker], call) -> Worker:
+        if len(group.workers) == 1 or call is None:
+            return serving[0]
+        candidates = [Candidate(w.id, len(w.streams)) for w in serving]
+        chosen, _ = group.router.choose(candidates, route_key(call))
+        return next(w for w in serving if w.id == chosen)
+
+    async def _live_status_of(self, model: str, worker_id: str | None, timeout: float):
+        return await self._live_status(self._find(model, worker_id), timeout)
+
+    def _find(self, model: str, worker_id: str | None) -> Worker | None:
+        if worker_id is not None:
+            return next((w for w in self.resident() if w.id == worker_id), None)
+        group = self.models.get(model)
+        return next(iter(group.serving()), None) if group is not None else None
+
+    def _spawn(self, group: Replicas, replica: int, size_bytes: int) -> Worker:
         worker_id = f"w{next(self._ids)}"
         self.config.socket_dir.mkdir(parents=True, exist_ok=True)
         address = f"ipc://{self.config.socket_dir / f'{os.getpid()}-{worker_id}.sock'}"
-        worker = Worker(worker_id, model, path, address, size_bytes)
-        self.workers[model] = worker
+        worker = Worker(
+            worker_id, group.model, group.path, address, size_bytes, replica=replica, group=group
+        )
+        group.workers.append(worker)
         self._launch(worker)
         return worker
 
@@ -284,6 +323,12 @@ class Supervisor(Residency, RemoteWorkers):
             self._close_socket(worker, status)
             worker.notify()
             return
+        if worker.drained and worker.state == "restarting":  # a drain's restart: at once
+            worker.drained = False
+            self._close_socket(worker, status)
+            self._restart(worker)
+            return
+        worker.drained = False  # died while draining: its restart is the drain's end
         log.error("worker %s for %s stopped (%s)", worker.id, worker.model, status.describe())
         if worker.state == "starting":
             worker.start_failures += 1
@@ -292,7 +337,9 @@ class Supervisor(Residency, RemoteWorkers):
             worker.failure = (
                 f"the worker for {worker.model} could not load it ({status.describe()})"
             )
-            self.workers.pop(worker.model, None)
+            group = worker.group
+            if group is not None and not group.live() and self.models.get(group.model) is group:
+                self.models.pop(group.model)  # the next request tries a new load
         else:
             worker.state = "restarting"
             worker.restarts += 1
@@ -303,7 +350,9 @@ class Supervisor(Residency, RemoteWorkers):
         worker.notify()
 
     def _restart(self, worker: Worker) -> None:
-        if worker.state == "restarting" and self.workers.get(worker.model) is worker:
+        group = worker.group
+        current = group is not None and not group.stopped and self.models.get(group.model) is group
+        if worker.state == "restarting" and current:
             self._launch(worker)
             worker.state = "starting"
             worker.notify()
@@ -327,8 +376,7 @@ class Supervisor(Residency, RemoteWorkers):
             worker.socket.close(0)
         worker.socket = None
 
-    async def _live_status(self, model: str, timeout: float) -> wire.WorkerStatus | None:
-        worker = self.workers.get(model)
+    async def _live_status(self, worker: Worker | None, timeout: float) -> wire.WorkerStatus | None:
         if worker is None or worker.state != "ready" or worker.socket is None:
             return None
         try:

@@ -1,4 +1,5 @@
-"""What the supervisor keeps of each model worker, and its settings."""
+"""What the supervisor keeps of each model worker and of each model's replicas, and its
+settings."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from pathlib import Path
 import zmq.asyncio
 
 from ..protocol import wire
-from .streams import ExitStatus, RequestStream
+from .routing import Router
+from .streams import EngineUnavailable, ExitStatus, RequestStream
 
 FINAL_KINDS = ("finished", "failed", "rejected", "embedded", "reranked")
 
@@ -30,21 +32,39 @@ class SupervisorConfig:
     pinned: frozenset[str] = frozenset()
     report_interval: float = 2.0
     max_start_failures: int = 3  # in a row, while loading: the model cannot load
-    # Workers started elsewhere (model -> address): connected to, never spawned.
-    remote: Mapping[str, str] = field(default_factory=dict)
+    # Workers started elsewhere (model -> its addresses): connected to, never spawned.
+    remote: Mapping[str, str | tuple[str, ...]] = field(default_factory=dict)
+    # Local worker processes per model (MLXLAB_MODEL_REPLICAS); 1 where unnamed, 0 for a
+    # model named in `remote` alone.
+    replicas: Mapping[str, int] = field(default_factory=dict)
+    imbalance: int = 8  # requests past the least loaded replica that end an affinity (routing.py)
+    round_robin: bool = False  # replicas in turn, affinity ignored (to measure against)
     secret: str = ""  # the link's shared secret (link.py); "" on loopback only
     link_timeout: float = 6.0  # a TCP link silent this long is lost
+
+    def addresses(self, model: str) -> tuple[str, ...]:
+        """The model's remote workers' addresses."""
+        named = self.remote.get(model, ())
+        return (named,) if isinstance(named, str) else tuple(named)
+
+    def local_replicas(self, model: str) -> int:
+        """How many worker processes of the model this process spawns."""
+        return self.replicas.get(model, 0 if self.addresses(model) else 1)
 
 
 @dataclass
 class Worker:
-    """One model's worker: the process of the moment and what survives its restarts."""
+    """One replica of a model: the process of the moment and what survives its restarts."""
 
     id: str
     model: str
     path: str
     address: str
     estimate_bytes: int
+    replica: int = 0  # its place among the model's replicas (the metrics' `replica` label)
+    group: Replicas | None = None
+    # Out of rotation by an operator's drain: it finishes its streams, takes no new ones.
+    drained: bool = False
     state: str = "starting"
     restarts: int = 0
     pid: int | None = None
@@ -97,8 +117,76 @@ class Worker:
             return reason
         return f"the worker for {self.model} is still loading the model"
 
+    @property
+    def public_state(self) -> str:
+        """Its state as reports show it: a ready replica being drained is `draining`."""
+        return "draining" if self.drained and self.state == "ready" else self.state
+
+    @property
+    def serving(self) -> bool:
+        """Whether it takes new requests."""
+        return self.state == "ready" and not self.drained
+
     def notify(self) -> None:
-        """Wake whoever waits for a change of state, then re-arm."""
+        """Wake whoever waits for a change of state (this replica's or its model's)."""
+        self.changed.set()
+        self.changed = asyncio.Event()
+        if self.group is not None:
+            self.group.notify()
+
+
+@dataclass
+class Replicas:
+    """One resident model: its replicas (local processes, then remote addresses), and what
+    a request waiting for any of them needs."""
+
+    model: str
+    path: str
+    router: Router
+    workers: list[Worker] = field(default_factory=list)
+    draining: bool = False  # the whole model: evicted, reloaded or unloaded
+    stopped: bool = False
+    waiters: int = 0  # requests waiting for a replica to be ready
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def last_used(self) -> float:
+        return max((w.last_used for w in self.workers), default=0.0)
+
+    @property
+    def local(self) -> list[Worker]:
+        return [w for w in self.workers if not w.remote]
+
+    def live(self) -> list[Worker]:
+        return [w for w in self.workers if w.state != "stopped"]
+
+    def serving(self) -> list[Worker]:
+        return [w for w in self.workers if w.serving]
+
+    def holds_requests(self) -> bool:
+        return self.waiters > 0 or any(w.streams for w in self.workers)
+
+    def refuse_if_hopeless(self) -> None:
+        """Every replica failed to load, or refused the link: said at once, not waited for."""
+        if not self.workers:
+            reason = f"no worker serves {self.model}: MLXLAB_MODEL_REPLICAS gives it none"
+            raise EngineUnavailable(f"{reason}, and MLXLAB_WORKERS names no address", "stopped")
+        live = self.live()
+        if not live:
+            failed = next((w for w in self.workers if w.failure), self.workers[0])
+            raise EngineUnavailable(failed.failure or failed.unready_reason(), "stopped")
+        if all(w.link_error for w in live):
+            raise EngineUnavailable(live[0].link_error, live[0].state)
+
+    def patience(self, wait_seconds: float, load_seconds: float) -> float:
+        """How long a request waits for a replica: a first load may take long; a restart,
+        or a remote worker (it loaded on its host), is a short wait."""
+        live = self.live()
+        recovering = any(w.restarts > 0 and w.state in ("restarting", "starting") for w in live)
+        short = recovering or any(w.remote for w in live)
+        return wait_seconds if short else load_seconds
+
+    def notify(self) -> None:
         self.changed.set()
         self.changed = asyncio.Event()
 

@@ -35,7 +35,7 @@ def idle_scrape(staff_http: httpx.Client, model: str) -> dict[tuple, float]:
     deadline = time.monotonic() + 30
     while True:
         samples = scrape(staff_http)
-        busy = sum(value(samples, f"num_requests_{what}", model_name=model)
+        busy = sum(value(samples, f"num_requests_{what}", model_name=model, replica="0")
                    for what in ("running", "waiting"))  # fmt: skip
         if not busy or time.monotonic() > deadline:
             return samples
@@ -85,7 +85,7 @@ def test_request_figures_move_with_finished_cached_and_drafted_requests(client, 
     assert moved("spec_decode_num_draft_tokens_total") == (
         drafted.accepted_prediction_tokens + drafted.rejected_prediction_tokens
     )
-    assert value(after, "worker_state", model_name=model, state="ready") == 1
+    assert value(after, "worker_state", model_name=model, replica="0", state="ready") == 1
 
 
 def test_a_running_stream_and_its_abandonment_show(lab_server, staff_http, model):
@@ -105,9 +105,9 @@ def test_a_running_stream_and_its_abandonment_show(lab_server, staff_http, model
         frames = [line for _, line in zip(range(3), filter(None, lines), strict=False)]
         assert all(json.loads(frame.removeprefix("data: ")) for frame in frames)
         during = scrape(staff_http)
-        assert value(during, "num_requests_running", model_name=model) == 1
-        assert value(during, "num_requests_waiting", model_name=model) == 0
-        assert value(during, "kv_cache_usage_bytes", model_name=model) > 0
+        assert value(during, "num_requests_running", model_name=model, replica="0") == 1
+        assert value(during, "num_requests_waiting", model_name=model, replica="0") == 0
+        assert value(during, "kv_cache_usage_bytes", model_name=model, replica="0") > 0
     deadline = time.monotonic() + 30
     aborted = value(before, "request_success_total", model_name=model, finished_reason="abort")
     while time.monotonic() < deadline:
