@@ -1,5 +1,9 @@
 """The embedding and rerank models of the live-server tests (tests/api, tests/ui), built and
-registered once a session in the session's server (conftest.py imports these fixtures)."""
+registered once a session in the session's server (conftest.py imports these fixtures).
+
+The builders import MLX: they are imported inside the fixtures, since conftest.py imports
+this module before it puts the optimized BLAS under MLX (prepare_mlx_process).
+"""
 
 from __future__ import annotations
 
@@ -8,19 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from tests.architecture_models import DEFAULT_TOKENIZER_DIR
-from tests.embedding_models import (
-    BERT,
-    LLAMA,
-    QWEN3,
-    QWEN3_RERANKER,
-    RERANKER,
-    build_bert_cross_encoder_folder,
-    build_bert_folder,
-    build_decoder_folder,
-    build_qwen3_reranker_folders,
-)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,6 +25,19 @@ for name, path in {folders!r}.items():
 
 @pytest.fixture(scope="session")
 def embedding_folders(tmp_path_factory) -> dict:
+    from tests.architecture_models import DEFAULT_TOKENIZER_DIR
+    from tests.embedding_models import (
+        BERT,
+        LLAMA,
+        QWEN3,
+        QWEN3_RERANKER,
+        RERANKER,
+        build_bert_cross_encoder_folder,
+        build_bert_folder,
+        build_decoder_folder,
+        build_qwen3_reranker_folders,
+    )
+
     root = tmp_path_factory.mktemp("embedding-models")
     return {
         BERT: build_bert_folder(root / BERT),
