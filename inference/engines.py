@@ -99,6 +99,11 @@ def unload_model_worker(name: str) -> bool:
     return supervisor().unload(name)
 
 
+def drain_model_worker(name: str) -> bool:
+    """Begin draining the model's local workers (they stop once idle); False if none."""
+    return supervisor().drain_model(name)
+
+
 def resident_models() -> list[str]:
     return supervisor().ready_models() if _supervisor is not None else []
 

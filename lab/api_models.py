@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 
 from access.error_responses import errors
 from access.permissions import StaffOnly
-from inference.engines import load_model_worker, unload_model_worker
+from inference.engines import drain_model_worker, load_model_worker, unload_model_worker
 from inference.model_registry import DraftRefused, model_named, model_set_draft
 from inference.models import LanguageModel
 
@@ -111,6 +111,20 @@ class ModelUnloadApi(APIView):
     def post(self, request: Request, name: str) -> Response:
         unload_model_worker(record_or_404(name).name)
         return Response({"name": name, "loaded": False})
+
+
+class ModelDrainApi(APIView):
+    """An operator's drain: the model takes no new requests, finishes what its workers hold,
+    then stops; the next request loads it again. It answers at once (202); `/engine` shows
+    its workers `draining` meanwhile and GET /api/events the steps."""
+
+    permission_classes = [StaffOnly]
+
+    @extend_schema(request=None, responses={202: OpenApiTypes.OBJECT, **errors(403, 404, 409)})
+    def post(self, request: Request, name: str) -> Response:
+        if not drain_model_worker(record_or_404(name).name):
+            return Response({"detail": f"{name} has no local worker to drain"}, status=409)
+        return Response({"name": name, "draining": True}, status=status.HTTP_202_ACCEPTED)
 
 
 class ModelImportApi(APIView):

@@ -1,6 +1,7 @@
 from django.urls import path
 
 from . import api_conversations as conversations
+from . import api_events as events
 from . import api_hub as hub
 from . import api_models as models
 from . import api_side_by_side as side_by_side
@@ -25,6 +26,8 @@ urlpatterns = [
     path("models/<str:name>", models.ModelDetailApi.as_view()),
     path("models/<str:name>/load", models.ModelLoadApi.as_view()),
     path("models/<str:name>/unload", models.ModelUnloadApi.as_view()),
+    path("models/<str:name>/drain", models.ModelDrainApi.as_view()),
     path("models/<str:name>/update", hub.ModelUpdateApi.as_view()),
     path("hub/models", hub.HubModelSearchApi.as_view()),
+    path("events", events.EventsApi.as_view()),
 ]

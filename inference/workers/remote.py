@@ -99,6 +99,7 @@ class RemoteWorkers:
         worker.state = "restarting"
         worker.restarts += 1
         worker.pid = None
+        self.events.emit("exit", worker.model, worker.id, **status.as_dict(), expected=False)
         self._end_requests(worker, status)
         worker.notify()
 

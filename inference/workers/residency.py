@@ -54,6 +54,8 @@ class Residency:
             await self._make_room(model, size_bytes, local)
         group = Replicas(model, path, Router(self.config.imbalance, self.config.round_robin))
         self.models[model] = group
+        replicas = local + len(self.config.addresses(model))
+        self.events.emit("load", model, model, path=path, replicas=replicas)
         for replica in range(local):
             self._spawn(group, replica, size_bytes)
         for offset, address in enumerate(self.config.addresses(model)):
@@ -81,11 +83,14 @@ class Residency:
                 return
             victim = candidates[0]
             log.info("unloading %s to make room for %s", victim.model, model)
+            self.events.emit("evict", victim.model, victim.model, to_load=model)
             await self._drain_and_stop(victim)
 
     async def _drain_and_stop(self, group: Replicas) -> None:
         group.draining = True
         group.notify()
+        for worker in group.local:
+            self.events.emit("draining", group.model, worker.id)
         while group.holds_requests() and group.live() and not group.stopped:
             await group.changed.wait()
         await self._stop_group(group)
@@ -124,7 +129,17 @@ class Residency:
         group = self.models.get(model)
         if group is None or not group.local:  # a remote worker is its own host's to stop
             return False
+        self.events.emit("unload", model, model, reason="asked")
         await self._drain_and_stop(group)
+        return True
+
+    async def _begin_unload(self, model: str) -> bool:
+        """`_unload` without waiting for its end (an operator's drain)."""
+        group = self.models.get(model)
+        if group is None or not group.local or group.draining:
+            return group is not None and group.draining
+        self.loop.create_task(self._unload(model))
+        await asyncio.sleep(0)  # the drain starts: /engine says "draining" from here on
         return True
 
     async def _drain_replica(self, worker_id: str) -> bool:
@@ -136,6 +151,7 @@ class Residency:
             return False
         worker.drained = True
         worker.notify()
+        self.events.emit("draining", worker.model, worker.id, replica=worker.replica)
         self.loop.create_task(self._finish_drain(worker))
         return True
 
@@ -175,6 +191,7 @@ class Residency:
                     and group.model not in self.config.pinned
                 ):
                     log.info("unloading %s: idle for %.0f s", group.model, idle)
+                    self.events.emit("unload", group.model, group.model, reason="idle")
                     self.loop.create_task(self._drain_and_stop(group))
 
     async def _stop_all(self, timeout: float) -> None:

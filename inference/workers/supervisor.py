@@ -26,6 +26,7 @@ import zmq
 import zmq.asyncio
 
 from ..protocol import wire
+from .events import EventLog
 from .remote import RemoteWorkers, send_now
 from .residency import Residency
 from .routing import Candidate, route_key
@@ -41,6 +42,7 @@ class Supervisor(Residency, RemoteWorkers):
     def __init__(self, config: SupervisorConfig) -> None:
         self.config = config
         self.models: dict[str, Replicas] = {}  # model name -> its replicas
+        self.events = EventLog()  # the workers' lifecycle, for GET /api/events
         self._ids = itertools.count(1)
         self._request_ids = itertools.count(1)
         self.loop = asyncio.new_event_loop()
@@ -77,6 +79,12 @@ class Supervisor(Residency, RemoteWorkers):
 
     def unload(self, model: str) -> bool:
         return self.call(self._unload(model)).result()
+
+    def drain_model(self, model: str) -> bool:
+        """Stop admitting to the model's local workers, let them finish what they hold, then
+        stop them (in the background); the next request loads it again. False when it has
+        none."""
+        return self.call(self._begin_unload(model)).result()
 
     def live_status(
         self, model: str, timeout: float = 2.0, *, worker_id: str | None = None
@@ -256,6 +264,7 @@ class Supervisor(Residency, RemoteWorkers):
             daemon=True,
         ).start()
         self.loop.create_task(self._await_ready(worker, socket))
+        self.events.emit("starting", worker.model, worker.id, pid=worker.pid)
         log.info("started worker %s for %s (pid %d)", worker.id, worker.model, worker.pid)
 
     async def _await_ready(self, worker: Worker, socket) -> None:
@@ -274,6 +283,7 @@ class Supervisor(Residency, RemoteWorkers):
             worker.state = "ready"
             worker.start_failures = 0
             worker.notify()
+            self.events.emit("ready", worker.model, worker.id)
 
     async def _ask(self, worker: Worker, socket, timeout: float) -> wire.WorkerStatus:
         request_id = next(self._request_ids)
@@ -319,6 +329,8 @@ class Supervisor(Residency, RemoteWorkers):
         worker.last_exit = status
         worker.pid = None
         worker.process = None
+        expected = worker.state == "stopped" or (worker.drained and worker.state == "restarting")
+        self.events.emit("exit", worker.model, worker.id, **status.as_dict(), expected=expected)
         if worker.state == "stopped":  # we stopped it
             self._close_socket(worker, status)
             worker.notify()
@@ -344,6 +356,7 @@ class Supervisor(Residency, RemoteWorkers):
             worker.state = "restarting"
             worker.restarts += 1
             delay = min(0.5 * 2**worker.start_failures, 10.0)
+            self.events.emit("restarting", worker.model, worker.id, after_seconds=delay)
             self.loop.call_later(delay, self._restart, worker)
         # The state is set first: the requests told below report it.
         self._close_socket(worker, status)

@@ -119,8 +119,10 @@ class Worker:
 
     @property
     def public_state(self) -> str:
-        """Its state as reports show it: a ready replica being drained is `draining`."""
-        return "draining" if self.drained and self.state == "ready" else self.state
+        """Its state as reports show it: a ready replica being drained (alone, or with its
+        whole model) is `draining`."""
+        drained = self.drained or (self.group is not None and self.group.draining)
+        return "draining" if drained and self.state == "ready" else self.state
 
     @property
     def serving(self) -> bool:

@@ -5,7 +5,8 @@
 import { apiDelete, apiGet, apiPatch, apiPost, results } from './api.js';
 import { updateComparePanel } from './compare_texts.js';
 import { HubSearch, PullList } from './hub_pull.js';
-import { el, formatBytes, hideBanner, labelCells, readJsonScript, showBanner, wireBannerClose } from './util.js';
+import { watchWorkerEvents } from './worker_events.js';
+import { debounce, el, formatBytes, hideBanner, labelCells, readJsonScript, showBanner, wireBannerClose } from './util.js';
 
 const $ = (id) => document.getElementById(id);
 const IMPORT_POLL_MS = 500;
@@ -40,7 +41,8 @@ function actionButton(action, label, extra = '', attrs = {}) {
   return el('button', { ...attrs, type: 'button', class: `small-button ${extra}`.trim(), dataset: { action } }, label);
 }
 
-// Load for a model that is not loaded, Unload for one that is; both are for staff.
+// Load for a model that is not loaded, Unload (or Drain: finish, then stop) for one that
+// is; all are for staff.
 function loadButtons(model) {
   const why = (applies, otherwise) => (!isStaff ? 'staff only' : applies ? null : otherwise);
   const load = why(!model.loaded, 'already loaded');
@@ -48,6 +50,7 @@ function loadButtons(model) {
   return [
     actionButton('load', 'Load', '', { disabled: Boolean(load), title: load }),
     actionButton('unload', 'Unload', '', { disabled: Boolean(unload), title: unload }),
+    actionButton('drain', 'Drain', '', { disabled: Boolean(unload), title: unload || 'take no new requests, finish these, then stop' }),
   ];
 }
 
@@ -135,12 +138,28 @@ async function loadOrUnload(row, button, action) {
     showBanner(dom.error, `Could not ${action} ${row.dataset.name}: ${error.message}`);
   }
   await refreshTable();
+if ($('worker-events')) watchWorkerEvents($('worker-events'), debounce(refreshTable, 300));
   // Still there only if the refresh failed: give the row its buttons back.
   if (row.isConnected) {
     for (const other of enabled) other.disabled = false;
     button.textContent = label;
     row.removeAttribute('aria-busy');
   }
+}
+
+// A drain answers at once: the workers finish their requests, then stop (the events
+// panel and the next refresh show it).
+async function drainModel(row, button) {
+  const name = row.dataset.name;
+  button.disabled = true;
+  try {
+    await apiPost(modelUrl(name, 'drain'));
+    hideBanner(dom.error);
+    dom.status.textContent = `Draining ${name}: it takes no new requests, finishes the ones it has, then stops.`;
+  } catch (error) {
+    showBanner(dom.error, `Could not drain ${name}: ${error.message}`);
+  }
+  await refreshTable();
 }
 
 // ---- details dialog
@@ -261,6 +280,7 @@ function tableClick(event) {
   const name = row.dataset.name;
   if (action === 'details') showDetails(name);
   else if (action === 'load' || action === 'unload') loadOrUnload(row, button, action);
+  else if (action === 'drain') drainModel(row, button);
   else if (action === 'delete') deleteModel(row, button);
   else if (action === 'check-update') checkUpdate(name);
   else if (action === 'update') pullUpdate(name, button);

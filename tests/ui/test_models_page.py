@@ -127,3 +127,24 @@ def test_compare_texts_shows_the_model_s_cosine_and_a_reranker_s_score(
 
 def csrf(page: Page) -> str:
     return next(c["value"] for c in page.context.cookies() if c["name"] == "csrftoken")
+
+
+def test_drain_from_the_page_and_its_worker_events(page: Page, screenshot):
+    page.goto("/models/")
+    thinking = row(page, THINKING_MODEL)
+    events = page.locator("#worker-events")
+    if "loaded" in thinking.locator(".loaded").text_content():
+        thinking.locator("[data-action=unload]").click()
+        expect(thinking.locator(".loaded")).not_to_contain_text("loaded")
+    thinking.locator("[data-action=load]").click()
+    mine = events.locator(f"li[data-model='{THINKING_MODEL}']")
+    expect(mine.filter(has_text="ready").first).to_be_visible(timeout=60_000)
+    expect(thinking.locator(".loaded")).to_contain_text("loaded")
+    thinking.locator("[data-action=drain]").click()
+    expect(page.locator("#models-status")).to_contain_text(f"Draining {THINKING_MODEL}")
+    expect(mine.first).to_have_attribute("data-kind", "exit", timeout=30_000)
+    expect(mine.filter(has_text="draining").first).to_be_visible()
+    expect(mine.first).to_contain_text("stopped by the lab")
+    # The exit refreshed the table: the model is no longer loaded.
+    expect(thinking.locator(".loaded")).not_to_contain_text("loaded")
+    screenshot(page, "models-events")
