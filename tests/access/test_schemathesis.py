@@ -25,6 +25,10 @@ TIME_LIMIT_SECONDS = 480
 # reject a conversation).
 EXCLUDED_CHECKS = "positive_data_acceptance"
 
+# An event stream that stays open until the client leaves has no response to check: each
+# example would wait out the request timeout. tests/api/test_operator_routes.py reads it.
+UNFUZZED_PATHS = ("/api/events",)
+
 
 def test_schemathesis_finds_nothing(secured_server, tmp_path):
     command = [
@@ -41,6 +45,7 @@ def test_schemathesis_finds_nothing(secured_server, tmp_path):
         "--request-timeout", "120",
         "--max-failures", "20",
         "--generation-database", "none",
+        *(option for path in UNFUZZED_PATHS for option in ("--exclude-path", path)),
     ]  # fmt: skip
     result = subprocess.run(
         command, cwd=tmp_path, capture_output=True, text=True, timeout=TIME_LIMIT_SECONDS
@@ -48,4 +53,6 @@ def test_schemathesis_finds_nothing(secured_server, tmp_path):
     report = result.stdout + result.stderr
     assert result.returncode == 0, report[-20000:]
     selected, total = re.search(r"Selected: (\d+)/(\d+)", report).groups()
-    assert selected == total == re.search(r"Tested: (\d+)", report)[1]  # every operation
+    # Every operation but the unfuzzed streams.
+    assert int(selected) == int(total) - len(UNFUZZED_PATHS)
+    assert selected == re.search(r"Tested: (\d+)", report)[1]
