@@ -4,9 +4,10 @@ shape in bfloat16 (random weights), as the engine loads it, against the bandwidt
     python3 bench/gpu_families.py --out DIR [--families llama,qwen3,gemma3] [--tokens 128]
         [--tokenizer var/models/smollm2-135m-instruct] [--bandwidth 3.35e12]
 
-Each family's folder is written once (config, random bf16 weights, the tokenizer) and
-loaded by `inference.engine.load_model`, which gives a model the CUDA decode step where it
-takes it (cuda_decode.py) and leaves MLX's own graph otherwise. A 32-token prompt, then
+Each family's folder is written once (config, random bf16 weights, the tokenizer; kept
+under --work for the next run) and loaded by `inference.engine.load_model`, which gives a
+model the CUDA decode step where it takes it (cuda_decode.py) and leaves MLX's own graph
+otherwise. A 32-token prompt, then
 `--tokens` greedy one-token steps through the model and its mlx-lm caches, `mx.eval` a
 step (the median step counts). The limit: the weights one step reads (every parameter
 but an untied embedding table) over the GPU's memory bandwidth (`--bandwidth`, bytes/s:
@@ -41,6 +42,9 @@ def build_folder(name: str, folder: Path, tokenizer: Path) -> Path:
 
     model_type, shape = SHAPES[name]
     config = {"model_type": model_type, "torch_dtype": "bfloat16", **shape}
+    written = folder / "config.json"
+    if written.exists() and json.loads(written.read_text()) == config:
+        return folder  # an earlier run's (runs that alternate libraries share it)
     module = importlib.import_module(f"mlx_lm.models.{model_type}")
     mx.random.seed(0)
     model = module.Model(module.ModelArgs.from_dict(config))

@@ -3,15 +3,20 @@
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o step_kernels bench/gpu_step_kernels.cu \
 //        native/cuda_decode/src/kernels.cu native/cuda_decode/src/step_*.cu \
 //        native/cuda_decode/src/gemm.cpp -lcublasLt
+//   [SHAPE=llama-1b|llama-3.2-1b|qwen3-0.6b] [LAYERS=n] [LOGITS=file] \
 //   ./step_kernels [batches, default 1,8,16,32] [tensor_rows, default 3] [overlap_rows, 16]
 //                  [gemm_rows, 16]
 //
-// Random weights of the Llama-1B shape bench/gpu_models.py builds (bf16, 49,152-token tied
-// vocabulary, 2.15 GB), the caches at column 160. Per batch: device time of a whole step
-// (launch_step, 50 steps timed with CUDA events after 5), and tok/s; from gemm_rows rows,
-// also how far the cuBLAS path's logits are from the step's own kernels' on the same input. What the kernels take
-// at a batch size is then a matter of the kernels: bench/gpu_step_kernels.sh builds
-// variants of them and times each, and Nsight Compute reads this program's kernels.
+// Random bf16 weights of a model's shape (SHAPE; llama-1b: the one bench/gpu_models.py
+// builds, a 49,152-token tied vocabulary, 2.15 GB), the caches at column 160; LAYERS
+// overrides the layer count (0: the embedding and lm_head alone). Per batch: device time of a
+// whole step launched kernel by kernel and replayed as one CUDA graph (as the engine's kept
+// graph runs it), 50 steps timed with CUDA events after 5, and tok/s; from gemm_rows rows,
+// also how far the cuBLAS path's logits are from the step's own kernels' on the same input.
+// LOGITS writes the first batch's logits (float32, row after row) for comparing two builds.
+// What the kernels take at a batch size is then a matter of the kernels:
+// bench/gpu_step_kernels.sh builds variants of them and times each, and Nsight Compute
+// reads this program's kernels.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -50,6 +55,13 @@ void* random_bf16(size_t count, unsigned seed, float scale = 0.02f, float base =
   check(cudaMalloc(&p, count * 2), "cudaMalloc");
   fill<<<1024, 256>>>(static_cast<__nv_bfloat16*>(p), count, seed, scale, base);
   return p;
+}
+
+// A plain (unquantized) matrix of the step.
+cd::Matrix plain(void* weight) {
+  cd::Matrix m;
+  m.weight = weight;
+  return m;
 }
 
 std::vector<int> parse(const char* text) {
@@ -103,14 +115,70 @@ void compare(cd::Shape s, const cd::Pointers& p, cudaStream_t stream) {
               "logit, argmax differs in %d of %d rows\n", worst, differ, s.batch);
 }
 
+// A model's shape: the fields of cd::Shape it sets, and its layers.
+struct Model {
+  const char* name;
+  int hidden, heads, kv_heads, head_dim, intermediate, vocab, layers;
+  float eps, rope_base, qk_eps;
+};
+
+const Model kModels[] = {
+    {"llama-1b", 2048, 32, 8, 64, 8192, 49152, 16, 1e-5f, 10000.0f, 0.0f},
+    {"llama-3.2-1b", 2048, 32, 8, 64, 8192, 128256, 16, 1e-5f, 500000.0f, 0.0f},
+    {"qwen3-0.6b", 1024, 16, 8, 128, 3072, 151936, 28, 1e-6f, 1000000.0f, 1e-6f},
+};
+
+const Model& chosen() {
+  const char* name = std::getenv("SHAPE");
+  for (const Model& m : kModels) {
+    if (name == nullptr || std::string(name) == m.name) return m;
+  }
+  std::fprintf(stderr, "SHAPE: llama-1b, llama-3.2-1b or qwen3-0.6b\n");
+  std::exit(2);
+}
+
+// Device time of one step, `steps` of them after 5: launched kernel by kernel, or replayed
+// from one CUDA graph.
+double step_ms(const cd::Shape& s, const cd::Pointers& p, cudaStream_t stream, bool graph) {
+  cudaGraphExec_t exec = nullptr;
+  if (graph) {
+    cudaGraph_t captured = nullptr;
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+    check(cd::launch_step(s, p, stream), "launch_step");
+    check(cudaStreamEndCapture(stream, &captured), "capture");
+    check(cudaGraphInstantiate(&exec, captured, 0), "instantiate");
+    cudaGraphDestroy(captured);
+  }
+  auto one = [&] {
+    check(graph ? cudaGraphLaunch(exec, stream) : cd::launch_step(s, p, stream), "step");
+  };
+  for (int i = 0; i < 5; ++i) one();
+  check(cudaStreamSynchronize(stream), "warm-up");
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "event");
+  check(cudaEventCreate(&stop), "event");
+  const int steps = 50;
+  check(cudaEventRecord(start, stream), "record");
+  for (int i = 0; i < steps; ++i) one();
+  check(cudaEventRecord(stop, stream), "record");
+  check(cudaEventSynchronize(stop), "sync");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+  if (exec != nullptr) cudaGraphExecDestroy(exec);
+  return ms / steps;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::vector<int> batches = parse(argc > 1 ? argv[1] : "1,8,16,32");
+  const Model& model = chosen();
   cd::Shape s{};
-  s.hidden = 2048, s.heads = 32, s.kv_heads = 8, s.head_dim = 64, s.intermediate = 8192;
-  s.vocab = 49152, s.capacity = 256, s.column = 160, s.half = false, s.traditional = false;
-  s.eps = 1e-5f, s.attention_scale = 0.125f, s.rope_scale = 1.0f, s.log2_base = 13.2877f;
+  s.hidden = model.hidden, s.heads = model.heads, s.kv_heads = model.kv_heads;
+  s.head_dim = model.head_dim, s.intermediate = model.intermediate, s.vocab = model.vocab;
+  s.capacity = 256, s.column = 160, s.half = false, s.traditional = false;
+  s.eps = model.eps, s.attention_scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  s.rope_scale = 1.0f, s.log2_base = std::log2(model.rope_base), s.qk_eps = model.qk_eps;
   s.tensor_rows = argc > 2 ? std::atoi(argv[2]) : 3;
   s.overlap_rows = argc > 3 ? std::atoi(argv[3]) : 16;
   s.gemm_rows = argc > 4 ? std::atoi(argv[4]) : 16;
@@ -118,10 +186,11 @@ int main(int argc, char** argv) {
   check(cudaGetDevice(&device), "cudaGetDevice");
   check(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "attr");
   s.shared_limit = limit;
-  const int layers = 16, qkv_rows = (s.heads + 2 * s.kv_heads) * s.head_dim;
+  const int layers = std::getenv("LAYERS") ? std::atoi(std::getenv("LAYERS")) : model.layers;
+  const int qkv_rows = (s.heads + 2 * s.kv_heads) * s.head_dim;
 
   cd::Pointers p{};
-  p.embedding = random_bf16(static_cast<size_t>(s.vocab) * s.hidden, 1);
+  p.embedding = plain(random_bf16(static_cast<size_t>(s.vocab) * s.hidden, 1));
   p.lm_head = p.embedding;
   p.final_norm = random_bf16(s.hidden, 2, 0.1f, 1.0f);
   size_t weight_bytes = static_cast<size_t>(s.vocab) * s.hidden * 2;
@@ -131,13 +200,18 @@ int main(int argc, char** argv) {
     cd::Layer layer{};
     const unsigned seed = 100 + 10 * l;
     layer.input_norm = random_bf16(s.hidden, seed, 0.1f, 1.0f);
-    layer.qkv = random_bf16(static_cast<size_t>(qkv_rows) * s.hidden, seed + 1);
-    layer.o = random_bf16(static_cast<size_t>(s.hidden) * s.heads * s.head_dim, seed + 2);
+    layer.qkv = plain(random_bf16(static_cast<size_t>(qkv_rows) * s.hidden, seed + 1));
+    layer.o = plain(random_bf16(static_cast<size_t>(s.hidden) * s.heads * s.head_dim, seed + 2));
     layer.post_norm = random_bf16(s.hidden, seed + 3, 0.1f, 1.0f);
-    layer.gate_up = random_bf16(2 * static_cast<size_t>(s.intermediate) * s.hidden, seed + 4);
-    layer.down = random_bf16(static_cast<size_t>(s.hidden) * s.intermediate, seed + 5);
+    const size_t wide = 2 * static_cast<size_t>(s.intermediate) * s.hidden;
+    layer.gate_up = plain(random_bf16(wide, seed + 4));
+    layer.down = plain(random_bf16(static_cast<size_t>(s.hidden) * s.intermediate, seed + 5));
     layer.keys = random_bf16(cache, seed + 6, 1.0f);
     layer.values = random_bf16(cache, seed + 7, 1.0f);
+    if (s.qk_eps > 0.0f) {
+      layer.q_norm = random_bf16(s.head_dim, seed + 8, 0.1f, 1.0f);
+      layer.k_norm = random_bf16(s.head_dim, seed + 9, 0.1f, 1.0f);
+    }
     weight_bytes += 2 * (static_cast<size_t>(qkv_rows) * s.hidden +
                          static_cast<size_t>(s.hidden) * s.heads * s.head_dim +
                          3 * static_cast<size_t>(s.intermediate) * s.hidden);
@@ -158,30 +232,29 @@ int main(int argc, char** argv) {
 
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "event");
-  check(cudaEventCreate(&stop), "event");
-  std::printf("weights %.2f GB; tensor_rows %d overlap_rows %d gemm_rows %d\n",
-              weight_bytes / 1e9, s.tensor_rows, s.overlap_rows, s.gemm_rows);
+  std::printf("%s, %d layers: weights %.3f GB; tensor_rows %d overlap_rows %d gemm_rows %d\n",
+              model.name, layers, weight_bytes / 1e9, s.tensor_rows, s.overlap_rows,
+              s.gemm_rows);
+  const char* dump = std::getenv("LOGITS");
   for (int batch : batches) {
     s.batch = batch;
     if (!cd::fits(s)) {
       std::printf("batch %2d: more rows than these kernels take\n", batch);
       continue;
     }
-    for (int i = 0; i < 5; ++i) check(cd::launch_step(s, p, stream), "launch_step");
-    check(cudaStreamSynchronize(stream), "warm-up");
-    const int steps = 50;
-    check(cudaEventRecord(start, stream), "record");
-    for (int i = 0; i < steps; ++i) check(cd::launch_step(s, p, stream), "launch_step");
-    check(cudaEventRecord(stop, stream), "record");
-    check(cudaEventSynchronize(stop), "sync");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
-    const double step_ms = ms / steps;
-    std::printf("batch %2d: %.3f ms a step, %8.0f tok/s, weights at %.2f TB/s\n", batch,
-                step_ms, batch * 1000.0 / step_ms, weight_bytes / (step_ms * 1e-3) / 1e12);
+    const double launched = step_ms(s, p, stream, false);
+    const double replayed = batch < s.gemm_rows ? step_ms(s, p, stream, true) : launched;
+    std::printf("batch %2d: %.4f ms a step launched, %.4f replayed: %8.0f tok/s, weights at "
+                "%.2f TB/s\n", batch, launched, replayed, batch * 1000.0 / replayed,
+                weight_bytes / (replayed * 1e-3) / 1e12);
     if (batch >= s.gemm_rows && batch <= cd::kMaxBatch) compare(s, p, stream);
+    if (dump != nullptr) {
+      const std::vector<float> out = logits(s, p, stream);
+      FILE* f = std::fopen(dump, "wb");
+      std::fwrite(out.data(), sizeof(float), out.size(), f);
+      std::fclose(f);
+      dump = nullptr;
+    }
   }
   return 0;
 }

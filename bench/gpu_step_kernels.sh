@@ -26,6 +26,7 @@ for variant in $VARIANTS; do
   # shellcheck disable=SC2086
   "$nvcc" -O3 -std=c++17 -arch=sm_90 $flags -o "$bin/step_$name" \
     "$here/bench/gpu_step_kernels.cu" "$here/native/cuda_decode/src/kernels.cu" \
+    "$here"/native/cuda_decode/src/step_*.cu \
     "$here/native/cuda_decode/src/gemm.cpp" -lcublasLt &
 done
 wait
