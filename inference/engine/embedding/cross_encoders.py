@@ -24,7 +24,7 @@ import mlx.nn as nn
 import numpy as np
 
 from ...protocol.embedding_folder import EmbeddingSpec
-from ...protocol.model_folder import read_context_length
+from .models import context_length
 
 
 @dataclass(frozen=True)
@@ -120,15 +120,6 @@ def checkpoint_weights(path: Path) -> dict[str, mx.array]:
         weights.update(mx.load(file))
     # position_ids is a buffer some checkpoints carry, not a weight.
     return {key: value for key, value in weights.items() if not key.endswith("position_ids")}
-
-
-def context_length(config: dict, tokenizer) -> int:
-    """The config's context, or the tokenizer's where shorter."""
-    length = read_context_length(config)
-    declared = getattr(tokenizer, "model_max_length", None)
-    if isinstance(declared, int) and 0 < declared < length:
-        length = declared
-    return length
 
 
 def load_cross_encoder(path: str | Path, spec: EmbeddingSpec) -> CrossEncoder:

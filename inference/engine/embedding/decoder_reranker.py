@@ -20,7 +20,8 @@ import mlx.nn as nn
 import numpy as np
 
 from ...protocol.embedding_folder import EmbeddingSpec
-from .cross_encoders import Pair, checkpoint_weights, context_length
+from .cross_encoders import Pair, checkpoint_weights
+from .models import context_length
 
 # The prompt the model was trained on (Qwen3-Reranker's model card): a system turn with the
 # task, the instruction, query and document as the user's turn, and an empty thinking block

@@ -50,7 +50,7 @@ class EmbeddingModel:
         return pool(output.last_hidden_state, mask, self.spec.pooling)
 
 
-def _context_length(config: dict, tokenizer) -> int:
+def context_length(config: dict, tokenizer) -> int:
     """The config's context, or the tokenizer's if shorter: XLM-R's config counts two
     padding positions its inputs cannot use."""
     length = read_context_length(config)
@@ -81,7 +81,7 @@ def load_embedding_model(path: str | Path, spec: EmbeddingSpec) -> EmbeddingMode
         spec=spec,
         model=model,
         tokenizer=tokenizer,
-        context_length=_context_length(config, tokenizer),
+        context_length=context_length(config, tokenizer),
         vocab_size=int(vocab_size or len(tokenizer.vocab)),
         pad_id=pad_id if isinstance(pad_id, int) else 0,
     )
