@@ -18,6 +18,7 @@ from ..caching.identity import model_identity
 from ..caching.prompt_cache import PromptCache
 from ..kv.rows import QuantizedRowCache
 from ..prompting.grammar import GrammarProcessor
+from ..prompting.token_history import history_for
 from .config import EngineConfig, EngineStats
 from .generator import Generator
 from .kv_lanes import LaneKey, Lanes
@@ -48,6 +49,7 @@ class Runner:
         # XTC must never cut the newline or end-of-sequence tokens (mlx_lm.server).
         self._samplers = RowSamplers(tokenizer.encode("\n") + list(tokenizer.eos_token_ids))
         self.identity = model_identity(loaded)
+        self.history = history_for(tokenizer)  # finished replies, for the next turns' prompts
         self.prompt_cache = PromptCache(
             config.prompt_cache,
             key=str(loaded.path),
@@ -330,6 +332,7 @@ class Runner:
                 self._resuming.save(sequence, due=True)
                 continue
             self._resuming.finished(sequence)
+            self.history.record(sequence.tokens)
             if response.finish_reason is None:  # a text stop the generator can't see
                 self._lanes.remove(response.uid)
             self._release(response.uid)

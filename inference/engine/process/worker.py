@@ -2,7 +2,7 @@
 
 Three threads, each with one job:
 - the main thread prepares prompts (template, tokens, grammar), because only it can
-  interrupt a runaway template (SIGALRM, prompt.time_limit);
+  interrupt a runaway template (SIGALRM, render_limit.time_limit);
 - the engine thread (engine.Engine: scheduler.py plans, runner.py runs) owns MLX and runs the batch;
 - the I/O thread owns the sockets: requests in, events out, status reports.
 Other threads hand outgoing frames to the I/O thread through an inproc PUSH socket
@@ -83,6 +83,7 @@ class WorkerServer:
             limits=self.limits,
             draft_models=self.engine.runner.speculation.draft_models,
             name=self.model,
+            history=self.engine.runner.history,
         )
         # What is loaded now lives as long as the process. Out of the collector's sight, it
         # no longer makes every full collection a stall of a decode step (147 ms over the

@@ -7,10 +7,7 @@ process. Client errors are `PromptRejected`, which the web side answers as a 400
 
 from __future__ import annotations
 
-import contextlib
 import json
-import signal
-import threading
 from dataclasses import dataclass
 
 from ...protocol.grammar import GrammarSpec, schema_text
@@ -24,7 +21,9 @@ from .kv_scheme import kv_scheme_problem
 from .output_parser import DEFAULT_TOOL_MARKERS, OutputFormat, think_markers, tool_sentinels
 from .output_parser import json_tools as default_tool_parser
 from .reasoning_depth import VARIABLE, template_depth, template_levels
+from .render_limit import RenderTimeout, time_limit
 from .request import GenerationRequest
+from .token_history import TokenHistory, history_for
 
 
 @dataclass(frozen=True)
@@ -43,36 +42,6 @@ class PromptRejected(ValueError):
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
         super().__init__(message)
         self.message, self.param, self.code = message, param, code
-
-
-class RenderTimeout(BaseException):
-    """Raised inside a template render that ran past its budget.
-
-    A BaseException, so that `except Exception` in template helpers cannot swallow it.
-    """
-
-
-@contextlib.contextmanager
-def time_limit(seconds: float):
-    """Interrupt pure-Python work (a Jinja render) after `seconds`, on the main thread only.
-
-    The worker prepares prompts on its main thread for this reason: SIGALRM is the
-    one way to stop a runaway loop inside a compiled template without killing the process.
-    """
-    if seconds <= 0 or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def expired(signum, frame):
-        raise RenderTimeout()
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @dataclass(frozen=True)
@@ -138,6 +107,7 @@ class PromptBuilder:
         limits: PromptLimits | None = None,
         draft_models: DraftModels | None = None,
         name: str = "",
+        history: TokenHistory | None = None,
     ) -> None:
         self.loaded = loaded
         self.name = name or loaded.path.name
@@ -159,6 +129,7 @@ class PromptBuilder:
             self.render, lambda text: tokenizer.encode(text, add_special_tokens=False)
         )
         self.depth_levels = template_levels(getattr(tokenizer, "chat_template", None))
+        self.history = history or history_for(tokenizer)  # the engine's: it records replies
 
     @property
     def compiler(self) -> GrammarCompiler:
@@ -214,6 +185,7 @@ class PromptBuilder:
         text, *rendering = self._render(messages, chat, active)
         prompt = self._encode(text, "messages", add_special_tokens=False)
         boundary = self.boundary.find(prompt, *rendering) if compile else None
+        prompt, boundary = self.history.resolve_prompt(text, prompt, boundary)
         tokenizer = self.loaded.tokenizer
         output = OutputFormat(
             think=self.think,
