@@ -17,6 +17,7 @@ from .metrics import RequestMetrics
 from .model_registry import amodel_named, model_named
 from .models import LanguageModel
 from .protocol import wire
+from .protocol.adapters import AdapterRef
 from .request_ids import REQUEST_ID
 from .workers.streams import RequestStream
 from .workers.supervisor import Supervisor
@@ -102,6 +103,19 @@ def unload_model_worker(name: str) -> bool:
 def drain_model_worker(name: str) -> bool:
     """Begin draining the model's local workers (they stop once idle); False if none."""
     return supervisor().drain_model(name)
+
+
+def mount_model_adapter(name: str, adapter: AdapterRef) -> dict:
+    """Load the adapter into the model's running workers and keep it (adapter_mounts.py)."""
+    return supervisor().mount_adapter(name, adapter)
+
+
+def unmount_model_adapter(name: str, adapter: str) -> dict:
+    return supervisor().unmount_adapter(name, adapter)
+
+
+def mounted_adapters(name: str) -> list[str]:
+    return _supervisor.mounted_adapters(name) if _supervisor is not None else []
 
 
 def resident_models() -> list[str]:

@@ -52,6 +52,7 @@ def worker_report(worker: Worker) -> dict:
         },
         "queue": None if status is None else _requests(status)["waiting"],
         "prompt_cache": None if status is None else _cache_figures(status),
+        "adapters": list(worker.adapters),  # mounted by an operator (adapter_mounts.py)
     }
     if (routing := supervisor().routing_report(worker)) is not None:
         report["routing"] = routing

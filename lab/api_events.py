@@ -84,7 +84,8 @@ class EventsApi(APIView):
         responses={
             (200, "text/event-stream"): OpenApiResponse(
                 description="Events: starting, ready, draining, restarting, exit, load, "
-                "evict, unload; each `data` is {id, kind, model, worker, time, detail}"
+                "evict, unload, adapter_mount, adapter_unmount; each `data` is "
+                "{id, kind, model, worker, time, detail}"
             ),
             **errors(403),
         },

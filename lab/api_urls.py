@@ -3,6 +3,7 @@ from django.urls import path
 from . import api_conversations as conversations
 from . import api_events as events
 from . import api_hub as hub
+from . import api_model_adapters as model_adapters
 from . import api_models as models
 from . import api_side_by_side as side_by_side
 
@@ -27,6 +28,8 @@ urlpatterns = [
     path("models/<str:name>/load", models.ModelLoadApi.as_view()),
     path("models/<str:name>/unload", models.ModelUnloadApi.as_view()),
     path("models/<str:name>/drain", models.ModelDrainApi.as_view()),
+    path("models/<str:name>/adapters", model_adapters.ModelAdaptersApi.as_view()),
+    path("models/<str:name>/adapters/<str:adapter>", model_adapters.ModelAdapterApi.as_view()),
     path("models/<str:name>/update", hub.ModelUpdateApi.as_view()),
     path("hub/models", hub.HubModelSearchApi.as_view()),
     path("events", events.EventsApi.as_view()),

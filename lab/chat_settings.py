@@ -25,6 +25,8 @@ SAMPLING_FIELDS = {
 # Speculative decoding (docs/API.md, "Speculative decoding"): "ngram", "none" or a model's
 # name, and the most drafts a step; empty on the page: the model's own default draft.
 DRAFT_FIELDS = {"draft_model": str, "num_draft_tokens": int}
+# The KV cache (docs/API.md, "Quantized KV cache"): uniform, or one scheme per layer.
+KV_FIELDS = {"kv_bits": int, "kv_group_size": int, "quantized_kv_start": int, "kv_config": list}
 
 
 class ChatInputError(ValueError):
@@ -74,7 +76,7 @@ def _params(raw) -> dict:
             if not isinstance(value, list) or not all(isinstance(s, str) and s for s in value):
                 raise ChatInputError("stop must be a list of non-empty strings")
             params["stop"] = value
-        elif name in SAMPLING_FIELDS or name in DRAFT_FIELDS:
+        elif name in SAMPLING_FIELDS or name in DRAFT_FIELDS or name in KV_FIELDS:
             params[name] = value  # types and ranges are checked by the API's parser
         else:
             raise ChatInputError(f"unknown parameter {name!r}")
@@ -145,4 +147,5 @@ def chat_call(settings: ChatSettings, turns: list[dict]) -> ChatCall:
         stop=fields.stop(params),
         adapter=settings.adapter or None,
         draft=fields.drafting(params),
+        kv=fields.kv_cache(params),
     )

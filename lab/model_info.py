@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from inference.engines import default_model_name, resident_models
+from inference.engines import default_model_name, mounted_adapters, resident_models
 from inference.model_registry import model_capabilities
 from inference.models import LanguageModel
 from inference.sampling_defaults import FIELDS
@@ -87,6 +87,8 @@ def model_details(record: LanguageModel, *, staff: bool) -> dict:
         "chat_template": template,
         "supports_thinking": supports_thinking(template),
         "defaults": sampling_defaults(record),
+        # Mounted on its running workers by an operator (POST /api/models/<name>/adapters).
+        "adapters": mounted_adapters(record.name),
     }
 
 

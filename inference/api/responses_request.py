@@ -29,7 +29,7 @@ SHARED_FIELDS = (
     "repetition_penalty", "repetition_context_size", "presence_penalty", "presence_context_size",
     "frequency_penalty", "frequency_context_size", "xtc_probability", "xtc_threshold",
     "adapter", "chat_template_kwargs", "kv_bits", "kv_group_size", "quantized_kv_start",
-    "draft_model", "num_draft_tokens", "hlg",
+    "kv_config", "draft_model", "num_draft_tokens", "hlg",
 )  # fmt: skip
 VLLM_FIELDS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
 

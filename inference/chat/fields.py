@@ -17,7 +17,9 @@ from ..protocol.sampling import (
     KV_BITS,
     KV_GROUP_SIZES,
     MAX_DRAFT_TOKENS,
+    MAX_KV_LAYERS,
     MAX_TOP_LOGPROBS,
+    KVLayer,
     hlg_problem,
 )
 
@@ -157,17 +159,48 @@ def hlg(body: dict) -> dict | None:
 
 def kv_cache(body: dict) -> dict:
     """The KV-cache fields the request set (mlx-lm's `kv_bits`, `kv_group_size`,
-    `quantized_kv_start`), checked; plan.py fills the rest from the defaults."""
+    `quantized_kv_start`; mlx-bun's per-layer `kv_config` as `layers`), checked; plan.py
+    fills the rest from the defaults. Only the worker knows the model's layers: a kv_config
+    of another length is its 400."""
     fields = dict(
         bits=field(body, "kv_bits", int),
         group_size=field(body, "kv_group_size", int),
         start=field(body, "quantized_kv_start", int, low=0),
+        layers=kv_config(body.get("kv_config")),
     )
     if fields["bits"] is not None and fields["bits"] not in KV_BITS:
         raise ApiError("kv_bits must be 4 or 8", param="kv_bits")
     if fields["group_size"] is not None and fields["group_size"] not in KV_GROUP_SIZES:
         raise ApiError("kv_group_size must be 32, 64 or 128", param="kv_group_size")
     return {name: value for name, value in fields.items() if value is not None}
+
+
+KV_CONFIG_USAGE = (
+    "kv_config must be a list with one entry per layer: null (plain) or {bits, group_size}"
+)
+
+
+def kv_config(value) -> tuple[KVLayer | None, ...] | None:
+    """`kv_config`: each layer's scheme, in the model's order; null keeps a layer plain."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not 0 < len(value) <= MAX_KV_LAYERS:
+        raise ApiError(f"{KV_CONFIG_USAGE} (1 to {MAX_KV_LAYERS} entries)", param="kv_config")
+    return tuple(_kv_layer(entry, f"kv_config[{index}]") for index, entry in enumerate(value))
+
+
+def _kv_layer(entry, where: str) -> KVLayer | None:
+    if entry is None:
+        return None
+    if not isinstance(entry, dict) or not entry.keys() <= {"bits", "group_size"}:
+        message = f"{where} is not a KV scheme: null (plain) or {{bits, group_size}}"
+        raise ApiError(message, param="kv_config")
+    bits, group_size = entry.get("bits"), entry.get("group_size", 64)
+    if type(bits) is not int or bits not in KV_BITS:  # bool is an int, never bits
+        raise ApiError(f"{where}.bits must be 4 or 8", param="kv_config")
+    if type(group_size) is not int or group_size not in KV_GROUP_SIZES:
+        raise ApiError(f"{where}.group_size must be 32, 64 or 128", param="kv_config")
+    return KVLayer(bits, group_size)
 
 
 DRAFT_METHODS = ("ngram", "none")

@@ -79,7 +79,13 @@ def cache_scope(caller: str) -> str:
 
 def kv_scheme(explicit: dict, model: str) -> KVScheme | None:
     """The request's KV cache: its own fields, then the model's MLXLAB_KV_BY_MODEL entry,
-    then the server's MLXLAB_KV_* (no bits anywhere: a plain cache)."""
+    then the server's MLXLAB_KV_* (no bits anywhere: a plain cache).
+
+    A kv_config (`layers`) replaces all of them but the request's quantized_kv_start, which
+    is 0 when unset: mlx-bun's precedence (optiq's --kv-config over --kv-bits) and start.
+    """
+    if "layers" in explicit:
+        return KVScheme(start=explicit.get("start", 0), layers=explicit["layers"])
     resolved = {
         "bits": lab_settings.kv_bits,
         "group_size": lab_settings.kv_group_size,

@@ -6,7 +6,7 @@ from typing import Any
 
 from labsettings import lab_settings
 
-from ..protocol.sampling import HLG_DEFAULTS, HLG_LIMITS
+from ..protocol.sampling import HLG_DEFAULTS, HLG_LIMITS, MAX_KV_LAYERS
 
 Schema = dict[str, Any]
 
@@ -236,7 +236,30 @@ def kv_fields() -> dict[str, Schema]:
             **integer(0),
             "description": "Tokens the cache holds unquantized before it quantizes.",
         },
+        "kv_config": {
+            "type": ["array", "null"],
+            "items": KV_LAYER,
+            "minItems": 1,
+            "maxItems": MAX_KV_LAYERS,
+            "description": (
+                "One KV scheme per layer of the model, in order (null: that layer plain); "
+                "replaces kv_bits and kv_group_size; quantized_kv_start unset: 0. Another "
+                "length than the model's layers is a 400."
+            ),
+        },
     }
+
+
+# docs/API.md, "Quantized KV cache"; inference/chat/fields.py `kv_config` checks it.
+KV_LAYER = {
+    "type": ["object", "null"],
+    "properties": {
+        "bits": {"type": "integer", "enum": [4, 8]},
+        "group_size": {"type": "integer", "enum": [32, 64, 128]},
+    },
+    "required": ["bits"],
+    "additionalProperties": False,
+}
 
 
 def draft_fields() -> dict[str, Schema]:

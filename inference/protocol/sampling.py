@@ -116,31 +116,56 @@ def resolve_hlg(request: dict | None, server: dict | None) -> HlgParams | None:
 KV_BITS = (4, 8)
 KV_GROUP_SIZES = (32, 64, 128)
 DEFAULT_QUANTIZED_KV_START = 5000  # mlx-lm's generate default
+MAX_KV_LAYERS = 1024  # kv_config entries: far above any model's layer count
 
 
 @dataclass(frozen=True)
-class KVScheme:
-    """A quantized KV cache: `bits` per element in groups of `group_size`, once the
-    sequence holds `start` tokens (unquantized until then), as mlx-lm's kv_bits,
-    kv_group_size and quantized_kv_start mean."""
+class KVLayer:
+    """One layer's quantized keys and values: `bits` per element in groups of `group_size`."""
 
     bits: int
     group_size: int = 64
-    start: int = DEFAULT_QUANTIZED_KV_START
 
     def __post_init__(self) -> None:
         if self.bits not in KV_BITS:
             raise ValueError("kv_bits must be 4 or 8")
         if self.group_size not in KV_GROUP_SIZES:
             raise ValueError("kv_group_size must be 32, 64 or 128")
-        if self.start < 0:
-            raise ValueError("quantized_kv_start must be at least 0")
-
-    @property
-    def lane(self) -> tuple[int, int]:
-        """The batch its quantized rows share: schemes differing only in start share one."""
-        return self.bits, self.group_size
 
     @property
     def label(self) -> str:
         return f"{self.bits}-bit/{self.group_size}"
+
+
+@dataclass(frozen=True)
+class KVScheme:
+    """A quantized KV cache once the sequence holds `start` tokens (unquantized until then):
+    every layer `bits` in groups of `group_size`, as mlx-lm's kv_bits, kv_group_size and
+    quantized_kv_start mean; or, with `layers` (mlx-bun's kv_config), each layer its own
+    scheme, None keeping that layer plain."""
+
+    bits: int | None = None
+    group_size: int = 64
+    start: int = DEFAULT_QUANTIZED_KV_START
+    layers: tuple[KVLayer | None, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.layers is None:
+            KVLayer(self.bits, self.group_size)  # checks both
+        elif self.bits is not None:
+            raise ValueError("kv_config replaces kv_bits: a scheme has one or the other")
+        elif not 0 < len(self.layers) <= MAX_KV_LAYERS:
+            raise ValueError(f"kv_config must have between 1 and {MAX_KV_LAYERS} entries")
+        if self.start < 0:
+            raise ValueError("quantized_kv_start must be at least 0")
+
+    def per_layer(self, count: int) -> tuple[KVLayer | None, ...]:
+        """The scheme of each of a model's `count` layers (None: plain)."""
+        if self.layers is None:
+            return (KVLayer(self.bits, self.group_size),) * count
+        if len(self.layers) != count:
+            raise ValueError(
+                f"kv_config must have one entry per layer: this model has {count}, "
+                f"the request gave {len(self.layers)}"
+            )
+        return self.layers

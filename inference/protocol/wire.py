@@ -93,6 +93,26 @@ class WorkerStatus:
 
 
 @dataclass(frozen=True)
+class AdapterCall:
+    """An operator's mount (load an adapter ahead of use, keep it) or unmount (drop it) on
+    a running worker; answered by AdapterState, or Rejected."""
+
+    action: str  # "mount" | "unmount"
+    adapter: AdapterRef
+
+
+@dataclass(frozen=True)
+class AdapterState:
+    """A worker's adapters after a mount or unmount: those mounted, those loaded (mounted,
+    or loaded by a request naming them); `deferred`: the one unmounted stays until the
+    requests running under it finish."""
+
+    mounted: list[str]
+    loaded: list[str]
+    deferred: bool = False
+
+
+@dataclass(frozen=True)
 class Empty:
     pass
 
@@ -115,6 +135,8 @@ PAYLOADS: dict[str, type] = {
     "accepted": Accepted,
     "rejected": Rejected,
     "status": WorkerStatus,
+    "adapter": AdapterCall,
+    "adapters": AdapterState,
     **{kind: event_type for event_type, kind in EVENT_KINDS.items()},
 }
 

@@ -1,7 +1,7 @@
 """The workers' lifecycle as events, for operators: `GET /api/events` streams them (SSE).
 
 The supervisor's thread emits (starting, ready, draining, restarting, exit, load, evict,
-unload); each reader gets them on its own event loop through a bounded queue. The last
+unload, and an operator's adapter_mount and adapter_unmount); each reader gets them on its own event loop through a bounded queue. The last
 KEEP events stay, so a reader that reconnects with `Last-Event-ID` misses none of them;
 a reader too slow to keep up is told so and dropped (it reconnects and replays).
 """
@@ -18,7 +18,10 @@ from dataclasses import asdict, dataclass, field
 KEEP = 512  # events kept for replay
 QUEUE = 256  # events a reader may fall behind by before it is dropped
 
-KINDS = ("starting", "ready", "draining", "restarting", "exit", "load", "evict", "unload")
+KINDS = (
+    "starting", "ready", "draining", "restarting", "exit", "load", "evict", "unload",
+    "adapter_mount", "adapter_unmount",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)

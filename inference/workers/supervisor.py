@@ -3,7 +3,8 @@
 It runs on a thread of its own with its own asyncio loop, which owns every ZeroMQ
 socket and child process; request handlers on any other loop reach it through
 `run_coroutine_threadsafe`. Which models stay resident, and how an evicted or idle
-one stops, is residency.py's part.
+one stops, is residency.py's part; what a worker answers once (its report, an adapter's
+mount) is asking.py's, and an operator's adapter mounts are adapter_mounts.py's.
 
 A model may have several replicas (`config.replicas` local processes, `config.remote`
 workers on other hosts, remote.py): each request goes to one that serves, as
@@ -26,6 +27,8 @@ import zmq
 import zmq.asyncio
 
 from ..protocol import wire
+from .adapter_mounts import AdapterMounts
+from .asking import WorkerQuestions
 from .events import EventLog
 from .remote import RemoteWorkers, send_now
 from .residency import Residency
@@ -38,7 +41,7 @@ LEFT_SECONDS = 60.0  # how long a cancelled request's tally is waited for
 log = logging.getLogger(__name__)
 
 
-class Supervisor(Residency, RemoteWorkers):
+class Supervisor(Residency, RemoteWorkers, WorkerQuestions, AdapterMounts):
     def __init__(self, config: SupervisorConfig) -> None:
         self.config = config
         self.models: dict[str, Replicas] = {}  # model name -> its replicas
@@ -85,13 +88,6 @@ class Supervisor(Residency, RemoteWorkers):
         stop them (in the background); the next request loads it again. False when it has
         none."""
         return self.call(self._begin_unload(model)).result()
-
-    def live_status(
-        self, model: str, timeout: float = 2.0, *, worker_id: str | None = None
-    ) -> Future:
-        """The worker's own report (`worker_id`'s, else a ready replica's of `model`), or
-        None when it cannot answer within `timeout`."""
-        return self.call(self._live_status_of(model, worker_id, timeout))
 
     def drain(self, worker_id: str) -> Future:
         """Take one replica out of rotation: it finishes its streams, then a local one
@@ -219,15 +215,6 @@ class Supervisor(Residency, RemoteWorkers):
         chosen, _ = group.router.choose(candidates, route_key(call))
         return next(w for w in serving if w.id == chosen)
 
-    async def _live_status_of(self, model: str, worker_id: str | None, timeout: float):
-        return await self._live_status(self._find(model, worker_id), timeout)
-
-    def _find(self, model: str, worker_id: str | None) -> Worker | None:
-        if worker_id is not None:
-            return next((w for w in self.resident() if w.id == worker_id), None)
-        group = self.models.get(model)
-        return next(iter(group.serving()), None) if group is not None else None
-
     def _spawn(self, group: Replicas, replica: int, size_bytes: int) -> Worker:
         worker_id = f"w{next(self._ids)}"
         self.config.socket_dir.mkdir(parents=True, exist_ok=True)
@@ -279,22 +266,13 @@ class Supervisor(Residency, RemoteWorkers):
         if worker.remote and not self._serves_its_model(worker, status):
             return
         if socket is worker.socket:
+            await self._remount(worker, socket)  # its model's mounted adapters, first
+        if socket is worker.socket:
             worker.status = status
             worker.state = "ready"
             worker.start_failures = 0
             worker.notify()
             self.events.emit("ready", worker.model, worker.id)
-
-    async def _ask(self, worker: Worker, socket, timeout: float) -> wire.WorkerStatus:
-        request_id = next(self._request_ids)
-        reply = self.loop.create_future()
-        worker.reports[request_id] = reply
-        try:
-            if not send_now(socket, wire.encode("report", request_id)):
-                raise TimeoutError  # a remote worker's link is down (a local one queues)
-            return await asyncio.wait_for(reply, timeout)
-        finally:
-            worker.reports.pop(request_id, None)
 
     async def _read(self, worker: Worker, socket) -> None:
         while True:
@@ -306,9 +284,9 @@ class Supervisor(Residency, RemoteWorkers):
             except wire.WireError as exc:
                 log.warning("worker %s sent a malformed frame: %s", worker.id, exc)
                 continue
-            if kind == "status":
-                reply = worker.reports.get(request_id)
-                if reply is not None and not reply.done():
+            if request_id in worker.reports:  # an answer to a question (asking.py)
+                reply = worker.reports[request_id]
+                if not reply.done():
                     reply.set_result(payload)
                 continue
             stream = worker.streams.get(request_id)
@@ -388,12 +366,3 @@ class Supervisor(Residency, RemoteWorkers):
         if worker.socket is not None:
             worker.socket.close(0)
         worker.socket = None
-
-    async def _live_status(self, worker: Worker | None, timeout: float) -> wire.WorkerStatus | None:
-        if worker is None or worker.state != "ready" or worker.socket is None:
-            return None
-        try:
-            worker.status = await self._ask(worker, worker.socket, timeout)
-        except (TimeoutError, asyncio.CancelledError, zmq.ZMQError):
-            return None
-        return worker.status

@@ -14,6 +14,7 @@ from pathlib import Path
 import zmq.asyncio
 
 from ..protocol import wire
+from ..protocol.adapters import AdapterRef
 from .routing import Router
 from .streams import EngineUnavailable, ExitStatus, RequestStream
 
@@ -88,6 +89,7 @@ class Worker:
     remote: bool = False
     watcher: asyncio.Task | None = None
     link_error: str | None = None  # the link is refused (another secret): said at once
+    adapters: list[str] = field(default_factory=list)  # mounted here, as it last said
 
     @property
     def socket_path(self) -> str | None:
@@ -150,6 +152,8 @@ class Replicas:
     stopped: bool = False
     waiters: int = 0  # requests waiting for a replica to be ready
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    # An operator's mounts (adapter_mounts.py): each replica loads them, restarts included.
+    mounted: dict[str, AdapterRef] = field(default_factory=dict)
 
     @property
     def last_used(self) -> float:

@@ -1,10 +1,11 @@
 // The models page: the registry table (load/unload, delete, updates from the Hub), the
-// details dialog, the "Get a model" panel (hub_pull.js), GGUF import and the "Compare
-// texts" panel (compare_texts.js).
+// details dialog (its mounted adapters: model_adapters.js), the "Get a model" panel
+// (hub_pull.js), GGUF import and the "Compare texts" panel (compare_texts.js).
 
 import { apiDelete, apiGet, apiPatch, apiPost, results } from './api.js';
 import { updateComparePanel } from './compare_texts.js';
 import { HubSearch, PullList } from './hub_pull.js';
+import { AdapterMounts } from './model_adapters.js';
 import { watchWorkerEvents } from './worker_events.js';
 import { debounce, el, formatBytes, hideBanner, labelCells, readJsonScript, showBanner, wireBannerClose } from './util.js';
 
@@ -138,7 +139,6 @@ async function loadOrUnload(row, button, action) {
     showBanner(dom.error, `Could not ${action} ${row.dataset.name}: ${error.message}`);
   }
   await refreshTable();
-if ($('worker-events')) watchWorkerEvents($('worker-events'), debounce(refreshTable, 300));
   // Still there only if the refresh failed: give the row its buttons back.
   if (row.isConnected) {
     for (const other of enabled) other.disabled = false;
@@ -188,6 +188,7 @@ async function showDetails(name) {
   dialog.querySelector('.chat-template').textContent = info.chat_template || '(no chat template)';
   showDraftChoice(info);
   if (!dialog.open) dialog.showModal();
+  await adapterMounts.show(info);
 }
 
 // A model's default draft model: any other registered model; the server refuses one with
@@ -352,6 +353,10 @@ async function startImport(event) {
 // ---- start
 
 const pulls = new PullList($('pull-list'), { onSucceeded: refreshTable });
+const adapterMounts = new AdapterMounts(
+  { list: $('mounted-adapters'), select: $('mount-adapter'), button: $('mount-button'), note: $('adapters-note'), error: $('adapters-error') },
+  { isStaff },
+);
 new HubSearch(
   {
     form: $('hub-search-form'),
@@ -374,3 +379,5 @@ dom.dialog.addEventListener('click', (event) => {
   if (event.target === dom.dialog) dom.dialog.close();
 });
 refreshTable();
+// The panel refreshes the table as workers come and go (staff only: the panel is theirs).
+if ($('worker-events')) watchWorkerEvents($('worker-events'), debounce(refreshTable, 300));

@@ -1,10 +1,11 @@
 // The models page's "Worker events" panel (staff): the model workers' lifecycle as
 // GET /api/events streams it (starting, ready, draining, restarting, exit, load, evict,
-// unload). EventSource reconnects by itself and sends Last-Event-ID, so nothing is missed.
+// unload, adapter_mount, adapter_unmount). EventSource reconnects by itself and sends
+// Last-Event-ID, so nothing is missed.
 
 import { el } from './util.js';
 
-const KINDS = ['starting', 'ready', 'draining', 'restarting', 'exit', 'load', 'evict', 'unload'];
+const KINDS = ['starting', 'ready', 'draining', 'restarting', 'exit', 'load', 'evict', 'unload', 'adapter_mount', 'adapter_unmount'];
 const SHOWN = 30;
 
 function describe(kind, data) {
@@ -18,6 +19,11 @@ function describe(kind, data) {
   if (kind === 'unload') return detail.reason === 'idle' ? 'idle' : 'asked';
   if (kind === 'starting') return `pid ${detail.pid}`;
   if (kind === 'load') return `${detail.replicas} worker${detail.replicas === 1 ? '' : 's'}`;
+  if (kind === 'adapter_mount') return detail.adapter;
+  if (kind === 'adapter_unmount') {
+    const why = detail.reason ? ` (${detail.reason})` : detail.deferred ? ' (after the requests using it)' : '';
+    return `${detail.adapter}${why}`;
+  }
   return '';
 }
 

@@ -1,4 +1,5 @@
 import asyncio
+import secrets
 
 import httpx
 import openai
@@ -44,3 +45,15 @@ def staff_http(lab_server) -> httpx.Client:
 @pytest.fixture(scope="session")
 def model() -> str:
     return DEFAULT_MODEL
+
+
+CSRF = secrets.token_hex(16)  # 32 characters: Django takes an unmasked secret as the token
+
+
+@pytest.fixture
+def staff(lab_server):
+    """A staff session that may change things (POST, DELETE): its CSRF token set."""
+    with lab_server.staff_client(timeout=120) as client:
+        client.cookies.set("csrftoken", CSRF)
+        client.headers["X-CSRFToken"] = CSRF
+        yield client

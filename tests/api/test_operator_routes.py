@@ -4,70 +4,11 @@ watched through a real stream while a real worker is loaded, drained and loaded 
 
 from __future__ import annotations
 
-import json
-import secrets
-import threading
 import time
-
-import httpx
-import pytest
 
 from tests.conftest import THINKING_MODEL
 
-CSRF = secrets.token_hex(16)  # 32 characters: Django takes an unmasked secret as the token
-
-
-class EventReader:
-    """GET /api/events read on a thread: (id, kind, data) as they arrive."""
-
-    def __init__(self, server, after: int | None = None, headers: dict | None = None) -> None:
-        self.events: list[tuple[int, str, dict]] = []
-        self.comments: list[str] = []
-        self.status: int | None = None
-        self._client = server.staff_client(timeout=httpx.Timeout(10, read=60))
-        headers = {"Accept": "text/event-stream", **(headers or {})}  # as EventSource sends
-        query = "" if after is None else f"?after={after}"
-        self._thread = threading.Thread(target=self._read, args=(query, headers), daemon=True)
-        self._thread.start()
-
-    def _read(self, query: str, headers: dict) -> None:
-        try:
-            with self._client.stream("GET", f"/api/events{query}", headers=headers) as response:
-                self.status = response.status_code
-                fields: dict[str, str] = {}
-                for line in response.iter_lines():
-                    if line.startswith(":"):
-                        self.comments.append(line)
-                    elif line:
-                        key, _, value = line.partition(": ")
-                        fields[key] = value
-                    elif "data" in fields:
-                        self.events.append(
-                            (int(fields["id"]), fields["event"], json.loads(fields["data"]))
-                        )
-                        fields = {}
-        except (httpx.HTTPError, RuntimeError):  # closed by close()
-            pass
-
-    def wait_for(self, kind: str, model: str, after: int = 0, timeout: float = 90) -> tuple:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for event in self.events:
-                if event[0] > after and event[1] == kind and event[2]["model"] == model:
-                    return event
-            time.sleep(0.05)
-        raise AssertionError(f"no {kind} event for {model}: {self.events}")
-
-    def close(self) -> None:
-        self._client.close()
-
-
-@pytest.fixture
-def staff(lab_server):
-    with lab_server.staff_client(timeout=120) as client:
-        client.cookies.set("csrftoken", CSRF)
-        client.headers["X-CSRFToken"] = CSRF
-        yield client
+from .worker_events import EventReader
 
 
 def worker_states(staff, model: str) -> list[str]:

@@ -1,43 +1,25 @@
-"""Adapters switched on a running engine: no reload, per-batch sets, stacking, no cache mixing."""
+"""Adapters switched on a running engine: no reload, per-batch sets, stacking, no cache mixing;
+an operator's mounts and unmounts between steps."""
 
 from __future__ import annotations
 
-import json
+import threading
+import time
 
-import mlx.core as mx
 import pytest
 from mlx_lm import load
 from mlx_lm.generate import generate as mlx_generate
 
 from inference.engine import Engine, EngineConfig, GenerationRequest, load_model
+from inference.engine.acceleration.adapters import AdapterError, AdapterSlot
 from inference.protocol.adapters import AdapterRef
 from inference.protocol.events import Finished
+from tests.adapter_files import write_adapter
 
 from .helpers import chat_tokens, generate, submit
 
 PROMPT = "What is the capital of France?"
 TOKENS = 8
-
-
-def write_adapter(folder, seed: int, layers=(26, 27, 28, 29), rank=4, scale=20.0):
-    """A random LoRA on q_proj and v_proj of the last layers, in mlx-lm's adapter format."""
-    folder.mkdir()
-    mx.random.seed(seed)
-    weights = {}
-    for layer in layers:
-        for name, out in (("q_proj", 576), ("v_proj", 192)):
-            prefix = f"model.layers.{layer}.self_attn.{name}"
-            weights[f"{prefix}.lora_a"] = mx.random.normal((576, rank)) * 0.05
-            weights[f"{prefix}.lora_b"] = mx.random.normal((rank, out)) * 0.05
-    mx.save_safetensors(str(folder / "adapters.safetensors"), weights)
-    config = {
-        "fine_tune_type": "lora",
-        "num_layers": len(layers),
-        "lora_parameters": {"rank": rank, "scale": scale, "dropout": 0.0,
-                            "keys": ["self_attn.q_proj", "self_attn.v_proj"]},
-    }  # fmt: skip
-    (folder / "adapter_config.json").write_text(json.dumps(config))
-    return AdapterRef(name=folder.name, path=str(folder))
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +97,87 @@ def test_a_broken_adapter_fails_only_its_request(adapter_engine, tmp_path):
     run = submit(adapter_engine, ask(adapter_engine, [AdapterRef("broken", str(broken))])).wait()
     assert "cannot read the adapter" in run.end.message
     assert isinstance(generate(adapter_engine, ask(adapter_engine)).end, Finished)
+
+
+# -- an operator's mounts (engine/loop/adapter_set.py), between steps -------------------
+
+
+def between_steps(engine, function):
+    """`function(runner)`'s value, run on the engine thread between two steps."""
+    done, box = threading.Event(), {}
+
+    def run(runner):
+        try:
+            box["value"] = function(runner)
+        finally:
+            done.set()
+
+    engine.between_steps(run)
+    assert done.wait(60)
+    return box.get("value")
+
+
+def test_a_mounted_adapter_answers_as_one_a_request_loads(adapter_engine, tmp_path):
+    delta = write_adapter(tmp_path / "delta", seed=4)
+    per_request = generate(adapter_engine, ask(adapter_engine, [delta])).text  # loaded lazily
+    assert between_steps(adapter_engine, lambda r: r.adapters.unmount("delta", busy=False))
+    assert "delta" not in between_steps(adapter_engine, lambda r: r.adapters.report)["loaded"]
+    between_steps(adapter_engine, lambda r: r.adapters.mount(delta, busy=False))
+    report = between_steps(adapter_engine, lambda r: r.adapters.report)
+    assert "delta" in report["mounted"] and "delta" in report["loaded"]
+    assert generate(adapter_engine, ask(adapter_engine, [delta])).text == per_request
+    assert generate(adapter_engine, ask(adapter_engine)).text != per_request
+
+
+def test_an_unmount_waits_for_the_rows_running_under_it(adapter_engine, tmp_path):
+    epsilon = write_adapter(tmp_path / "epsilon", seed=5)
+    between_steps(adapter_engine, lambda r: r.adapters.mount(epsilon, busy=False))
+    alone = generate(adapter_engine, ask(adapter_engine, [epsilon])).text
+    long = GenerationRequest(
+        prompt_tokens=chat_tokens(adapter_engine, PROMPT), max_tokens=48, adapters=(epsilon,)
+    )
+    run = submit(adapter_engine, long)
+    while not run.deltas:  # generating under it
+        time.sleep(0.01)
+    dropped = between_steps(
+        adapter_engine, lambda r: r.adapters.unmount("epsilon", busy=r.size > 0)
+    )
+    assert dropped is False  # deferred: its rows keep it
+    assert run.wait().text.startswith(alone)  # finished under the adapter
+    report = between_steps(adapter_engine, lambda r: r.adapters.report)
+    assert "epsilon" not in report["loaded"] and "epsilon" not in report["mounted"]
+    assert (
+        between_steps(adapter_engine, lambda r: r.adapters.unmount("epsilon", busy=False)) is None
+    )
+    # A request naming it later loads it again, and answers as before.
+    assert generate(adapter_engine, ask(adapter_engine, [epsilon])).text == alone
+
+
+def test_a_broken_mount_is_refused_and_leaves_nothing(adapter_engine, tmp_path):
+    broken = tmp_path / "broken-mount"
+    broken.mkdir()
+
+    def mount(runner):
+        try:
+            runner.adapters.mount(AdapterRef("broken-mount", str(broken)), busy=False)
+        except AdapterError as error:
+            return str(error)
+
+    assert "cannot read the adapter" in between_steps(adapter_engine, mount)
+    assert (
+        "broken-mount" not in between_steps(adapter_engine, lambda r: r.adapters.report)["loaded"]
+    )
+
+
+def test_with_every_adapter_dropped_the_model_is_its_own_again(adapter_engine):
+    base = generate(adapter_engine, ask(adapter_engine)).text
+
+    def drop_all(runner):
+        for name in runner.adapters.report["loaded"]:
+            runner.adapters.unmount(name, busy=False)
+        return [
+            path for path, m in runner.loaded.model.named_modules() if isinstance(m, AdapterSlot)
+        ]
+
+    assert between_steps(adapter_engine, drop_all) == []  # every layer its base layer again
+    assert generate(adapter_engine, ask(adapter_engine)).text == base

@@ -14,7 +14,7 @@ from inference.engine.caching.checkpoints import SUFFIX, CheckpointConfig, Check
 from inference.engine.caching.disk_writer import DiskWriter
 from inference.engine.prompting.request import Resume
 from inference.protocol.grammar import GrammarSpec
-from inference.protocol.sampling import HlgParams, KVScheme, SamplingParams
+from inference.protocol.sampling import HlgParams, KVLayer, KVScheme, SamplingParams
 from inference.protocol.wire import ChatInput, GenerateCall
 
 from .helpers import generate, submit
@@ -147,6 +147,10 @@ def test_the_key_holds_every_field_that_changes_the_continuation(engine):
         dataclasses.replace(base, max_tokens=47),
         dataclasses.replace(base, prompt_tokens=base.prompt_tokens[:-1]),
         dataclasses.replace(base, kv=KVScheme(bits=8)),
+        # kv_config: its layers and its start, beside kv_bits
+        dataclasses.replace(base, kv=KVScheme(start=0, layers=(KVLayer(8), None) * 15)),
+        dataclasses.replace(base, kv=KVScheme(start=0, layers=(None, KVLayer(8)) * 15)),
+        dataclasses.replace(base, kv=KVScheme(start=9, layers=(None, KVLayer(8)) * 15)),
         dataclasses.replace(base, cache_scope="user:2"),
     ]
     keys = {plan(engine, request).resume.key for request in variants}

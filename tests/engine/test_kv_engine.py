@@ -1,12 +1,14 @@
-"""Quantized KV caches inside continuous batching, on the real default model."""
+"""Quantized KV caches inside continuous batching, on the real default model: uniform
+(kv_bits) and per layer (kv_config)."""
 
 from __future__ import annotations
 
 import pytest
 
 from inference.engine import GenerationRequest
+from inference.engine.prompting.kv_scheme import KVSchemeProblem, model_kv
 from inference.protocol.events import Finished
-from inference.protocol.sampling import KVScheme, SamplingParams
+from inference.protocol.sampling import KVLayer, KVScheme, SamplingParams
 
 from .helpers import chat_tokens, generate, submit
 
@@ -112,3 +114,88 @@ def test_the_prompt_cache_keeps_schemes_apart(engine):
 def test_schemes_check_themselves(kwargs, message):
     with pytest.raises(ValueError, match=message):
         KVScheme(**kwargs)
+
+
+# -- per-layer schemes (kv_config) -------------------------------------------------------
+
+EIGHT = KVLayer(8, 64)
+
+
+def layers(engine) -> int:
+    return len(engine.loaded.model.layers)
+
+
+def mixed(engine, quantized: KVLayer | None = EIGHT, every: int = 2) -> tuple:
+    """Every `every`-th layer quantized, the others plain."""
+    return tuple(quantized if i % every == 0 else None for i in range(layers(engine)))
+
+
+def test_a_config_of_one_scheme_for_every_layer_matches_kv_bits(engine):
+    text = "Name three colours."
+    uniform = token_ids(generate(engine, request(engine, text, KVScheme(8, 64, 0))))
+    per_layer = KVScheme(start=0, layers=(EIGHT,) * layers(engine))
+    assert token_ids(generate(engine, request(engine, text, per_layer))) == uniform
+
+
+def test_a_mixed_config_keeps_plain_and_quantized_layers_side_by_side(engine):
+    text, scope = "What is the capital of Italy?", "kv-mixed"
+    config = KVScheme(start=0, layers=mixed(engine))
+    first = generate(engine, request(engine, text, config, scope))
+    assert isinstance(first.end, Finished) and first.end.cached_tokens == 0
+    label = "mixed " + " ".join(["8-bit/64×1 plain×1"] * (layers(engine) // 2))
+    assert engine.stats.kv_peak_bytes[label] > 0
+    # Its cached prompt: a quantized cache in every other layer, a plain one between.
+    plan = engine.prompt_cache.lookup(chat_tokens(engine, text), scope, kv=config)
+    assert [hasattr(layer, "bits") for layer in plan.cache] == [
+        i % 2 == 0 for i in range(layers(engine))
+    ]
+    again = generate(engine, request(engine, text, config, scope))
+    assert again.end.cached_tokens == again.end.prompt_tokens - 1
+    assert token_ids(again) == token_ids(first)
+    # Another layout, another scheme, plain: none of them reuses its entry.
+    others = [
+        KVScheme(start=0, layers=mixed(engine, KVLayer(4, 64))),
+        KVScheme(start=0, layers=mixed(engine, every=3)),
+        KVScheme(8, 64, 0),
+        None,
+    ]
+    for other in others:
+        assert generate(engine, request(engine, text, other, scope)).end.cached_tokens == 0
+
+
+def test_a_mixed_row_moves_from_the_plain_lane_at_its_start(engine):
+    text = "Count from one to five."
+    plain = token_ids(generate(engine, request(engine, text)))
+    start = len(chat_tokens(engine, text)) + 4
+    moved = generate(engine, request(engine, text, KVScheme(start=start, layers=mixed(engine))))
+    assert isinstance(moved.end, Finished)
+    assert agreement(token_ids(moved), plain) >= 4 / TOKENS  # plain until its start
+
+
+def test_model_kv_checks_a_config_against_the_model(engine):
+    model, count = engine.loaded.model, layers(engine)
+    with pytest.raises(KVSchemeProblem, match=f"this model has {count}, the request gave 3") as e:
+        model_kv(model, KVScheme(start=0, layers=(EIGHT,) * 3))
+    assert e.value.param == "kv_config"
+    wide = (KVLayer(8, 128),) + (None,) * (count - 1)
+    with pytest.raises(KVSchemeProblem, match="group_size 128 must divide") as e:
+        model_kv(model, KVScheme(start=0, layers=wide))
+    assert model_kv(model, KVScheme(start=3, layers=(None,) * count)) is None
+    assert model_kv(model, KVScheme(start=3, layers=(EIGHT,) * count)) == KVScheme(8, 64, 3)
+    config = KVScheme(start=0, layers=mixed(engine))
+    assert model_kv(model, config) == config
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"bits": 8, "layers": (EIGHT,)}, "kv_config replaces kv_bits"),
+        ({"layers": ()}, "kv_config must have between 1 and"),
+        ({"start": 0}, "kv_bits must be 4 or 8"),
+    ],
+)
+def test_per_layer_schemes_check_themselves(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        KVScheme(**kwargs)
+    with pytest.raises(ValueError, match="kv_bits must be 4 or 8"):
+        KVLayer(6)

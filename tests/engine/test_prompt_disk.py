@@ -16,7 +16,7 @@ from inference.engine.caching.disk_writer import DiskWriter
 from inference.engine.caching.identity import canonical_json, files_fingerprint
 from inference.engine.caching.prompt_cache import PromptCacheConfig
 from inference.engine.caching.prompt_disk import DiskTier, read_header
-from inference.protocol.sampling import KVScheme
+from inference.protocol.sampling import KVLayer, KVScheme
 
 from .helpers import generate
 
@@ -97,16 +97,24 @@ def test_entries_of_another_caller_or_kv_scheme_are_never_read(restartable):
     assert mine.end.cached_tokens == len(prompt) - 1
 
 
-def test_a_quantized_entry_comes_back_quantized(restartable):
+@pytest.mark.parametrize("per_layer", [False, True], ids=["kv_bits", "kv_config"])
+def test_a_quantized_entry_comes_back_quantized(restartable, per_layer):
     engine = restartable()
     prompt = chat(engine, "Name a mountain.")
     scheme = KVScheme(bits=4, group_size=32, start=0)
+    if per_layer:  # every other layer quantized, the others plain
+        count = len(engine.loaded.model.layers)
+        scheme = KVScheme(start=0, layers=(KVLayer(4, 32), None) * (count // 2))
     cold = generate(engine, GenerationRequest(prompt, max_tokens=8, kv=scheme))
 
     engine = restartable()
     warm = generate(engine, GenerationRequest(prompt, max_tokens=8, kv=scheme))
     assert warm.end.cached_tokens == len(prompt) - 1
     assert warm.text == cold.text
+    other = KVScheme(bits=4, group_size=32, start=0) if per_layer else None
+    assert (
+        generate(engine, GenerationRequest(prompt, max_tokens=2, kv=other)).end.cached_tokens == 0
+    )
 
 
 # -- the tier's files, without a model ------------------------------------------------

@@ -186,6 +186,9 @@ def test_thinking_switch_splits_the_reasoning(registered_models, alice):
         (send("hi", structured={"kind": "regex"}), "structured must be null"),
         (send("hi", params={"draft_model": "no-such-draft"}), "is not a registered model"),
         (send("hi", params={"num_draft_tokens": 0}), "num_draft_tokens must be at least 1"),
+        (send("hi", params={"kv_config": [{"bits": 3}]}), "kv_config[0].bits must be 4 or 8"),
+        # The worker's check: the model's layers, which only it knows.
+        (send("hi", params={"kv_config": [None]}), "this model has 30, the request gave 1"),
         (send("hi", conversation=999), "no conversation 999 of yours"),
         (send("hi", side_by_side_run="a run"), "side_by_side_run must be"),
         ({"type": "dance"}, "type must be one of"),

@@ -1,10 +1,12 @@
-"""The models page in a real browser: the registry, details, load/unload, GGUF import."""
+"""The models page in a real browser: the registry, details, load/unload, GGUF import, drain
+and worker events, mounting adapters."""
 
 from __future__ import annotations
 
 from playwright.sync_api import Page, expect
 
 from inference.management.commands.ensure_default_model import embedded_gguf
+from tests.adapter_files import register_adapter, write_adapter
 from tests.conftest import DEFAULT_MODEL, THINKING_MODEL
 
 
@@ -148,3 +150,29 @@ def test_drain_from_the_page_and_its_worker_events(page: Page, screenshot):
     # The exit refreshed the table: the model is no longer loaded.
     expect(thinking.locator(".loaded")).not_to_contain_text("loaded")
     screenshot(page, "models-events")
+
+
+def test_mount_and_unmount_an_adapter_from_the_details(
+    page: Page, lab_server, tmp_path, screenshot
+):
+    adapter = write_adapter(tmp_path / "page-alpha", seed=21)
+    register_adapter(lab_server, adapter, DEFAULT_MODEL)
+    page.goto("/models/")
+    row(page, DEFAULT_MODEL).locator("[data-action=details]").click()
+    details = page.locator("#model-details")
+    mounted = details.locator("#mounted-adapters")
+    expect(mounted).to_contain_text("none mounted")
+    details.locator("#mount-adapter").select_option("page-alpha")
+    details.locator("#mount-button").click()
+    expect(mounted.locator("li[data-name='page-alpha']")).to_be_visible()
+    expect(details.locator("#adapters-note")).to_contain_text("Mounted page-alpha")
+    # The select offers what is not mounted yet; the events panel shows the mount.
+    expect(details.locator("#mount-adapter option[value='page-alpha']")).to_have_count(0)
+    events = page.locator("#worker-events li[data-kind='adapter_mount']")
+    expect(events.filter(has_text="page-alpha").first).to_be_visible()
+    assert page.request.get(f"/api/models/{DEFAULT_MODEL}").json()["adapters"] == ["page-alpha"]
+    screenshot(page, "models-adapters")
+    mounted.locator("button[data-adapter='page-alpha']").click()
+    expect(details.locator("#adapters-note")).to_contain_text("Unmounted page-alpha")
+    expect(mounted).to_contain_text("none mounted")
+    assert page.request.get(f"/api/models/{DEFAULT_MODEL}").json()["adapters"] == []

@@ -4,7 +4,8 @@ mlx-lm applies an adapter by replacing layers for good (`load_adapters`). A serv
 that serves several adapters, stacked or not, over one base model instead wraps
 each targeted layer once in an `AdapterSlot` that adds the active adapters'
 updates to the base layer's output. The engine activates one set per batch
-(scheduler.py and runner.py), so every row of a batch sees the same adapters.
+(scheduler.py and loop/adapter_set.py), so every row of a batch sees the same adapters;
+an unloaded adapter's updates leave every slot, and a slot left with none its layer.
 """
 
 from __future__ import annotations
@@ -116,6 +117,19 @@ def _slot(model: nn.Module, modules: dict, path: str) -> AdapterSlot:
     setattr(parent, name, slot)
     modules[path] = slot
     return slot
+
+
+def unload_adapter(model: nn.Module, name: str) -> None:
+    """Drop an adapter's updates from every layer (its arrays go with them). A layer no
+    loaded adapter updates any more is its base layer again, and so takes the fast paths
+    that a slot keeps it from (fused_decode.py, compiled_mlp.py) again."""
+    modules = _modules(model)
+    for path, module in modules.items():
+        if isinstance(module, AdapterSlot):
+            module.updates.pop(name, None)
+            if not module.updates:
+                parent_path, _, attribute = path.rpartition(".")
+                setattr(modules[parent_path], attribute, module.base)
 
 
 def activate(model: nn.Module, names: tuple[str, ...]) -> None:

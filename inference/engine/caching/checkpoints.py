@@ -4,7 +4,7 @@ retry, which replays what was generated and continues it.
 Identity. A checkpoint is keyed by the sha256 of the canonical JSON of everything that can
 change a continuation (object keys sorted, arrays in order, as mlx-bun 0.4 keys them): the
 prompt's token ids, every sampling field (HLG's curve among them), the stop list,
-max_tokens, the KV scheme, the adapter set, the grammar and tool choice, the model and its
+max_tokens, the KV scheme (per layer with a kv_config), the adapter set, the grammar and tool choice, the model and its
 execution (path, device), the caller's scope, and the seed only when the client set it. A
 request without a seed gets one drawn by the worker; it travels in the checkpoint, not in
 the key, so that an identical retry finds the checkpoint and restores it.
@@ -38,7 +38,7 @@ from pathlib import Path
 
 from ..prompting.request import GenerationRequest, Resume
 from .disk_writer import DiskWriter
-from .identity import adapters_identity, digest
+from .identity import adapters_identity, digest, kv_identity
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def policy(request: GenerationRequest, call, model: dict, *, seed_explicit: bool
         "seed": request.sampling.seed if seed_explicit else None,
         "max_tokens": request.max_tokens,
         "stop": list(request.stop),
-        "kv": asdict(request.kv) if request.kv is not None else None,
+        "kv": kv_identity(request.kv),
         "adapters": adapters_identity(request.adapters),
         "structured": asdict(chat.structured) if chat and chat.structured else None,
         "tools": {"choice": chat.tool_choice, "names": chat.tool_names} if chat else None,

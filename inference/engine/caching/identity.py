@@ -2,7 +2,7 @@
 canonical JSON and digests that name them.
 
 A prompt cache entry kept on disk (prompt_disk.py) and a generation's checkpoint
-(checkpoints.py) are reused only under the same model, adapters and execution. A folder's
+(checkpoints.py) are reused only under the same model, adapters, execution and KV scheme. A folder's
 fingerprint comes from its weight and config files' names, sizes and modification times:
 a re-import, a conversion in place or a retrained adapter changes it, and no start pays
 for hashing gigabytes of weights.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 from ..acceleration.accelerator import device_name
@@ -67,3 +68,15 @@ def adapters_identity(refs) -> list[dict]:
     return [
         {"name": ref.name, "path": ref.path, "weights": files_fingerprint(ref.path)} for ref in refs
     ]
+
+
+def kv_identity(scheme) -> dict | None:
+    """A KV scheme (protocol.sampling.KVScheme) as checkpoint keys and disk entries name it:
+    a uniform one by its bits, group size and start, as before kv_config (so their keys are
+    unchanged); a per-layer one by its layers and start."""
+    if scheme is None:
+        return None
+    named = asdict(scheme)
+    for unused in ("layers",) if scheme.layers is None else ("bits", "group_size"):
+        del named[unused]
+    return named

@@ -14,8 +14,9 @@ engine needs around it:
   needs the logits of the last one.
 - Entries belong to a scope (the caller, by default): a lookup only sees its own
   scope's entries, so `cached_tokens` never tells one user about another's prompts.
-- The KV scheme (plain, or kv_bits/kv_group_size/quantized_kv_start) belongs to the
-  key, as the scope does: a plain request never gets a quantized cache, or the reverse.
+- The KV scheme (plain, or kv_bits/kv_group_size/quantized_kv_start, or a kv_config's
+  per-layer schemes) belongs to the key, as the scope does: a plain request never gets a
+  quantized cache, or the reverse, nor one of another layout.
 - A request may name a session (`session_id`, or OpenAI's `prompt_cache_key`). A
   session's last finished sequence is kept apart from the LRU, one entry a session,
   each new turn replacing the last: other traffic cannot evict it, only older
@@ -36,14 +37,14 @@ import copy
 import logging
 import threading
 from collections import OrderedDict
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import mlx.core as mx
 from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, trim_prompt_cache
 
 from .disk_writer import DiskWriter
-from .identity import adapters_identity, digest
+from .identity import adapters_identity, digest, kv_identity
 from .prompt_disk import DiskTier
 from .prompt_sessions import SessionTurns
 
@@ -108,7 +109,8 @@ class PromptCacheStats:
 def _quantized_too_soon(cache: list | None, cached: int, start: int) -> bool:
     """A quantized entry trimmed below its scheme's start: a sequence that short is still
     unquantized, and its continuation would differ from an uncached run's."""
-    return cache is not None and hasattr(cache[0], "bits") and cached < start
+    quantized = cache is not None and any(hasattr(layer, "bits") for layer in cache)
+    return quantized and cached < start
 
 
 class PromptCache:
@@ -195,7 +197,7 @@ class PromptCache:
                 "model": self.identity,
                 "adapters": self._adapters,
                 "scope": caller,
-                "kv": asdict(kv) if kv is not None else None,
+                "kv": kv_identity(kv),
             }
         )
 

@@ -119,6 +119,10 @@ class Engine:
         """Drop a request at the next step and free its slot; no more events."""
         self.scheduler.cancel(request_id)
 
+    def between_steps(self, function: Callable[[Runner], None]) -> None:
+        """Run `function(runner)` on the engine thread between two steps (scheduler.call)."""
+        self.scheduler.call(function)
+
     def shutdown(self, timeout: float = 10.0) -> None:
         self._stopping.set()
         self.scheduler.wake()

@@ -1,5 +1,6 @@
-"""The runner: owns one model's batch (generator.py, a lane per KV scheme), its samplers, prompt cache
-and adapters, and turns each step's tokens into events. Only the engine thread calls it.
+"""The runner: owns one model's batch (generator.py, a lane per KV layout), its samplers, prompt
+cache and adapters (adapter_set.py), and turns each step's tokens into events. Only the
+engine thread calls it.
 """
 
 from __future__ import annotations
@@ -8,20 +9,20 @@ import logging
 import time
 
 from mlx_lm.generate import StopSequences
+from mlx_lm.models.cache import make_prompt_cache
 
 from ...protocol.events import Failed
-from ..acceleration.adapters import activate, load_adapter
 from ..acceleration.loader import LoadedModel
 from ..caching.checkpoints import CheckpointStore
 from ..caching.disk_writer import DiskWriter
 from ..caching.identity import model_identity
 from ..caching.prompt_cache import PromptCache
-from ..kv.rows import QuantizedRowCache
 from ..prompting.grammar import GrammarProcessor
 from ..prompting.token_history import history_for
+from .adapter_set import AdapterSet
 from .config import EngineConfig, EngineStats
 from .generator import Generator
-from .kv_lanes import LaneKey, Lanes
+from .kv_lanes import Lanes
 from .resuming import Resuming
 from .sampling import RowSamplers, build_logits_processors, guarded, unchanged
 from .scheduler import Pending, Plan
@@ -65,8 +66,7 @@ class Runner:
         self._lanes: Lanes | None = None
         self._active: dict[int, Sequence] = {}  # generator uid -> sequence
         self._uid_of: dict[int, int] = {}  # request id -> uid
-        self._adapter_key: tuple[str, ...] = ()
-        self._adapters_loaded: set[str] = set()
+        self.adapters = AdapterSet(loaded.model, self.prompt_cache)
         # leader uid -> requests for the same prompt, admitted once its prefill is cached
         self._followers: dict[int, list[Pending]] = {}
         self._logprob_uids: set[int] = set()  # rows whose steps keep logprobs (decoding.py)
@@ -79,7 +79,10 @@ class Runner:
         return len(self._active) + sum(map(len, self._followers.values()))
 
     def start(self, stream) -> None:
-        self._lanes = Lanes(lambda first_uid: self._new_generator(stream, first_uid))
+        self._lanes = Lanes(
+            lambda first_uid: self._new_generator(stream, first_uid),
+            kv_layers=len(make_prompt_cache(self.loaded.model)),
+        )
 
     def _new_generator(self, stream, first_uid: int) -> Generator:
         generator = Generator(
@@ -99,7 +102,14 @@ class Runner:
     # -- the plan -------------------------------------------------------------------
 
     def apply(self, plan: Plan) -> int:
-        """Admit the plan's requests under its adapter set, then drop the cancelled ones."""
+        """Run the plan's calls (between steps, never inside one), admit its requests under
+        their adapter set, then drop the cancelled ones."""
+        self.adapters.settle(busy=self.size > 0)  # the unmounts the last rows waited for
+        for call in plan.calls:
+            try:
+                call(self)
+            except Exception:  # a caller's bug must not stop the engine
+                log.exception("a call on the engine thread failed")
         ended = 0
         if plan.admit and not self._use_adapters(plan):
             return len(plan.admit) + self._remove(plan.cancel)
@@ -131,23 +141,14 @@ class Runner:
         return sum(self._insert(pending) is None for pending in self._followers.pop(uid, []))
 
     def _use_adapters(self, plan: Plan) -> bool:
-        if plan.adapter_key == self._adapter_key:
-            return True
         try:
-            for ref in plan.admit[0].request.adapters:
-                if ref.name not in self._adapters_loaded:
-                    load_adapter(self.loaded.model, ref)
-                    self._adapters_loaded.add(ref.name)
+            self.adapters.use(plan.admit[0].request.adapters)
         except Exception as exc:
             log.warning("adapter for request rejected: %s", exc)
             for pending in plan.admit:
                 self.stats.requests_failed += 1
                 pending.emit(Failed(str(exc)))
             return False
-        activate(self.loaded.model, plan.adapter_key)
-        self._adapter_key = plan.adapter_key
-        # Caches made under other adapters must never be reused under these.
-        self.prompt_cache.use_adapters(plan.admit[0].request.adapters)
         return True
 
     def _insert(self, pending: Pending, *, share: bool = False) -> int | None:
@@ -172,7 +173,7 @@ class Runner:
                 kv=request.kv,
                 boundary=request.cache_boundary,
             )
-            lane, cache = self._lane_for(request, plan.cache)
+            lane, cache = self._lanes.lane_for(request.kv, plan.cache)
             uid = self._lanes.insert(
                 lane,
                 [plan.segments],
@@ -205,23 +206,6 @@ class Runner:
             self._fail(sequence, f"generation failed: {exc}")
             return None
         return uid
-
-    def _lane_for(self, request, cache: list | None) -> tuple[LaneKey, list | None]:
-        """The lane a new row joins, and its starting cache.
-
-        A quantized scheme's row starts in its own lane when it begins quantized (start 0,
-        or a cached prefix already quantized); otherwise in the plain lane, until its start.
-        """
-        scheme = request.kv
-        if scheme is None:
-            return None, cache
-        if cache is not None and isinstance(cache[0], QuantizedRowCache):
-            return scheme.lane, cache
-        if cache is None and scheme.start == 0:
-            layers = len(self.loaded.model.layers)
-            fresh = [QuantizedRowCache(scheme.group_size, scheme.bits) for _ in range(layers)]
-            return scheme.lane, fresh
-        return None, cache
 
     def _remove(self, request_ids: list[int]) -> int:
         removed = 0
@@ -269,7 +253,9 @@ class Runner:
         self.stats.draft_models = tuple(self.speculation.draft_models.loaded)
         ended = self._postprocess(responses)
         try:
-            self._lanes.move_due(self._schemes_below_start())
+            self._lanes.move_due(
+                {uid: sequence.request.kv for uid, sequence in self._active.items()}
+            )
         except Exception as exc:
             return ended + self._restart(exc)
         self._count_kv_bytes()
@@ -282,14 +268,6 @@ class Runner:
         ended = self.fail_all(f"generation failed: {exc}")
         self._lanes.reset()
         return ended
-
-    def _schemes_below_start(self) -> dict:
-        """uid -> scheme of the quantized-scheme rows still in the plain lane."""
-        return {
-            uid: sequence.request.kv
-            for uid, sequence in self._active.items()
-            if sequence.request.kv is not None and self._lanes.lane_of(uid) is None
-        }
 
     def _count_kv_bytes(self) -> None:
         # New dicts, never updated in place: the worker's report reads them from its thread.

@@ -38,6 +38,7 @@ class Plan:
     """One step's decisions: who joins (under which adapter set), who leaves."""
 
     adapter_key: tuple[str, ...] = ()
+    calls: list[Callable] = field(default_factory=list)  # run on the engine thread first
     admit: list[Pending] = field(default_factory=list)
     cancel: list[int] = field(default_factory=list)  # request ids, in the batch or not
     dropped: int = 0  # parked requests cancelled before they ever ran
@@ -72,6 +73,11 @@ class Scheduler:
     def cancel(self, request_id: int) -> None:
         self._inbox.put(("cancel", request_id))
 
+    def call(self, function: Callable) -> None:
+        """Run `function(runner)` on the engine thread before the next step (an operator's
+        adapter mount, say): never while a step runs."""
+        self._inbox.put(("call", function))
+
     def wake(self) -> None:
         self._inbox.put(("wake", None))
 
@@ -94,6 +100,8 @@ class Scheduler:
                     self._accept(pending, batch_size, plan)
             elif kind == "cancel":
                 self._cancel(payload, plan)
+            elif kind == "call":
+                plan.calls.append(payload)
         if batch_size == 0 and not plan.admit and self._parked:
             self._unpark(plan)
         return plan

@@ -150,7 +150,7 @@ class EmbeddingWorkerServer:
                 self.waiting.append(_Waiting(client, request_id, payload))
             elif kind == "cancel":
                 self._cancel(client, request_id)
-            elif kind in ("generate", "embed", "rerank"):
+            elif kind in ("generate", "embed", "rerank", "adapter"):
                 self._send(router, client, "rejected", request_id, self._refusal())
 
     def _cancel(self, client: bytes, request_id: int) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gc
 import logging
 import os
@@ -25,6 +26,7 @@ import zmq
 
 from ...protocol import link, wire
 from ...protocol.events import Failed, Finished
+from ..acceleration.adapters import AdapterError
 from ..acceleration.loader import LoadedModel
 from ..loop.config import EngineConfig
 from ..loop.engine import Engine
@@ -305,9 +307,34 @@ class WorkerServer:
                 f"The model '{self.model}' is a chat model: it cannot {kind}", param="model"
             )
             self._send(client, wire.encode("rejected", request_id, refusal))
+        elif kind == "adapter":  # an operator's mount or unmount: between two steps
+            self.engine.between_steps(
+                functools.partial(self._adapters, client, request_id, payload)
+            )
         elif kind == "report":
             with contextlib.suppress(zmq.ZMQError):  # EHOSTUNREACH: the asker is gone
                 router.send_multipart([client, wire.encode("status", request_id, self.report())])
+
+    def _adapters(self, client: bytes, request_id: int, call: wire.AdapterCall, runner) -> None:
+        """On the engine thread: mount or unmount `call.adapter`, and say how it went."""
+        adapters, busy, name = runner.adapters, runner.size > 0, call.adapter.name
+        deferred = False
+        try:
+            if call.action == "mount":
+                adapters.mount(call.adapter, busy=busy)
+            elif (dropped := adapters.unmount(name, busy=busy)) is None:
+                raise AdapterError(f"The adapter '{name}' is not mounted on {self.model}")
+            else:
+                deferred = not dropped
+        except AdapterError as error:  # an unusable folder, or nothing to unmount
+            code = "adapter_not_mounted" if call.action == "unmount" else "adapter_unusable"
+            refusal = wire.Rejected(str(error), param="adapter", code=code)
+            self._send(client, wire.encode("rejected", request_id, refusal))
+            return
+        report = adapters.report
+        state = wire.AdapterState(report["mounted"], report["loaded"], deferred=deferred)
+        self._send(client, wire.encode("adapters", request_id, state))
+        log.info("adapter %s %sed on %s", name, call.action, self.model)
 
     def _trace(self, key: tuple[bytes, int]) -> dict:
         return {"request_id": self._traces.get(key, "")}

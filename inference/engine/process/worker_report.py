@@ -42,6 +42,8 @@ def worker_status(model: str, engine: Engine) -> wire.WorkerStatus:
                 else {"enabled": False, "entries": 0, "bytes": 0}
             ),
             "kv_cache": kv_cache_report(stats),
+            # Mounted by an operator, and loaded at all (a request named it): adapter_set.py.
+            "adapters": engine.runner.adapters.report if engine.runner is not None else {},
             "checkpoints": (
                 engine.runner.checkpoints.stats()
                 if engine.runner is not None and engine.runner.checkpoints is not None

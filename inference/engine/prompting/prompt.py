@@ -17,7 +17,7 @@ from ..drafts.draft_model import DraftModels, vocabulary
 from ..drafts.drafting import DraftPlan
 from .cache_boundary import CacheBoundary
 from .grammar import GrammarCompiler, GrammarError, degrade_instruction
-from .kv_scheme import kv_scheme_problem
+from .kv_scheme import KVSchemeProblem, model_kv
 from .output_parser import DEFAULT_TOOL_MARKERS, OutputFormat, think_markers, tool_sentinels
 from .output_parser import json_tools as default_tool_parser
 from .reasoning_depth import VARIABLE, template_depth, template_levels
@@ -335,10 +335,10 @@ class PromptBuilder:
             raise PromptRejected(
                 f"top_k must be less than the vocabulary size ({vocab_size})", param="top_k"
             )
-        if call.kv is not None and (
-            problem := kv_scheme_problem(self.loaded.model, call.kv.group_size)
-        ):
-            raise PromptRejected(problem[0], param=problem[1])
+        try:
+            kv = model_kv(self.loaded.model, call.kv)
+        except KVSchemeProblem as problem:
+            raise PromptRejected(problem.message, param=problem.param) from None
         room = self._check_fits(prompt, "messages" if call.chat is not None else "prompt")
         if call.max_tokens is not None and call.max_tokens > room:
             raise PromptRejected(
@@ -363,7 +363,7 @@ class PromptBuilder:
                 cache_scope=call.cache_scope,
                 cache_session=call.cache_session,
                 cache_boundary=boundary,
-                kv=call.kv,
+                kv=kv,
                 draft=draft,
             )
         except ValueError as exc:
