@@ -6,9 +6,10 @@ protocol's error frame. The exceptions: a request the worker had not yet accepte
 when something outside killed it (SIGKILL, SIGTERM) goes once more to the restarted
 worker (or another replica). Nothing of it had started, and it cannot have caused the
 kill, whereas a crash (a segfault, an abort) may be the request's own doing and is never
-repeated. And an answer not streamed, whose replica was killed so while another of its
-model's replicas serves, goes once more to that one: nothing of it was shown, and the
-killed generation's checkpoint (on the replicas' shared disk) resumes it there.
+repeated. And an answer whose replica was killed so while another of its model's replicas
+serves goes once more to that one, whose attempt resumes from the killed generation's
+checkpoint (on the replicas' shared disk): an answer not streamed had shown nothing; a
+stream goes on past what it had sent (stream_resume.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .chat.plan import PlannedGeneration
 from .engines import open_generation, replicas_serving
 from .errors import ApiError
 from .protocol import wire
+from .stream_resume import Diverged, Sent, beyond
 from .workers.streams import Choices, EngineUnavailable, Rejected, RequestStream, WorkerStopped
 
 log = logging.getLogger(__name__)
@@ -106,7 +108,7 @@ async def serve(
         raise
     renderer = make_renderer(accepted)
     if stream:
-        response = event_stream_response(_frames(events, renderer, surface, on_result))
+        response = event_stream_response(_frames(plan, events, renderer, surface, on_result))
     else:
         try:
             response = await _collect(plan, events, renderer, surface, on_result, again=again)
@@ -142,21 +144,38 @@ async def _collect(plan, events: RequestStream, renderer, surface: Surface, on_r
 
 
 async def _frames(
-    events: RequestStream, renderer, surface: Surface, on_result: OnResult
+    plan: PlannedGeneration,
+    events: RequestStream | Choices,
+    renderer,
+    surface: Surface,
+    on_result: OnResult,
 ) -> AsyncIterator[bytes]:
     """The event stream; closing it early (the client left) cancels the generation."""
-    finished = False
+    finished, sent, stopped = False, Sent(), None
     try:
-        async with contextlib.aclosing(events.events()) as stream:
-            for item in renderer.start():
-                yield surface.frame(item)
+        for item in renderer.start():
+            yield surface.frame(item)
+        source = events.events()
+        while True:
             try:
-                async for event in stream:
-                    for item in renderer.feed(event):
-                        yield surface.frame(item)
+                async with contextlib.aclosing(source) as stream:
+                    async for event in stream:
+                        sent.record(event)
+                        for item in renderer.feed(event):
+                            yield surface.frame(item)
+                break
             except WorkerStopped as error:
-                log.error("worker stopped while streaming (%s)", error)
-                yield surface.stream_error(error.stream_message)
+                resumed = await _resumed(plan, events, error) if stopped is None else None
+                stopped = error
+                if resumed is None:
+                    log.error("worker stopped while streaming (%s)", error)
+                    yield surface.stream_error(error.stream_message)
+                    finished = True
+                    return
+                events, source = resumed, beyond(resumed.events(), sent)
+            except Diverged as error:
+                log.error("a resumed stream could not go on: %s", error)
+                yield surface.stream_error(stopped.stream_message)
                 finished = True
                 return
         finished = True
@@ -167,3 +186,23 @@ async def _frames(
     finally:
         if not finished:
             log.info("499 client closed the stream; its generation is cancelled")
+
+
+async def _resumed(plan, events, error: WorkerStopped) -> RequestStream | None:
+    """The stream sent again, to another replica, where a killed one held it: nothing of
+    its own doing stopped it, and the new attempt resumes from its checkpoint. Not with
+    logprobs: a replayed token's are not kept. None: the failure contract's frame."""
+    if not (
+        isinstance(events, RequestStream)
+        and error.killed_from_outside
+        and replicas_serving(plan.model_name)
+        and not plan.call.logprobs
+    ):
+        return None
+    log.warning("%s: a killed replica held a stream; resuming it on another", plan.model_name)
+    try:
+        stream, _ = await _start_one(plan, again=False)
+    except (ApiError, EngineUnavailable, WorkerStopped) as failure:
+        log.error("%s: the stream could not resume: %s", plan.model_name, failure)
+        return None
+    return stream

@@ -2,7 +2,7 @@
 
 Requests spread over the replicas, a conversation keeps to the replica that cached it,
 a replica killed under load takes no new request (the other serves them at once) and
-its streams end with the failure contract's frame, and a drained replica finishes its
+its streams go on on the other from their checkpoints, and a drained replica finishes its
 streams while the other takes the new ones. One server for the module: its tests kill
 and drain workers, which must not disturb the session's shared server.
 """
@@ -21,7 +21,7 @@ import httpx
 import openai
 import pytest
 
-from tests.api.test_model_workers import SECOND, STREAM_MESSAGE, THIRD, _copy
+from tests.api.test_model_workers import SECOND, THIRD, _copy
 from tests.conftest import DEFAULT_MODEL, ROOT, _manage, server_home, start_daphne
 
 LONG = "Write a long story about a dragon who learns to sail, with many chapters."
@@ -239,20 +239,23 @@ def test_a_replica_killed_under_load_fails_no_new_request(lab):
 
     in_flight, answers, new, at_kill = asyncio.run(main())
     assert all(text and ending in ("stop", "length") for text, ending in new), new
-    # The killed replica's streams end with the contract's frame; the other's finish.
-    ended = [ending for _, ending in in_flight if isinstance(ending, openai.APIError)]
-    finished = [ending for _, ending in in_flight if ending in ("stop", "length")]
-    assert ended and finished and len(ended) + len(finished) == 6, in_flight
-    assert {error.message for error in ended} == {STREAM_MESSAGE.format("SIGKILL")}
+    # The killed replica's streams went on on the other, resumed from their checkpoints past
+    # what they had sent: every stream finishes, with the text it gives uninterrupted.
+    assert all(ending in ("stop", "length") for _, ending in in_flight), in_flight
+    on_victim = sum(_delta(before, at_kill)[victim["id"]].values())
+    assert on_victim > 0, at_kill  # some stream or answer was there when it was killed
+
+    async def uninterrupted():
+        return await asyncio.gather(*(_answer(lab, f"{LONG} ({i})", 200) for i in range(6)))
+
+    again = [r.json()["choices"][0]["message"]["content"] for r in asyncio.run(uninterrupted())]
+    assert [text for text, _ in in_flight] == again
     # Answers not streamed had shown nothing: the killed replica's went on the other,
     # resumed from their checkpoints. Which replica each answer went to is the router's
-    # choice of the moment: the victim's share less its streams says how many were there.
+    # choice of the moment: the victim's share says how many at most.
     assert [answer.status_code for answer in answers] == [200] * 4, [a.text for a in answers]
     resumed = [int(a.headers.get("x-resumed-from", 0)) for a in answers]
-    on_victim = sum(_delta(before, at_kill)[victim["id"]].values()) - len(ended)
-    assert sum(1 for r in resumed if r) <= max(on_victim, 0), (on_victim, resumed)
-    if on_victim > 0:
-        assert any(resumed), (on_victim, resumed)
+    assert sum(1 for r in resumed if r) <= on_victim, (on_victim, resumed)
     after = lab.ready()
     assert after[0]["pid"] != victim["pid"] and after[0]["restarts"] == victim["restarts"] + 1
 
