@@ -254,6 +254,8 @@ def main() -> int:
         failed = True
     if bench_script("embeddings", "Embeddings per second: batched against one at a time") != 0:
         failed = True
+    if bench_script("vision", "An image row against a text row, and against mlx-vlm") != 0:
+        failed = True
     return 1 if failed else 0
 
 

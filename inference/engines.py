@@ -12,7 +12,7 @@ from django.conf import settings
 from labsettings import lab_settings
 
 from .accounting import CALLER, Accounting
-from .errors import model_not_found
+from .errors import ApiError, model_not_found
 from .metrics import RequestMetrics
 from .model_registry import amodel_named, model_named
 from .models import LanguageModel
@@ -85,7 +85,12 @@ async def open_generation(record: LanguageModel, call) -> RequestStream:
         watchers.append(Accounting(caller, record.name))
     if isinstance(call, wire.GenerateCall):
         call = dataclasses.replace(call, request_id=REQUEST_ID.get())
-    stream = await supervisor().open(record.name, record.path, call, size_bytes=record.size_bytes)
+    try:
+        stream = await supervisor().open(
+            record.name, record.path, call, size_bytes=record.size_bytes
+        )
+    except wire.Unencodable as exc:
+        raise ApiError(f"the request holds {exc}, which cannot reach the model") from None
     if isinstance(call, wire.GenerateCall) and not call.count_only:
         stream.watchers = tuple(watchers)
     return stream

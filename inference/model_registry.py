@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 from labsettings import lab_settings
 
 from .models import LanguageModel
-from .protocol.embedding_folder import EmbeddingSupport, embedding_support
+from .protocol.embedding_folder import CHAT, EmbeddingSupport, embedding_support
+from .protocol.media import folder_media
 
 if TYPE_CHECKING:
     from .gguf.convert import Progress
@@ -34,8 +35,11 @@ def model_embedding_support(record: LanguageModel) -> EmbeddingSupport:
 def model_capabilities(record: LanguageModel) -> list[str]:
     """What the model serves: ["chat"] (chat and text completions, Responses, Messages),
     ["embeddings"] or ["rerank"]; none for a folder whose embedding modules or classifier
-    are not served here."""
-    return list(model_embedding_support(record).capabilities)
+    are not served here. A chat model that takes media adds "vision" and "audio"."""
+    capabilities = list(model_embedding_support(record).capabilities)
+    if CHAT in capabilities:
+        capabilities += folder_media(record.path)
+    return capabilities
 
 
 def model_exists(name: str) -> bool:

@@ -1,7 +1,8 @@
 """The engine's floors: each subpackage imports only from the floors below it.
 
 From the bottom: the protocol (what crosses to the web side), then `kv` (the batch's KV
-caches, in a layout the engine owns), `acceleration` (loading
+caches, in a layout the engine owns), `media` (vision models through mlx-vlm: their
+prompts' media made model inputs), `acceleration` (loading
 a model, its native fast paths), `embedding` (embedding models: batched, pooled), `drafts`
 (where drafted tokens come from), `prompting`
 (a call made a request: template, grammar, output parsing), `caching` (KV, prompt and
@@ -16,7 +17,17 @@ import ast
 import inference.engine as engine_package
 from tests.conftest import ROOT
 
-FLOORS = ["kv", "acceleration", "embedding", "drafts", "prompting", "caching", "loop", "process"]
+FLOORS = [
+    "kv",
+    "media",
+    "acceleration",
+    "embedding",
+    "drafts",
+    "prompting",
+    "caching",
+    "loop",
+    "process",
+]
 ENGINE = ROOT / "inference" / "engine"
 
 

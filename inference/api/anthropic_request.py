@@ -15,9 +15,11 @@ from ..chat.messages import check_reasoning_effort, template_kwargs
 from ..chat.structured import parse_structured_output, response_format_spec
 from ..chat.tools import tool_plan
 from ..errors import ApiError
+from ..media.fetch import image_from_base64, image_from_url
+from ..protocol.media import TEXT
 
 TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
-USER_BLOCKS = ("text", "tool_result")
+USER_BLOCKS = ("text", "image", "tool_result")
 ASSISTANT_BLOCKS = ("text", "thinking", "redacted_thinking", "tool_use")
 BLOCK_SEPARATOR = "\n\n"
 
@@ -101,19 +103,53 @@ def _tool_result(block: dict, param: str) -> dict:
     return {"role": "tool", "tool_call_id": call_id, "content": text}
 
 
+def _image(block: dict, param: str) -> dict:
+    """An image block's source: base64 with its media type, or a URL."""
+    source = _object(block.get("source"), f"{param}.source")
+    kind = source.get("type")
+    if kind == "base64":
+        mime = _string(source.get("media_type"), f"{param}.source.media_type")
+        data = _string(source.get("data"), f"{param}.source.data")
+        return image_from_base64(data, mime=mime, param=f"{param}.source")
+    if kind == "url":
+        url = _string(source.get("url"), f"{param}.source.url")
+        return image_from_url(url, param=f"{param}.source.url")
+    raise invalid(f"{param}.source.type", "Input should be 'base64' or 'url'")
+
+
+def _user_content(parts: list[dict]) -> str | list[dict]:
+    """A user message's content: its text blocks as one string, or, with images, text and
+    images in their order (neighbouring text blocks joined)."""
+    texts = [part["text"] for part in parts if part["type"] == TEXT]
+    if len(texts) == len(parts):
+        return BLOCK_SEPARATOR.join(texts)
+    content: list[dict] = []
+    for part in parts:
+        if part["type"] == TEXT and content and content[-1]["type"] == TEXT:
+            content[-1] = {
+                "type": TEXT,
+                "text": content[-1]["text"] + BLOCK_SEPARATOR + part["text"],
+            }
+        else:
+            content.append(part)
+    return content
+
+
 def _user_turn(blocks: list[dict], param: str) -> list[dict]:
-    """Tool results become `tool` messages; the text around them, user messages."""
-    messages, texts = [], []
+    """Tool results become `tool` messages; the text and images around them, user messages."""
+    messages, parts = [], []
 
     def flush() -> None:
-        if texts:
-            messages.append({"role": "user", "content": BLOCK_SEPARATOR.join(texts)})
-            texts.clear()
+        if parts:
+            messages.append({"role": "user", "content": _user_content(parts)})
+            parts.clear()
 
     for index, block in enumerate(blocks):
         where = f"{param}.content.{index}"
         if block["type"] == "text":
-            texts.append(_string(block.get("text"), f"{where}.text"))
+            parts.append({"type": TEXT, "text": _string(block.get("text"), f"{where}.text")})
+        elif block["type"] == "image":
+            parts.append(_image(block, where))
         else:
             flush()
             messages.append(_tool_result(block, where))

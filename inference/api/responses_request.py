@@ -166,23 +166,43 @@ def _message(item: dict, where: str, strict: bool) -> dict | None:
         role = "system" if role == "developer" else role
         if role not in STORED_ROLES:
             return None
-    return {"role": role, "content": _text(item.get("content"), where, strict)}
+    return {"role": role, "content": _content(item.get("content"), where, strict)}
 
 
-def _text(content, param: str, strict: bool) -> str:
+def _content(content, param: str, strict: bool) -> str | list[dict]:
+    """A message item's content: its text, or (a request's) text and images in their
+    order, as chat completions' parts, which the chat path reads (chat/messages.py)."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         if strict:
             raise ApiError(f"{param}.content must be a string or an array", param="input")
         return ""
-    texts = []
+    parts = []
     for part in content:
-        if isinstance(part, dict) and part.get("type") in TEXT_PARTS:
-            texts.append(str(part.get("text", "")))
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in TEXT_PARTS:
+            parts.append({"type": "text", "text": str(part.get("text", ""))})
+        elif kind == "input_image" and strict:
+            parts.append(_input_image(part, param))
         elif strict:
-            raise ApiError(f"{param}: only text content is supported", param="input")
-    return "".join(texts)
+            raise ApiError(
+                f"{param}: only text content and input_image parts are supported", param="input"
+            )
+    if all(part["type"] == "text" for part in parts):
+        return "".join(part["text"] for part in parts)
+    return parts
+
+
+def _input_image(part: dict, param: str) -> dict:
+    """{"type": "input_image", "image_url": <URL>} as chat completions' image_url part."""
+    url = part.get("image_url")
+    if not isinstance(url, str):
+        raise ApiError(
+            f"{param}: an input_image needs an image_url (file ids are not supported)",
+            param="input",
+        )
+    return {"type": "image_url", "image_url": {"url": url}}
 
 
 def _append_call(messages: list[dict], item: dict) -> None:

@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 
 from ..errors import ApiError
+from ..media.audio import checked_audio
+from ..media.fetch import image_from_url
+from ..protocol.media import TEXT
 
 # A tuple: `in` compares; a set would hash what the client sent, and {} is a 500.
 ROLES = ("system", "user", "assistant", "tool")
@@ -21,8 +24,9 @@ def parse_messages(body: dict) -> list[dict]:
     """Validate `messages` and normalise them for the chat template.
 
     `developer` means `system`; text-only content-part arrays become one
-    string; assistant tool-call arguments are parsed from their JSON strings,
-    which is what chat templates expect to iterate over.
+    string, and those with media a list of text and media parts in their order
+    (protocol/media.py); assistant tool-call arguments are parsed from their JSON
+    strings, which is what chat templates expect to iterate over.
     """
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -45,7 +49,7 @@ def _normalise(message, index: int) -> dict:
             f"{param}.role must be one of 'system', 'developer', 'user', 'assistant', 'tool'",
             param=f"{param}.role",
         )
-    out = {**message, "role": role, "content": _flatten(message.get("content"), param)}
+    out = {**message, "role": role, "content": _content(message.get("content"), param, role)}
     reasoning = message.get("reasoning")
     if role == "assistant" and isinstance(reasoning, str):
         # Templates know earlier reasoning as `reasoning_content`; one the client set
@@ -58,27 +62,52 @@ def _normalise(message, index: int) -> dict:
     return out
 
 
-def _flatten(content, param: str) -> str:
+def _content(content, param: str, role: str) -> str | list[dict]:
+    """A message's content: one string, or, where it holds media, its parts in order."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         raise ApiError(f"{param}.content must be a string or an array", param=f"{param}.content")
-    texts = []
-    for part in content:
-        # Any part with a string `text` is text: OpenAI's `text`, the Responses API's
-        # `input_text`, whatever a client sends; media needs a model that sees it.
-        kind = part.get("type", "text") if isinstance(part, dict) else None
-        if not isinstance(kind, str) or kind in MEDIA_PARTS:
-            raise ApiError(
-                f"{param}.content: only text content parts are supported",
-                param=f"{param}.content",
-            )
-        if not isinstance(part.get("text"), str):
-            raise ApiError(f"{param}.content: text parts need a string 'text'", param=param)
-        texts.append(part["text"])
-    return "".join(texts)
+    parts = [_part(part, f"{param}.content[{index}]", role) for index, part in enumerate(content)]
+    if all(part["type"] == TEXT for part in parts):
+        return "".join(part["text"] for part in parts)
+    return parts
+
+
+def _part(part, param: str, role: str) -> dict:
+    # Any part with a string `text` is text: OpenAI's `text`, the Responses API's
+    # `input_text`, whatever a client sends; media needs a model that sees it.
+    kind = part.get("type", "text") if isinstance(part, dict) else None
+    if not isinstance(kind, str):
+        raise ApiError(f"{param} must be an object with a string 'type'", param=param)
+    if kind in ACCEPTED_MEDIA:
+        if role != "user":
+            raise ApiError(f"{param}: {kind} parts are accepted in user messages only", param=param)
+        return ACCEPTED_MEDIA[kind](part, param)
+    if kind in MEDIA_PARTS:
+        raise ApiError(f"{param}: content parts of type '{kind}' are not supported", param=param)
+    if not isinstance(part.get("text"), str):
+        raise ApiError(f"{param}: text parts need a string 'text'", param=param)
+    return {"type": TEXT, "text": part["text"]}
+
+
+def _image_url(part: dict, param: str) -> dict:
+    """OpenAI's {"type": "image_url", "image_url": {"url": ...}} (a bare string also seen)."""
+    value = part.get("image_url")
+    url = value.get("url") if isinstance(value, dict) else value
+    if not isinstance(url, str):
+        raise ApiError(f"{param}.image_url.url must be a string", param=f"{param}.image_url")
+    return image_from_url(url, param=f"{param}.image_url")
+
+
+def _input_audio(part: dict, param: str) -> dict:
+    return checked_audio(part.get("input_audio"), param=f"{param}.input_audio")
+
+
+# OpenAI chat's media parts, read into the protocol's (protocol/media.py).
+ACCEPTED_MEDIA = {"image_url": _image_url, "input_audio": _input_audio}
 
 
 def _parse_tool_calls(tool_calls, param: str) -> list[dict]:

@@ -14,9 +14,10 @@ from labsettings import lab_settings
 from ..adapter_registry import resolve_adapters
 from ..engines import model_record
 from ..errors import ApiError
-from ..model_registry import amodel_named, model_embedding_support
+from ..model_registry import amodel_named, model_capabilities, model_embedding_support
 from ..models import LanguageModel
 from ..protocol.embedding_folder import CHAT, RERANK
+from ..protocol.media import AUDIO, IMAGE, VISION, media_parts
 from ..protocol.sampling import KVScheme, SamplingParams
 from ..protocol.wire import ChatInput, GenerateCall
 from ..sampling_defaults import apply_thinking_default, resolve, sampling_defaults
@@ -70,6 +71,26 @@ def _check_chat_model(record: LanguageModel) -> None:
             param="model",
             code="model_not_supported",
         )
+
+
+# What each kind of media part needs of the model, and the word its refusal uses.
+MEDIA_NEEDS = {IMAGE: (VISION, "image"), AUDIO: (AUDIO, "audio")}
+
+
+def _check_media(record: LanguageModel, request: ChatCall) -> None:
+    """Media for a model that does not take it is a 400 naming the model."""
+    kinds = {part["type"] for part in media_parts(request.messages or [])}
+    if not kinds:
+        return
+    capabilities = model_capabilities(record)
+    for kind in sorted(kinds):
+        capability, word = MEDIA_NEEDS[kind]
+        if capability not in capabilities:
+            raise ApiError(
+                f"model '{record.name}' does not accept {word} input",
+                param="messages",
+                code="model_not_supported",
+            )
 
 
 def cache_scope(caller: str) -> str:
@@ -131,6 +152,7 @@ async def plan_generation(
     _check_max_tokens(request)
     record = await model_record(request.model)
     _check_chat_model(record)
+    _check_media(record, request)
     adapters = await resolve_adapters(request.adapter, record.name)
     defaults = sampling_defaults(record.path, record.thinking_declaration())
     kwargs = apply_thinking_default(request.template_kwargs, defaults)

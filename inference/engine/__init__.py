@@ -1,7 +1,7 @@
 """The inference engine: plain Python over MLX, no Django. A process that runs it calls
 `process.startup.prepare_mlx_process()` before anything imports mlx.core.
 
-Its floors, each importing only those below it: kv, acceleration, embedding, drafts,
+Its floors, each importing only those below it: kv, media, acceleration, embedding, drafts,
 prompting, caching, loop, process (tests/test_engine_floors.py).
 
 Importing this package loads nothing: the names below are looked up on first use, so

@@ -47,6 +47,29 @@ TOOL_USE = obj(
 )
 
 
+IMAGE_BLOCK = obj(
+    {
+        "type": {"const": "image"},
+        "source": {
+            "anyOf": [
+                obj(
+                    {
+                        "type": {"const": "base64"},
+                        "media_type": {"enum": ["image/png", "image/jpeg", "image/webp"]},
+                        "data": {"type": "string"},
+                    },
+                    ("type", "media_type", "data"),
+                ),
+                obj({"type": {"const": "url"}, "url": {"type": "string"}}, ("type", "url")),
+            ],
+            "description": "base64 data, or a URL (remote URLs are not fetched yet); "
+            "a model that does not take images answers a 400.",
+        },
+    },
+    ("type", "source"),
+)
+
+
 def _turn(role: str, *blocks: Schema) -> Schema:
     content = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"anyOf": list(blocks)}}]}
     return obj({"role": {"const": role}, "content": content}, ("role", "content"))
@@ -54,7 +77,7 @@ def _turn(role: str, *blocks: Schema) -> Schema:
 
 MESSAGE = {
     "anyOf": [
-        _turn("user", TEXT_BLOCK, TOOL_RESULT),
+        _turn("user", TEXT_BLOCK, IMAGE_BLOCK, TOOL_RESULT),
         _turn("assistant", TEXT_BLOCK, THINKING, REDACTED_THINKING, TOOL_USE),
     ]
 }

@@ -121,9 +121,10 @@ MODEL = obj(
             "description": "What the model serves: chat (chat and text completions, "
             "Responses, Messages), embeddings (/v1/embeddings) or rerank (/v1/rerank); "
             "empty for a folder whose embedding modules or classifier this server does not "
-            "serve.",
+            "serve. A chat model that takes images in its messages adds vision; one that "
+            "takes audio, audio.",
             "type": "array",
-            "items": {"enum": ["chat", "embeddings", "rerank"]},
+            "items": {"enum": ["chat", "embeddings", "rerank", "vision", "audio"]},
         },
         "defaults": {
             "description": "Retrieve only: what a request gets for each sampling field it "

@@ -12,7 +12,44 @@ TEXT_PART = obj(
     ("text",),
 )
 
+# Media parts, in user messages only; a model that does not take them answers a 400.
+IMAGE_URL_PART = obj(
+    {
+        "type": {"const": "image_url"},
+        "image_url": {
+            "anyOf": [
+                obj({"url": {"type": "string"}, "detail": {}}, ("url",)),
+                {"type": "string"},
+            ],
+            "description": "A base64 data: URL of a PNG, JPEG or WebP image (remote URLs "
+            "are not fetched yet).",
+        },
+    },
+    ("type", "image_url"),
+)
+INPUT_AUDIO_PART = obj(
+    {
+        "type": {"const": "input_audio"},
+        "input_audio": obj(
+            {
+                "data": {"type": "string", "description": "base64"},
+                "format": {"enum": ["wav", "mp3"]},
+            },
+            ("data", "format"),
+        ),
+    },
+    ("type", "input_audio"),
+)
+
 MESSAGE_CONTENT = nullable({"anyOf": [{"type": "string"}, {"type": "array", "items": TEXT_PART}]})
+USER_CONTENT = nullable(
+    {
+        "anyOf": [
+            {"type": "string"},
+            {"type": "array", "items": {"anyOf": [TEXT_PART, IMAGE_URL_PART, INPUT_AUDIO_PART]}},
+        ]
+    }
+)
 # Passed to the chat template as sent: no type is checked.
 TEMPLATE_FIELDS = {"name": {}, "tool_call_id": {"description": "a tool message's call id"}}
 
@@ -20,12 +57,13 @@ CHAT_MESSAGE = {
     "anyOf": [
         obj(
             {
-                "role": {"enum": ["system", "developer", "user", "tool"]},
+                "role": {"enum": ["system", "developer", "tool"]},
                 "content": MESSAGE_CONTENT,
                 **TEMPLATE_FIELDS,
             },
             ("role",),
         ),
+        obj({"role": {"const": "user"}, "content": USER_CONTENT, **TEMPLATE_FIELDS}, ("role",)),
         obj(
             {
                 "role": {"const": "assistant"},

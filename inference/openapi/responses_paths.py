@@ -23,14 +23,32 @@ from .common import (
 from .openai_requests import ANY_DESCRIPTION, STRUCTURED_FIELDS
 from .streams import RESPONSES_EVENTS, event_stream
 
+INPUT_IMAGE = obj(
+    {
+        "type": {"const": "input_image"},
+        "image_url": {
+            "type": "string",
+            "description": "A base64 data: URL of a PNG, JPEG or WebP image (remote URLs are "
+            "not fetched yet); in user messages, for a model that takes images.",
+        },
+        "detail": {},
+    },
+    ("type", "image_url"),
+)
 TEXT_CONTENT = {
     "anyOf": [
         {"type": "string"},
         {
             "type": "array",
-            "items": obj(
-                {"type": {"enum": ["input_text", "output_text", "text"]}, "text": {}}, ("type",)
-            ),
+            "items": {
+                "anyOf": [
+                    obj(
+                        {"type": {"enum": ["input_text", "output_text", "text"]}, "text": {}},
+                        ("type",),
+                    ),
+                    INPUT_IMAGE,
+                ]
+            },
         },
     ]
 }

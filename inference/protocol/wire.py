@@ -149,13 +149,21 @@ class WireError(ValueError):
     """A frame that is not a message of this protocol."""
 
 
+class Unencodable(WireError):
+    """A message holding a value msgpack cannot carry: an integer past 64 bits, which JSON
+    allows anywhere a client passes values through (a message's extra fields, a schema)."""
+
+
 # What a web process asks of a worker, and the kind of the message that carries each.
 WorkerCall = GenerateCall | EmbedCall | RerankCall
 CALL_KINDS: dict[type, str] = {GenerateCall: "generate", EmbedCall: "embed", RerankCall: "rerank"}
 
 
 def encode(kind: str, request_id: int, payload: object = Empty()) -> bytes:
-    return _encoder.encode((kind, request_id, payload))
+    try:
+        return _encoder.encode((kind, request_id, payload))
+    except OverflowError:
+        raise Unencodable("an integer outside the 64-bit range") from None
 
 
 def encode_event(request_id: int, event: object) -> bytes:

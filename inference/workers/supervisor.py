@@ -148,6 +148,8 @@ class Supervisor(Residency, RemoteWorkers, WorkerQuestions, AdapterMounts):
     async def _open(self, model, path, size_bytes, call, stream: RequestStream) -> None:
         worker = await self._ready_worker(model, path, size_bytes, call)
         request_id = next(self._request_ids)
+        # Encoded first: a call that cannot be (wire.Unencodable) leaves nothing behind.
+        frame = wire.encode(wire.CALL_KINDS[type(call)], request_id, call)
         socket = worker.socket
         worker.streams[request_id] = stream
         worker.last_used = time.monotonic()
@@ -159,7 +161,6 @@ class Supervisor(Residency, RemoteWorkers, WorkerQuestions, AdapterMounts):
         stream.cancel = lambda: self.loop.call_soon_threadsafe(
             self._cancel, worker, socket, request_id
         )
-        frame = wire.encode(wire.CALL_KINDS[type(call)], request_id, call)
         if worker.remote:
             self._send_remote(worker, socket, frame)
         else:

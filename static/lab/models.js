@@ -76,7 +76,8 @@ function modelRow(model) {
   if (model.loaded) loaded.classList.add('is-loaded');
   const name = el('td', { class: 'model-name' }, model.name);
   if (model.default) name.append(' ', el('span', { class: 'badge' }, 'default'));
-  // An embedding model (or a reranker) answers its own routes, never a chat.
+  // What it serves besides chat: embeddings or rerank (its own routes, never a chat), or
+  // the media a chat with it may hold (vision, audio).
   for (const capability of model.capabilities || []) {
     if (capability !== 'chat') name.append(' ', el('span', { class: 'badge capability' }, capability));
   }

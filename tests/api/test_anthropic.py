@@ -290,7 +290,11 @@ INVALID = [
     ),
     (
         {"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
-        "content blocks of type 'image' are not supported in user messages",
+        "messages.0.content.0.source.type: Input should be 'base64' or 'url'",
+    ),
+    (
+        {"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]},
+        "content blocks of type 'document' are not supported in user messages",
     ),
     (
         {"messages": [{"role": "user", "content": [{"type": "tool_result", "content": "x"}]}]},

@@ -74,6 +74,11 @@ CHAT_BOUNDS = [
     ({"frequency_context_size": 10**10}, "frequency_context_size must be at most 4096"),
     ({"seed": 2**70}, "seed must be at most 18446744073709551615"),
     ({"seed": -(2**64)}, "seed must be at least -9223372036854775808"),
+    # A field passed through to the template as sent: msgpack carries 64 bits at most.
+    (
+        {"messages": [{"role": "user", "content": "Hi", "extra": {"n": 2**70}}]},
+        "the request holds an integer outside the 64-bit range",
+    ),
     ({"n": 9}, "n must be at most 8"),
     ({"n": 0}, "n must be at least 1"),
     ({"stop": ["x"] * 17}, "stop may hold at most 16 sequences"),

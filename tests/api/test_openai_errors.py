@@ -42,7 +42,15 @@ CASES = [
     ({"messages": [{"role": "user", "content": 5}]}, "content must be a string or an array"),
     (
         {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
-        "only text content parts are supported",
+        "messages[0].content[0].image_url.url must be a string",
+    ),
+    (
+        {"messages": [{"role": "system", "content": [{"type": "image_url", "image_url": "x"}]}]},
+        "image_url parts are accepted in user messages only",
+    ),
+    (
+        {"messages": [{"role": "user", "content": [{"type": "video_url", "video_url": "x"}]}]},
+        "content parts of type 'video_url' are not supported",
     ),
 ]
 

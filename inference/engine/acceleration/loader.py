@@ -9,7 +9,9 @@ from pathlib import Path
 
 from mlx_lm import load
 
+from ...protocol.media import config_media
 from ...protocol.model_folder import read_context_length
+from ..media.loading import load_vision_model
 from . import compiled_mlp, cuda_decode, fused_projections
 from .accelerator import on_gpu
 from .dense_weights import FastPathOptions, FastPathReport, apply_fast_path
@@ -27,6 +29,8 @@ class LoadedModel:
     fast_path: FastPathReport = field(
         default_factory=lambda: FastPathReport("quantized", "loaded without the fast path")
     )
+    media: tuple[str, ...] = ()  # what it takes besides text (protocol/media.py): vision...
+    processor: object | None = None  # mlx-vlm's, for a model that takes media
 
 
 def load_model(path: str | Path, *, fast_path: FastPathOptions | None = None) -> LoadedModel:
@@ -40,9 +44,11 @@ def load_model(path: str | Path, *, fast_path: FastPathOptions | None = None) ->
     compiled (compiled_mlp.py).
     """
     path = Path(path)
-    model, tokenizer = load(str(path))
     config = json.loads((path / "config.json").read_text())
     vocab_size = config.get("vocab_size") or config.get("text_config", {}).get("vocab_size")
+    if media := config_media(config):
+        return _load_vision(path, config, media, vocab_size)
+    model, tokenizer = load(str(path))
     report = apply_fast_path(model, fast_path or FastPathOptions())
     log.info("%s runs on the %s path: %s", path.name, report.path, report.reason)
     if fused_projections.wanted(on_gpu()):
@@ -55,4 +61,21 @@ def load_model(path: str | Path, *, fast_path: FastPathOptions | None = None) ->
         compiled_mlp.compile_mlp_halves(model)
     return LoadedModel(
         model, tokenizer, read_context_length(config), vocab_size or len(tokenizer), path, report
+    )
+
+
+def _load_vision(path: Path, config: dict, media: tuple[str, ...], vocab_size) -> LoadedModel:
+    """A model that takes media, through mlx-vlm: its language model as mlx-vlm runs it."""
+    loaded = load_vision_model(path)
+    report = FastPathReport("mlx-vlm", "loaded by mlx-vlm: its own layers, no fast path")
+    log.info("%s takes %s: loaded by mlx-vlm", path.name, ", ".join(media))
+    return LoadedModel(
+        loaded.model,
+        loaded.tokenizer,
+        read_context_length(config),
+        vocab_size or len(loaded.tokenizer),
+        path,
+        report,
+        media=media,
+        processor=loaded.processor,
     )

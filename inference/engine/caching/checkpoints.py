@@ -85,6 +85,8 @@ def policy(request: GenerationRequest, call, model: dict, *, seed_explicit: bool
         "structured": asdict(chat.structured) if chat and chat.structured else None,
         "tools": {"choice": chat.tool_choice, "names": chat.tool_names} if chat else None,
         "scope": request.cache_scope,
+        # Images change the continuation, and their placeholders' ids do not say which.
+        **({"media": list(request.media.hashes)} if request.media is not None else {}),
     }
 
 

@@ -23,6 +23,10 @@ engine needs around it:
   sessions past `max_sessions` can. An agent loop's next turn then finds its
   conversation however busy the server was in between (prompt_sessions.py).
 
+- A prompt with images is keyed by another spelling of its tokens (media/prompt.py): each
+  image's placeholders by its content hash, so that a prefix matches through the same
+  images only. The rows prefill the real tokens; what they store is keyed on the way in.
+
 - A second tier on disk (prompt_disk.py, under var/) keeps what this one stores across
   worker restarts: every store is also written there, in the background, and a lookup
   that finds a longer prefix on disk than in RAM loads it (and keeps it in RAM).
@@ -87,6 +91,14 @@ class PromptPlan:
     boundary: int | None  # store the KV cache once this many prompt tokens are in
     scope: object = ""  # whose entries it may read, and whose its own become (and scheme)
     session: str | None = None  # the session its finished cache is kept for
+    keys: tuple[int, ...] | None = None  # the prompt as keyed (images by hash); None: as is
+
+    def keyed(self, tokens: list[int]) -> list[int]:
+        """A row's tokens (its prompt first) as the cache keys them."""
+        if self.keys is None:
+            return list(tokens)
+        count = min(len(tokens), len(self.keys))
+        return [*self.keys[:count], *tokens[count:]]
 
 
 @dataclass
@@ -151,6 +163,7 @@ class PromptCache:
         session: str | None = None,
         kv: object | None = None,
         boundary: int | None = None,
+        keys: list[int] | None = None,
     ) -> PromptPlan:
         """The plan for `prompt`: the longest prefix `scope` (or its `session`) has
         cached, then the rest.
@@ -158,30 +171,33 @@ class PromptCache:
         `share`: other sequences wait for this same prompt, so its cache is stored one
         token short of the end, where each of them can start from it. `kv`: the request's
         KV scheme (request.KVScheme), None for plain. `boundary`: where a chat prompt's
-        next turn diverges (request.cache_boundary); its cache is stored there.
+        next turn diverges (request.cache_boundary); its cache is stored there. `keys`: the
+        prompt as a media prompt is keyed (request.prefill_key), matched in its place.
         """
         if kv is not None:  # entries of another scheme are out of sight
             scope = (scope, kv)
+        key = prompt if keys is None else keys
         cache, cached = None, 0
         if self.config.enabled:
             with self._lock:
-                cache, cached = self._nearest(prompt, scope)
+                cache, cached = self._nearest(key, scope)
                 if session is not None:
-                    kept, kept_tokens = self._sessions.prefix((self.key, scope, session), prompt)
+                    kept, kept_tokens = self._sessions.prefix((self.key, scope, session), key)
                     if kept_tokens > cached:
                         cache, cached = kept, kept_tokens
                 if self.disk is not None:
-                    cache, cached = self._from_disk(prompt, scope, cache, cached)
+                    cache, cached = self._from_disk(key, scope, cache, cached)
                 if kv is not None and _quantized_too_soon(cache, cached, kv.start):
                     cache, cached = None, 0
                 self._stats.lookups += 1
                 self._stats.hits += cached > 0
                 self._stats.cached_tokens += cached
         boundary = self._boundary(prompt, boundary, share)
+        keys = None if keys is None else tuple(keys)
         if boundary is None or boundary <= cached:
-            return PromptPlan(cache, cached, [prompt[cached:]], None, scope, session)
+            return PromptPlan(cache, cached, [prompt[cached:]], None, scope, session, keys)
         segments = [prompt[cached:boundary], prompt[boundary:]]
-        return PromptPlan(cache, cached, segments, boundary, scope, session)
+        return PromptPlan(cache, cached, segments, boundary, scope, session, keys)
 
     def use_adapters(self, refs: tuple) -> None:
         """The batch's adapter set changed: caches made under another are out of sight."""
@@ -261,7 +277,7 @@ class PromptCache:
             plan, boundary = self._owners[uid]
             if len(tokens) == boundary:  # not the generator's own split of the tail
                 self._owners[uid] = (plan, None)
-                self._store(tokens, cache, plan.scope)
+                self._store(plan.keyed(tokens), cache, plan.scope)
 
     def save_finished(self, response) -> None:
         """Store a finished sequence's whole cache (prompt and reply), keyed by its tokens:
@@ -271,10 +287,11 @@ class PromptCache:
         if response.prompt_cache is None or not response.all_tokens:
             return
         scope = plan.scope if plan is not None else ""
+        tokens = plan.keyed(response.all_tokens) if plan is not None else response.all_tokens
         if session is not None:
-            self._keep_session(response.all_tokens, response.prompt_cache, scope, session)
+            self._keep_session(tokens, response.prompt_cache, scope, session)
         else:
-            self._store(response.all_tokens, response.prompt_cache, scope)
+            self._store(tokens, response.prompt_cache, scope)
 
     def dropped_at_once(self, finished: list) -> set[int]:
         """uids of rows finishing in one step that the step's later rows would evict from the
@@ -294,6 +311,8 @@ class PromptCache:
     def save_interrupted(self, uid: int, tokens: list[int], cache: list) -> None:
         """Store the KV state of `uid`, cancelled mid-generation, for its resumed retry."""
         plan, _ = self._owners.get(uid, (None, None))
+        if plan is not None:
+            tokens = plan.keyed(tokens)
         self._store(list(tokens), cache, plan.scope if plan is not None else "")
 
     def forget(self, uid: int) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Set
 
 import mlx.core as mx
 
+from ..media.rows import step_inputs
 from . import batch_caches
 from .rows import Generated, Row, TokenContext
 
@@ -92,7 +93,7 @@ class Decoding:
             if row.processors:
                 row.context = TokenContext(row.tokens)
         inputs = mx.array(last)
-        logits = self.model(inputs[:, None], cache=caches)[:, -1, :]
+        logits = self.model(inputs[:, None], cache=caches, **step_inputs(rows))[:, -1, :]
         tokens, logprobs, _ = self.sample(rows, logits, inputs)
         read = self.read(rows, logprobs)
         mx.eval(tokens)
@@ -160,7 +161,7 @@ class Decoding:
 
     def plain_step(self) -> list[Generated]:
         inputs = self.pending
-        logits = self.model(inputs[:, None], cache=self.caches)[:, -1, :]
+        logits = self.model(inputs[:, None], cache=self.caches, **step_inputs(self.rows))[:, -1, :]
         tokens, logprobs, contexts = self.sample(self.rows, logits, inputs)
         fed_logprobs = self.pending_logprobs
         self.pending, self.pending_logprobs = tokens, self.read(self.rows, logprobs)

@@ -82,20 +82,24 @@ class Generator:
         samplers: list | None = None,
         logits_processors: list | None = None,
         stop_sequences: list[StopSequences] | None = None,
+        media: list | None = None,
     ) -> list[int]:
         """Queue sequences, each given as prompt segments (the prefill pauses at each
-        segment's end), the cache holding `all_tokens` before them; their uids."""
+        segment's end), the cache holding `all_tokens` before them; their uids. A media
+        row's `media` (media/rows.py RowMedia) covers its whole prompt, cached part and all."""
         count = len(segments)
         caches = caches or [None] * count
         all_tokens = all_tokens or [[] for _ in range(count)]
         samplers = samplers or [None] * count
         logits_processors = logits_processors or [()] * count
         stop_sequences = stop_sequences or [NO_STOPS] * count
-        options = (max_tokens, caches, all_tokens, samplers, logits_processors, stop_sequences)
+        media = media or [None] * count
+        options = (max_tokens, caches, all_tokens, samplers, logits_processors, stop_sequences,
+                   media)  # fmt: skip
         if any(len(option) != count for option in options):
             raise ValueError("every option needs one entry per sequence")
         rows = []
-        for uid, parts, limit, cache, tokens, sampler, processors, stops in zip(
+        for uid, parts, limit, cache, tokens, sampler, processors, stops, inputs in zip(
             range(self._next_uid, self._next_uid + count), segments, *options, strict=True
         ):
             parts = [list(segment) for segment in parts if segment]
@@ -117,6 +121,8 @@ class Generator:
                     segments=parts,
                     cache=cache if cache is not None else make_prompt_cache(self.model),
                     total=sum(map(len, parts)),
+                    media=inputs,
+                    position_delta=inputs.delta if inputs is not None else 0,
                 )
             )
         self.queued.extend(rows)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from ..media.rows import prefill_inputs
 from . import batch_caches
 from .rows import PromptProgress, Row
 
@@ -42,8 +43,9 @@ class Prefilling:
         if not self.rows:
             return []
         pieces: list[list[int]] = []
+        starts = [len(row.tokens) for row in self.rows]
         progress = [self._take_piece(row, pieces) for row in self.rows]
-        self._forward(pieces, self.caches)
+        self._forward(pieces, self.caches, prefill_inputs(self.model, self.rows, starts, pieces))
         return progress
 
     def _take_piece(self, row: Row, pieces: list[list[int]]) -> PromptProgress:
@@ -58,7 +60,8 @@ class Prefilling:
         pieces.append(piece)
         return PromptProgress(row.uid, (row.prefilled, row.total), ended, False)
 
-    def _forward(self, pieces: list[list[int]], caches: list) -> None:
+    def _forward(self, pieces: list[list[int]], caches: list, extra: dict) -> None:
+        """`extra`: media rows' embeddings and positions (media/rows.py), where any."""
         lengths = [len(piece) for piece in pieces]
         width = max(lengths)
         padding = [width - length for length in lengths]
@@ -70,7 +73,7 @@ class Prefilling:
                 cache.prepare(lengths=lengths, right_padding=padding)
         else:
             inputs = mx.array(pieces)
-        self.model(inputs, cache=caches)
+        self.model(inputs, cache=caches, **extra)
         mx.eval([cache.state for cache in caches])
         if any(padding):
             for cache in caches:
@@ -94,6 +97,7 @@ class Prefilling:
         for row in rows:
             last.append(row.segments.pop()[0])
             row.prefilled += 1
+            row.media = None  # its prompt's embeddings are in its cache now
         return rows, caches, last
 
     def remove(self, uids: set[int]) -> None:

@@ -50,6 +50,8 @@ class Row:
     generated: int = 0  # tokens handed out
     handed: bool = False  # the token it feeds next went out already (its first)
     context: TokenContext | None = None  # where it has processors
+    media: object | None = None  # a media row's prefill inputs (media/rows.py RowMedia)
+    position_delta: int = 0  # its positions less their indices past the prompt (mRoPE)
 
     @property
     def ready(self) -> bool:

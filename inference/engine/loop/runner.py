@@ -17,6 +17,7 @@ from ..caching.checkpoints import CheckpointStore
 from ..caching.disk_writer import DiskWriter
 from ..caching.identity import model_identity
 from ..caching.prompt_cache import PromptCache
+from ..media.rows import row_media
 from ..prompting.grammar import GrammarProcessor
 from ..prompting.token_history import history_for
 from .adapter_set import AdapterSet
@@ -132,7 +133,7 @@ class Runner:
         groups: dict[tuple, list[Pending]] = {}
         for pending in admitted:
             request = pending.request
-            key = (tuple(_prompt(request)), request.cache_scope, request.kv)
+            key = (tuple(request.prefill_key), request.cache_scope, request.kv)
             groups.setdefault(key if len(key[0]) > 1 else (id(pending),), []).append(pending)
         return list(groups.values())
 
@@ -157,7 +158,7 @@ class Runner:
         sequence = Sequence(pending.request_id, request, pending.emit, self.loaded.tokenizer)
         # A resumed generation: its earlier tokens are prefilled after the prompt.
         replayed = request.resume.tokens if request.resume is not None else ()
-        prompt = _prompt(request)
+        prompt = request.prefill_tokens
         try:
             sampler = self._samplers.for_row(request.sampling, sequence, step=len(replayed))
             grammar = None
@@ -172,8 +173,11 @@ class Runner:
                 session=request.cache_session,
                 kv=request.kv,
                 boundary=request.cache_boundary,
+                keys=request.prefill_key if request.media is not None else None,
             )
             lane, cache = self._lanes.lane_for(request.kv, plan.cache)
+            # A media row's images run through the vision tower here, as it joins.
+            media = row_media(self.loaded.model, prompt, request.media) if request.media else None
             uid = self._lanes.insert(
                 lane,
                 [plan.segments],
@@ -183,6 +187,7 @@ class Runner:
                 samplers=[sampler],
                 logits_processors=[[guarded(p, sequence, fallback=unchanged) for p in processors]],
                 stop_sequences=[self._stop_tokens],
+                media=[media],
             )
         except Exception as exc:  # a bad request fails alone
             log.warning("request %s rejected by the engine: %s", pending.request_id, exc)
@@ -368,10 +373,3 @@ class Runner:
         if sequence is not None:
             self._uid_of.pop(sequence.request_id, None)
             self._resuming.released(sequence, self._active.values())
-
-
-def _prompt(request) -> list[int]:
-    """What the batch prefills: the prompt, and a resumed generation's earlier tokens."""
-    if request.resume is None or not request.resume.tokens:
-        return request.prompt_tokens
-    return [*request.prompt_tokens, *request.resume.tokens]

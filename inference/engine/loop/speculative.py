@@ -116,7 +116,8 @@ def speculation_for(loaded, *, max_rows: int, exact: bool) -> Speculation:
     return Speculation(
         max_rows=max_rows,
         exact=exact and loaded.fast_path.path == "kernel" and fused,
-        enabled=max_rows >= 2 and can_speculate(loaded.model),
+        # A verifying pass does not carry a media row's positions (mRoPE): not drafted yet.
+        enabled=max_rows >= 2 and not loaded.media and can_speculate(loaded.model),
         stop_tokens=frozenset(loaded.tokenizer.eos_token_ids),
     )
 

@@ -7,14 +7,13 @@ process. Client errors are `PromptRejected`, which the web side answers as a 400
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
-from ...protocol.grammar import GrammarSpec, schema_text
 from ...protocol.vocabulary import vocabulary_difference
 from ..acceleration.loader import LoadedModel
 from ..drafts.draft_model import DraftModels, vocabulary
 from ..drafts.drafting import DraftPlan
+from ..media.prompt import MediaRefused, prepare_media, prompt_media, template_messages
 from .cache_boundary import CacheBoundary
 from .grammar import GrammarCompiler, GrammarError, degrade_instruction
 from .kv_scheme import KVSchemeProblem, model_kv
@@ -24,6 +23,7 @@ from .reasoning_depth import VARIABLE, template_depth, template_levels
 from .render_limit import RenderTimeout, time_limit
 from .request import GenerationRequest
 from .token_history import TokenHistory, history_for
+from .tool_prompts import forced_call_grammar, tools_instruction, with_system
 
 
 @dataclass(frozen=True)
@@ -51,44 +51,6 @@ class Prepared:
     request: GenerationRequest | None
     prompt_tokens: int
     warning: str | None = None
-
-
-def with_system(messages: list[dict], instruction: str) -> list[dict]:
-    if messages and messages[0]["role"] == "system":
-        first = {**messages[0], "content": f"{messages[0]['content']}\n\n{instruction}"}
-        return [first, *messages[1:]]
-    return [{"role": "system", "content": instruction}, *messages]
-
-
-def forced_call_grammar(tools: list[dict], choice: str) -> GrammarSpec:
-    """The JSON of one call, {"name", "arguments"}, with each function's own schema."""
-    options = [
-        {
-            "type": "object",
-            "properties": {
-                "name": {"const": tool["function"]["name"]},
-                "arguments": tool["function"].get("parameters") or {"type": "object"},
-            },
-            "required": ["name", "arguments"],
-            "additionalProperties": False,
-        }
-        for tool in tools
-        if choice in ("required", tool["function"]["name"])
-    ]
-    schema = options[0] if len(options) == 1 else {"anyOf": options}
-    return GrammarSpec("json_schema", schema_text(schema))
-
-
-def tools_instruction(tools: list[dict], markers: tuple[str, str]) -> str:
-    """For templates that ignore `tools`: describe them and the call format in words."""
-    start, end = markers
-    listing = "\n".join(json.dumps(tool["function"], ensure_ascii=False) for tool in tools)
-    return (
-        "You can call these functions:\n"
-        f"{listing}\n"
-        f'To call one, reply with {start}{{"name": <function name>, "arguments": '
-        f"<arguments object>}}{end} and nothing else."
-    )
 
 
 # A prefix of this many characters per context token overflows the context for any
@@ -146,9 +108,10 @@ class PromptBuilder:
 
     def build(self, call) -> Prepared:
         """`call` is a wire.GenerateCall; raises PromptRejected for a client error."""
+        media = None
         if call.chat is not None:
             chat = self._chat(call.chat, compile=not call.count_only)
-            prompt, boundary, grammar, output, warning = chat
+            prompt, boundary, grammar, output, warning, media = chat
         else:
             prompt = self._encode(call.text, "prompt")  # a BOS only if the model asks
             # A raw prompt has no turns: no cache boundary, nothing stored before its end.
@@ -156,13 +119,16 @@ class PromptBuilder:
         if call.count_only:
             self._check_fits(prompt, "messages")
             return Prepared(None, len(prompt), warning)
-        request = self._request(call, prompt, grammar, output, boundary)
+        request = self._request(call, prompt, grammar, output, boundary, media)
         return Prepared(request, len(prompt), warning)
 
     def _chat(self, chat, *, compile: bool = True):
         """`compile` False (a count): the prompt alone, no grammar compiled for it, no
         cache boundary probed."""
         messages = chat.messages
+        parts = prompt_media(messages)
+        if parts:
+            messages = template_messages(messages)
         forced = chat.tool_choice not in ("auto", "none")
         active = bool(chat.tools) and chat.tool_choice != "none"
         spec = forced_call_grammar(chat.tools, chat.tool_choice) if forced else chat.structured
@@ -185,7 +151,16 @@ class PromptBuilder:
         text, *rendering = self._render(messages, chat, active)
         prompt = self._encode(text, "messages", add_special_tokens=False)
         boundary = self.boundary.find(prompt, *rendering) if compile else None
-        prompt, boundary = self.history.resolve_prompt(text, prompt, boundary)
+        media = None
+        if parts:
+            # The processor repeats each placeholder per embedding, all before the
+            # boundary (the primer follows the last turn): the boundary moves as far.
+            expanded, media = self._media(text, parts)
+            if boundary is not None:
+                boundary += len(expanded) - len(prompt)
+            prompt = expanded
+        else:
+            prompt, boundary = self.history.resolve_prompt(text, prompt, boundary)
         tokenizer = self.loaded.tokenizer
         output = OutputFormat(
             think=self.think,
@@ -198,7 +173,14 @@ class PromptBuilder:
             tool_names=frozenset(chat.tool_names) if active else frozenset(),
             forced_tool_call=forced,
         )
-        return prompt, boundary, grammar, output, warning
+        return prompt, boundary, grammar, output, warning, media
+
+    def _media(self, text: str, parts: list[dict]):
+        """The prompt's tokens with its placeholders expanded, and its media as inputs."""
+        try:
+            return prepare_media(self.loaded, self.name, text, parts)
+        except MediaRefused as error:
+            raise PromptRejected(str(error), param="messages", code=error.code) from None
 
     def _render(self, messages: list[dict], chat, tools_active: bool) -> tuple:
         """The prompt's text, and the messages, tools and variables it was rendered from
@@ -319,7 +301,9 @@ class PromptBuilder:
             )
         return path
 
-    def _request(self, call, prompt: list[int], grammar, output, boundary) -> GenerationRequest:
+    def _request(
+        self, call, prompt: list[int], grammar, output, boundary, media=None
+    ) -> GenerationRequest:
         """Fit the request into the context window, or say plainly why it cannot."""
         vocab_size = self.loaded.vocab_size
         context_length = self.loaded.context_length
@@ -365,6 +349,7 @@ class PromptBuilder:
                 cache_boundary=boundary,
                 kv=kv,
                 draft=draft,
+                media=media,
             )
         except ValueError as exc:
             raise PromptRejected(str(exc)) from None

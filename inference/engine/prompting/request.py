@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from ...protocol.sampling import MAX_TOP_LOGPROBS, KVScheme, SamplingParams
 from ..drafts.drafting import DraftPlan
+from ..media.prompt import MediaPrompt
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,22 @@ class GenerationRequest:
     kv: KVScheme | None = None  # None: a plain KV cache (the model's dtype)
     resume: Resume | None = None  # checkpointed, and resumed from an earlier attempt's
     draft: DraftPlan | None = None  # speculative decoding (drafting.py); None: none
+    media: MediaPrompt | None = None  # its images as model inputs; None: text only
+
+    @property
+    def prefill_tokens(self) -> list[int]:
+        """What the batch prefills: the prompt, and a resumed generation's earlier tokens."""
+        if self.resume is None or not self.resume.tokens:
+            return self.prompt_tokens
+        return [*self.prompt_tokens, *self.resume.tokens]
+
+    @property
+    def prefill_key(self) -> list[int]:
+        """`prefill_tokens` as the prompt cache keys them: each image's placeholders by its
+        hash (media/prompt.py)."""
+        if self.media is None:
+            return self.prefill_tokens
+        return [*self.media.key_tokens, *(self.resume.tokens if self.resume else ())]
 
     def __post_init__(self) -> None:
         if not self.prompt_tokens:
@@ -52,3 +69,5 @@ class GenerationRequest:
             raise ValueError(f"top_logprobs must be at most {MAX_TOP_LOGPROBS}")
         if any(not s for s in self.stop):
             raise ValueError("stop sequences must be nonempty strings")
+        if self.media is not None and len(self.media.key_tokens) != len(self.prompt_tokens):
+            raise ValueError("a media prompt's cache key must spell every prompt token")

@@ -1,0 +1,131 @@
+"""A chat prompt's media made model inputs, on the worker's main thread (off the engine's).
+
+The template renders a placeholder where each image stood (Qwen's
+`<|vision_start|><|image_pad|><|vision_end|>`); the model's processor, through mlx-vlm's
+`prepare_inputs` as its own `generate` calls it, resizes and patches the images and
+repeats each placeholder once per embedding the vision tower will give it. What the
+engine needs later (the pixels, the grids) travels as numpy arrays: the engine thread
+makes its own MLX arrays of them (one thread owns MLX; mlx-vlm's processors hand back MLX
+arrays, but as plain data, no computation, read back here at once).
+
+Every placeholder token of an image is the same id, whatever the image: the prompt cache
+would take two pictures for one. So the prompt has a second spelling for the cache,
+`key_tokens`, where each image's placeholders are ids drawn from its sha256, above any
+vocabulary: a prefix then matches only through the same images.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...protocol.media import AUDIO, IMAGE, VISION
+
+# Keyed placeholder ids: 2**32 and up, clear of every vocabulary; 32 bits of the hash
+# a position, so an image's first eight positions spell its whole digest.
+KEY_BASE = 1 << 32
+KEY_WORDS = 8
+
+
+class MediaRefused(ValueError):
+    """The media cannot be made inputs for this model: a client error."""
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class MediaPrompt:
+    """A prompt's media, prepared: the processor's arrays besides the token ids (pixel
+    values, image grids...), each image's sha256 in prompt order, the prompt's cache key."""
+
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    hashes: tuple[str, ...] = ()
+    key_tokens: tuple[int, ...] = ()
+
+
+def template_messages(messages: list[dict]) -> list[dict]:
+    """The messages as a chat template takes them: a media part as its bare type (templates
+    test `content['type'] == 'image'`), without its bytes."""
+    out = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            content = [part if part["type"] == "text" else {"type": part["type"]}
+                       for part in content]  # fmt: skip
+            message = {**message, "content": content}
+        out.append(message)
+    return out
+
+
+def prompt_media(messages: list[dict]) -> list[dict]:
+    """The messages' media parts, in order."""
+    return [
+        part
+        for message in messages
+        if isinstance(message.get("content"), list)
+        for part in message["content"]
+        if part["type"] != "text"
+    ]
+
+
+def _check_taken(takes: tuple[str, ...], name: str, parts: list[dict]) -> None:
+    """The web side refuses media a model does not take; a worker asked anyway (a client
+    of its socket) says so too. Audio is not served yet by any."""
+    for kind, capability in ((IMAGE, VISION), (AUDIO, AUDIO)):
+        if any(part["type"] == kind for part in parts) and capability not in takes:
+            raise MediaRefused(
+                f"model '{name}' does not accept {kind} input", code="model_not_supported"
+            )
+    if any(part["type"] == AUDIO for part in parts):
+        raise MediaRefused("audio input is not served yet")
+
+
+def prepare_media(loaded, name: str, text: str, parts: list[dict]) -> tuple[list[int], MediaPrompt]:
+    """The prompt's token ids (placeholders expanded) and its media as model inputs.
+
+    `loaded` is the worker's model (acceleration/loader.py LoadedModel), `text` the rendered
+    prompt; a model that does not take the media is MediaRefused."""
+    from mlx_vlm.apc import media_token_spans, multimodal_token_ids_from_config
+    from mlx_vlm.utils import load_image, prepare_inputs, should_add_special_tokens
+
+    _check_taken(loaded.media, name, parts)
+    processor, config = loaded.processor, loaded.model.config
+    images = [part for part in parts if part["type"] == IMAGE]
+    try:
+        decoded = [load_image(io.BytesIO(part["data"])) for part in images]
+    except ValueError as error:
+        raise MediaRefused(f"an image cannot be decoded: {error}") from None
+    inputs = prepare_inputs(
+        processor,
+        images=decoded,
+        prompts=[text],
+        add_special_tokens=should_add_special_tokens(config.model_type, processor),
+    )
+    tokens = np.asarray(inputs["input_ids"]).reshape(-1).tolist()
+    arrays = {
+        name: np.asarray(value)
+        for name, value in inputs.items()
+        if name not in ("input_ids", "attention_mask") and value is not None
+    }
+    hashes = tuple(part["sha256"] for part in images)
+    spans = media_token_spans(tokens, multimodal_token_ids_from_config(config))
+    return tokens, MediaPrompt(arrays, hashes, key_tokens(tokens, spans, hashes))
+
+
+def key_tokens(tokens: list[int], spans, hashes: tuple[str, ...]) -> tuple[int, ...]:
+    """`tokens` with each placeholder span's ids drawn from its image's hash (from all the
+    images' together where the spans do not pair off with them one to one)."""
+    if len(spans) != len(hashes):
+        hashes = (hashlib.sha256("".join(hashes).encode()).hexdigest(),) * len(spans)
+    keyed = list(tokens)
+    for (start, end), digest in zip(spans, hashes, strict=True):
+        value = int(digest, 16)
+        for index in range(start, end):
+            word = (value >> (32 * ((index - start) % KEY_WORDS))) & 0xFFFFFFFF
+            keyed[index] = KEY_BASE + word
+    return tuple(keyed)

@@ -1,0 +1,31 @@
+"""Audio a client sent (OpenAI's `input_audio`: base64 wav or mp3), checked by its header."""
+
+from __future__ import annotations
+
+import hashlib
+
+from ..errors import ApiError
+from ..protocol.media import audio_part
+from .fetch import decode_base64
+
+FORMATS = ("wav", "mp3")
+
+
+def _looks_like(data: bytes, audio_format: str) -> bool:
+    if audio_format == "wav":
+        return data[:4] == b"RIFF" and data[8:12] == b"WAVE"
+    # An ID3 tag, or an MPEG audio frame's sync word.
+    return data[:3] == b"ID3" or (len(data) > 1 and data[0] == 0xFF and data[1] & 0xE0 == 0xE0)
+
+
+def checked_audio(value, *, param: str) -> dict:
+    """The message part of an `input_audio` object {"data": base64, "format": wav|mp3}."""
+    if not isinstance(value, dict) or not isinstance(value.get("data"), str):
+        raise ApiError(f"{param} must be an object with a base64 'data' string", param=param)
+    audio_format = value.get("format")
+    if audio_format not in FORMATS:
+        raise ApiError(f"{param}.format must be one of {', '.join(FORMATS)}", param=param)
+    data = decode_base64(value["data"], param=param, what="its data")
+    if not _looks_like(data, audio_format):
+        raise ApiError(f"{param}: the data is not {audio_format} audio", param=param)
+    return audio_part(data, audio_format=audio_format, sha256=hashlib.sha256(data).hexdigest())

@@ -1,0 +1,38 @@
+"""The vision-language model of the engine and live-server tests (tests/engine, tests/api),
+built once a session, and registered in the session's server where a test asks for it
+(conftest.py imports these fixtures).
+
+The builders import MLX: they are imported inside the fixtures, since conftest.py imports
+this module before it puts the optimized BLAS under MLX (prepare_mlx_process).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.embedding_fixtures import REGISTER
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def vision_folder(tmp_path_factory) -> Path:
+    """A tiny random-weight Qwen2.5-VL, its processor the real one (tests/vlm_files)."""
+    from tests.vision_models import QWEN2_5_VL_MODEL, build_qwen2_5_vl_folder
+
+    return build_qwen2_5_vl_folder(tmp_path_factory.mktemp("vision-models") / QWEN2_5_VL_MODEL)
+
+
+@pytest.fixture(scope="session")
+def vision_model(lab_server, vision_folder) -> str:
+    """The vision model, registered once in the session server's registry; its name."""
+    folders = {vision_folder.name: str(vision_folder)}
+    subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", REGISTER.format(folders=folders)],
+        cwd=ROOT, env=lab_server.env, check=True, capture_output=True,
+    )  # fmt: skip
+    return vision_folder.name

@@ -1,0 +1,143 @@
+"""Tiny random-weight vision-language models, built from real configs, with real processors.
+
+Each model's own files ship under tests/vlm_files/<model_type>/: its published config.json,
+its image processor's preprocessor_config.json and its chat template. A builder shrinks the
+config's widths and depths, saves random weights as mlx-vlm loads them, and makes the
+tokenizer from the default model's (SmolLM2, also ChatML) with the model's special tokens
+added, their ids written into the config where the real ones stood. The processor that
+prepares the images is then the model's own (mlx-vlm's port of it): the tests run the real
+preprocessing, resize and patching included, on a model small enough for the CPU.
+
+The builders import MLX: import this module inside fixtures (conftest.py puts the
+optimized BLAS under MLX first).
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import shutil
+from pathlib import Path
+
+import mlx.core as mx
+from mlx.utils import tree_flatten
+
+from tests.architecture_models import DEFAULT_TOKENIZER_DIR
+
+FILES = Path(__file__).resolve().parent / "vlm_files"
+QWEN2_5_VL = "qwen2_5_vl"
+QWEN2_5_VL_MODEL = "tiny-qwen2-5-vl"
+
+# Qwen2-VL's vision tokens, in the order of their ids in Qwen's own vocabulary, and the
+# config keys that name them.
+QWEN_VISION_TOKENS = {
+    "<|vision_start|>": "vision_start_token_id",
+    "<|vision_end|>": "vision_end_token_id",
+    "<|vision_pad|>": "vision_token_id",
+    "<|image_pad|>": "image_token_id",
+    "<|video_pad|>": "video_token_id",
+}
+# SmolLM2's tokens in the roles Qwen's config names: <|endoftext|> and <|im_end|>.
+CHATML_IDS = {"bos_token_id": 0, "eos_token_id": 2}
+
+# The shrunk shape: a 64-wide language model of 2 layers (heads of 16, mRoPE sections
+# summing to half of that), and a 32-wide vision tower of 2 blocks, the second global.
+TINY_TEXT = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 4096,
+    "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+}
+TINY_VISION = {
+    "depth": 2,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_heads": 2,
+    "out_hidden_size": 64,
+    "fullatt_block_indexes": [1],
+}
+
+
+WEIGHT_SCALE = 2.0
+
+
+def _tokenizer_with(folder: Path, tokens: list[str]) -> dict[str, int]:
+    """The default model's tokenizer saved in `folder` with `tokens` added as special
+    tokens; their ids."""
+    from tokenizers import AddedToken, Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(DEFAULT_TOKENIZER_DIR / "tokenizer.json"))
+    tokenizer.add_special_tokens([AddedToken(token, special=True) for token in tokens])
+    tokenizer.save(str(folder / "tokenizer.json"))
+    for name in ("special_tokens_map.json", "generation_config.json"):
+        shutil.copy(DEFAULT_TOKENIZER_DIR / name, folder / name)
+    return {token: tokenizer.token_to_id(token) for token in tokens}
+
+
+def _qwen2_5_vl_config(ids: dict[str, int], text: dict, vision: dict) -> dict:
+    config = json.loads((FILES / QWEN2_5_VL / "config.json").read_text())
+    config.update(copy.deepcopy(text), **CHATML_IDS)
+    config["vision_config"].update(vision)
+    for token, key in QWEN_VISION_TOKENS.items():
+        config[key] = ids[token]
+    # The vocabulary holds the added tokens, rounded up as Qwen's own is.
+    config["vocab_size"] = (max(ids.values()) // 64 + 1) * 64
+    config["torch_dtype"] = "float32"
+    return config
+
+
+def build_qwen2_5_vl_folder(
+    folder: Path, seed: int = 0, *, text: dict | None = None, vision: dict | None = None
+) -> Path:
+    """A tiny random-weight Qwen2.5-VL in `folder`, loadable by mlx-vlm with its processor;
+    `text` and `vision` replace the shrunk shape's keys (bench/vision.py's larger one)."""
+    from mlx_vlm.utils import get_model_and_args, update_module_configs
+
+    source = FILES / QWEN2_5_VL
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    ids = _tokenizer_with(folder, list(QWEN_VISION_TOKENS))
+    config = _qwen2_5_vl_config(
+        ids, {**TINY_TEXT, **(text or {})}, {**TINY_VISION, **(vision or {})}
+    )
+    template = json.loads((source / "chat_template.json").read_text())["chat_template"]
+    tokenizer_config = json.loads((DEFAULT_TOKENIZER_DIR / "tokenizer_config.json").read_text())
+    # Qwen's repos carry the template in tokenizer_config.json too, and pad with <|endoftext|>.
+    tokenizer_config.update(chat_template=template, pad_token="<|endoftext|>")
+    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
+    for name in ("preprocessor_config.json", "chat_template.json"):
+        shutil.copy(source / name, folder / name)
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+
+    # The model as mlx-vlm's load_model builds it: ModelConfig.from_dict fills in
+    # text_config from the top level, which update_module_configs then types.
+    params = {**copy.deepcopy(config), "text_config": {}}
+    module, _ = get_model_and_args(params)
+    model_config = module.ModelConfig.from_dict(params)
+    model_config = update_module_configs(model_config, module, params, ["text", "vision"])
+    mx.random.seed(seed)
+    model = module.Model(model_config)
+    # Matrices at twice their initial scale: at it, a greedy run repeats one token, which
+    # would say nothing of the positions each step runs at.
+    weights = {
+        name: value * WEIGHT_SCALE if value.ndim >= 2 and "embed_tokens" not in name else value
+        for name, value in tree_flatten(model.parameters())
+    }
+    mx.eval(weights)
+    mx.save_safetensors(str(folder / "model.safetensors"), weights, metadata={"format": "mlx"})
+    return folder
+
+
+def png(width: int, height: int, seed: int) -> bytes:
+    """A PNG of random colours: images that differ, for a model to tell apart."""
+    import numpy as np
+    from PIL import Image
+
+    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="PNG")
+    return out.getvalue()
