@@ -39,6 +39,10 @@ def _worker_command(model: str, path: str, address: str) -> list[str]:
     ]
 
 
+def _companion_command(model: str, path: str, address: str) -> list[str]:
+    return [*_worker_command(model, path, address), "--companion"]
+
+
 def supervisor() -> Supervisor:
     """The process's supervisor of model workers (started, with its thread, on first use)."""
     global _supervisor
@@ -47,6 +51,9 @@ def supervisor() -> Supervisor:
             _supervisor = Supervisor(
                 SupervisorConfig(
                     command=_worker_command,
+                    companion_command=(
+                        _companion_command if lab_settings.draft_workers == "companion" else None
+                    ),
                     socket_dir=lab_settings.worker_socket_dir,
                     max_loaded=lab_settings.max_loaded_models,
                     memory_limit_bytes=lab_settings.model_memory_mb << 20,

@@ -34,7 +34,7 @@ def worker_report(worker: Worker) -> dict:
     status = worker.status if worker.state == "ready" else None
     report = {
         "id": worker.id,
-        "role": "primary",
+        "role": worker.role,  # "companion": a draft model's worker beside its `primary`
         "model": worker.model,
         "replica": worker.replica,
         "pid": worker.pid,
@@ -54,7 +54,9 @@ def worker_report(worker: Worker) -> dict:
         "prompt_cache": None if status is None else _cache_figures(status),
         "adapters": list(worker.adapters),  # mounted by an operator (adapter_mounts.py)
     }
-    if (routing := supervisor().routing_report(worker)) is not None:
+    if worker.role == "companion":
+        report["primary"] = worker.primary
+    elif (routing := supervisor().routing_report(worker)) is not None:
         report["routing"] = routing
     return report
 
@@ -86,7 +88,7 @@ async def engine_report(*, with_store: bool = True) -> dict:
         "socket": (current.socket_path or current.address) if current else None,
         "model": model,
         "last_exit": current.last_exit.as_dict() if current and current.last_exit else None,
-        "workers": [worker_report(w) for w in workers],
+        "workers": [worker_report(w) for w in [*workers, *supervisor().companions()]],
     }
     if with_store:
         report["response_store"] = await sync_to_async(response_store_stats)()
@@ -118,7 +120,8 @@ async def health(request: HttpRequest) -> JsonResponse:
         report["in_flight"] = status.in_flight if status else None
         if status is None:
             report["state"] = "unreachable"
-    ready = {w["model"] for w in workers if w["state"] == "ready"}
+    # A draft model's companion serves no requests of its own: it loads no model here.
+    ready = {w["model"] for w in workers if w["state"] == "ready" and w["role"] == "primary"}
     # Healthy while any worker can serve, or none has failed yet (one starts on demand).
     healthy = bool(ready) or all(w["state"] in ("starting", "draining") for w in workers)
     body = {

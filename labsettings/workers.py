@@ -99,6 +99,11 @@ class WorkerSettings(PlaceSettings):
         "How requests spread over a model's replicas: cache (its session, then its cached "
         "prefix, then the least loaded), or round_robin (in turn: to measure against).",
     )  # fmt: skip
+    draft_workers: str = setting(
+        "MLXLAB_DRAFT_WORKERS", one_of("companion", "inline"), "companion",
+        "Where a draft model runs: companion (a worker of its own beside its target's, "
+        "which drafts undrafted while it is down), or inline (inside the target's worker).",
+    )  # fmt: skip
     replica_imbalance: int = setting(
         "MLXLAB_REPLICA_IMBALANCE", parse_int, 8,
         "A replica holding this many more requests than its model's least loaded one loses "

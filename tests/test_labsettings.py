@@ -61,6 +61,7 @@ def sample(name: str) -> tuple[str, object]:
     )
     special["model_replicas"] = ("big=2, small=0", {"big": 2, "small": 0})
     special["replica_routing"] = ("round_robin", "round_robin")
+    special["draft_workers"] = ("inline", "inline")
     special["worker_secret"] = (" a-secret-of-24-characters ", "a-secret-of-24-characters")
     special["import_roots"] = (
         "/srv/lab/imports: :/data/ggufs",
@@ -227,6 +228,7 @@ def test_the_documented_defaults():
         "workers": {},
         "model_replicas": {},
         "replica_routing": "cache",
+        "draft_workers": "companion",
         "replica_imbalance": 8,
         "worker_secret": "",
         "worker_link_timeout_seconds": 6,

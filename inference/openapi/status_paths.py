@@ -19,7 +19,11 @@ ROUTED = obj({reason: {"type": "integer"} for reason in ("session", "prefix", "l
 WORKER = obj(
     {
         "id": {"type": "string"},
-        "role": {"const": "primary"},
+        "role": {
+            "enum": ["primary", "companion"],
+            "description": "companion: a draft model's worker beside its target's (`primary`)",
+        },
+        "primary": {"type": "string", "description": "A companion's target worker's id"},
         "model": {"type": "string"},
         "replica": {
             "type": "integer",

@@ -56,6 +56,9 @@ class GenerateCall:
     resumable: bool = True  # checkpointed, and resumed by an identical retry (checkpoints.py)
     draft_model: str | None = None  # "ngram", "none" or a model's name; None: ngram when predicting
     draft_path: str = ""  # a draft model's folder (draft_model names it)
+    # The draft model's companion worker (its address), set by the supervisor: the target
+    # asks it for drafts instead of loading the draft itself. "": the draft runs inline.
+    draft_companion: str = ""
     num_draft_tokens: int | None = None
     prediction: str | None = None  # OpenAI's Predicted Outputs: text to draft from
     request_id: str = ""  # the web request's id, for the worker's log lines of it
@@ -113,6 +116,25 @@ class AdapterState:
 
 
 @dataclass(frozen=True)
+class DraftCall:
+    """A target's question to its companion (companion.py): the greedy continuation of a
+    row's history, up to `limit` tokens. The companion keeps each row's history: the first
+    `keep` tokens of what it holds stay, `tail` follows them."""
+
+    row: int
+    keep: int
+    tail: list[int]
+    limit: int
+
+
+@dataclass(frozen=True)
+class Drafts:
+    """A companion's answer to a DraftCall."""
+
+    tokens: list[int]
+
+
+@dataclass(frozen=True)
 class Empty:
     pass
 
@@ -137,6 +159,9 @@ PAYLOADS: dict[str, type] = {
     "status": WorkerStatus,
     "adapter": AdapterCall,
     "adapters": AdapterState,
+    "draft": DraftCall,
+    "drafts": Drafts,
+    "release": Empty,  # a companion's row (the request id) is done: its cache goes
     **{kind: event_type for event_type, kind in EVENT_KINDS.items()},
 }
 

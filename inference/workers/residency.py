@@ -102,7 +102,8 @@ class Residency:
         group.draining = False
         if self.models.get(group.model) is group:
             self.models.pop(group.model)
-        await asyncio.gather(*(self._stop(w, timeout) for w in group.workers))
+        workers = [*group.workers, *group.companions.values()]
+        await asyncio.gather(*(self._stop(w, timeout) for w in workers))
         group.notify()
 
     async def _stop(self, worker: Worker, timeout: float = 10.0) -> None:
@@ -177,7 +178,7 @@ class Residency:
         """Refresh the workers' memory reports; unload models idle past their time."""
         while True:
             await asyncio.sleep(self.config.report_interval)
-            for worker in self.resident():
+            for worker in [*self.resident(), *self.companions()]:
                 if worker.state == "ready":
                     self.loop.create_task(self._live_status(worker, 5.0))
             for group in list(self.models.values()):

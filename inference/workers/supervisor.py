@@ -8,7 +8,8 @@ mount) is asking.py's, and an operator's adapter mounts are adapter_mounts.py's.
 
 A model may have several replicas (`config.replicas` local processes, `config.remote`
 workers on other hosts, remote.py): each request goes to one that serves, as
-routing.py chooses; one that is dead, restarting or drained gets none.
+routing.py chooses; one that is dead, restarting or drained gets none. A draft model's
+companion worker, beside its target's, is companions.py's.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import zmq.asyncio
 from ..protocol import wire
 from .adapter_mounts import AdapterMounts
 from .asking import WorkerQuestions
+from .companions import Companions
 from .events import EventLog
 from .remote import RemoteWorkers, send_now
 from .residency import Residency
@@ -41,7 +43,7 @@ LEFT_SECONDS = 60.0  # how long a cancelled request's tally is waited for
 log = logging.getLogger(__name__)
 
 
-class Supervisor(Residency, RemoteWorkers, WorkerQuestions, AdapterMounts):
+class Supervisor(Residency, RemoteWorkers, WorkerQuestions, AdapterMounts, Companions):
     def __init__(self, config: SupervisorConfig) -> None:
         self.config = config
         self.models: dict[str, Replicas] = {}  # model name -> its replicas
@@ -147,6 +149,10 @@ class Supervisor(Residency, RemoteWorkers, WorkerQuestions, AdapterMounts):
 
     async def _open(self, model, path, size_bytes, call, stream: RequestStream) -> None:
         worker = await self._ready_worker(model, path, size_bytes, call)
+        if self._drafts_beside(worker, call):
+            call = await self._with_companion(worker, call)
+            if not worker.serving:  # it stopped while its companion loaded
+                worker = await self._ready_worker(model, path, size_bytes, call)
         request_id = next(self._request_ids)
         # Encoded first: a call that cannot be (wire.Unencodable) leaves nothing behind.
         frame = wire.encode(wire.CALL_KINDS[type(call)], request_id, call)
@@ -231,7 +237,9 @@ class Supervisor(Residency, RemoteWorkers, WorkerQuestions, AdapterMounts):
         """Start the worker's process and a fresh socket to it; messages of the last one die."""
         if worker.socket_path:
             Path(worker.socket_path).unlink(missing_ok=True)
-        argv = self.config.command(worker.model, worker.path, worker.address)
+        companion = worker.role == "companion"
+        command = self.config.companion_command if companion else self.config.command
+        argv = command(worker.model, worker.path, worker.address)
         # A process group of its own, in the lab's session: a terminal's Ctrl-C reaches the
         # lab, which stops its workers; a worker whose parent dies exits by itself.
         worker.process = subprocess.Popen(argv, process_group=0)
@@ -252,7 +260,8 @@ class Supervisor(Residency, RemoteWorkers, WorkerQuestions, AdapterMounts):
             daemon=True,
         ).start()
         self.loop.create_task(self._await_ready(worker, socket))
-        self.events.emit("starting", worker.model, worker.id, pid=worker.pid)
+        beside = {"role": "companion", "primary": worker.primary} if companion else {}
+        self.events.emit("starting", worker.model, worker.id, pid=worker.pid, **beside)
         log.info("started worker %s for %s (pid %d)", worker.id, worker.model, worker.pid)
 
     async def _await_ready(self, worker: Worker, socket) -> None:
@@ -266,7 +275,7 @@ class Supervisor(Residency, RemoteWorkers, WorkerQuestions, AdapterMounts):
             return
         if worker.remote and not self._serves_its_model(worker, status):
             return
-        if socket is worker.socket:
+        if socket is worker.socket and worker.role == "primary":
             await self._remount(worker, socket)  # its model's mounted adapters, first
         if socket is worker.socket:
             worker.status = status

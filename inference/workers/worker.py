@@ -25,6 +25,8 @@ FINAL_KINDS = ("finished", "failed", "rejected", "embedded", "reranked")
 class SupervisorConfig:
     command: Callable[[str, str, str], list[str]]  # (model, path, address) -> argv
     socket_dir: Path
+    # A draft model's companion worker's argv (companions.py); None: drafts run inline.
+    companion_command: Callable[[str, str, str], list[str]] | None = None
     max_loaded: int = 2
     memory_limit_bytes: int = 0  # 0: no memory bound
     idle_seconds: float = 1800.0  # 0: never unload idle models
@@ -64,6 +66,9 @@ class Worker:
     estimate_bytes: int
     replica: int = 0  # its place among the model's replicas (the metrics' `replica` label)
     group: Replicas | None = None
+    # "primary" serves its model; a "companion" runs a draft model for `primary` (its id).
+    role: str = "primary"
+    primary: str | None = None
     # Out of rotation by an operator's drain: it finishes its streams, takes no new ones.
     drained: bool = False
     state: str = "starting"
@@ -154,6 +159,8 @@ class Replicas:
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     # An operator's mounts (adapter_mounts.py): each replica loads them, restarts included.
     mounted: dict[str, AdapterRef] = field(default_factory=dict)
+    # Draft models' companion workers, by (their primary's id, the draft's folder).
+    companions: dict[tuple[str, str], Worker] = field(default_factory=dict)
 
     @property
     def last_used(self) -> float:

@@ -1,5 +1,5 @@
 """Draft models through the server: a registered model (a lab-made quantized copy of the
-default one) drafts inside the target's worker; the replies are the target's own; a draft
+default one) drafts in a companion worker beside the target's; the replies are the target's own; a draft
 with another vocabulary is a 400 in each protocol's shape; a model's default draft is set
 through /api/models/<name>."""
 
@@ -57,10 +57,16 @@ def test_a_draft_model_keeps_the_reply_beside_plain_requests(
     assert details.accepted_prediction_tokens > 0
     assert details.accepted_prediction_tokens <= drafted.usage.completion_tokens
     assert plain.usage.completion_tokens_details is None
-    # The draft runs inside the target's worker: no worker of its own.
+    # The draft runs in a companion worker beside the target's: a process of its own, not
+    # a model loaded in its own right, nor inside the target's worker.
     assert DRAFT_MODEL not in staff_http.get("/health").json()["models_loaded"]
+    workers = staff_http.get("/engine").json()["workers"]
+    primary = next(w for w in workers if w["model"] == model and w["role"] == "primary")
+    companion = next(w for w in workers if w["role"] == "companion")
+    assert companion["model"] == DRAFT_MODEL and companion["primary"] == primary["id"]
+    assert companion["state"] == "ready" and companion["pid"] not in (None, primary["pid"])
     speculative = staff_http.get("/stats").json()["models"][model]["speculative"]
-    assert [folder.rsplit("/", 1)[-1] for folder in speculative["draft_models"]] == [DRAFT_MODEL]
+    assert speculative["draft_models"] == []
     assert speculative["drafted_tokens"] >= speculative["accepted_tokens"] > 0
     assert speculative["fast_forwarded_tokens"] >= 0
 

@@ -1,8 +1,9 @@
 """A draft model's worker dying, on the model-workers fault server (test_model_workers.py):
-the draft runs inside its target's worker, so the target's worker dying ends a drafted
-stream as the model-workers contract says (and a retry drafts again in its successor),
-while the draft model's own worker dying (when it is served as a model too) touches no
-drafted stream."""
+the target's worker dying ends a drafted stream as the model-workers contract says (and a
+retry drafts again in its successor); the draft model's own worker dying (when it is
+served as a model too) touches no drafted stream; and the draft's companion worker dying
+mid-stream turns drafting off for that stream, which ends as it would undrafted, while the
+companion restarts and drafts for the next requests."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import signal
 import openai
 
 from tests.api.test_model_workers import LONG, SECOND, STREAM_MESSAGE, lab  # noqa: F401
+from tests.api.worker_events import EventReader
 from tests.conftest import DEFAULT_MODEL
 
 DRAFTED = {"draft_model": SECOND}  # a copy of the default model: the same vocabulary
@@ -62,3 +64,49 @@ def test_the_draft_model_s_own_worker_dying_leaves_drafted_streams_alone(lab):  
     assert text == plain.choices[0].message.content
     assert usage.completion_tokens_details.accepted_prediction_tokens > 0
     lab.ready(SECOND)
+
+
+TOKENS = 120  # long enough that the companion dies while the target still generates
+
+
+def _text_and_usage(stream, on_chunk=lambda seen: None) -> tuple[str, object]:
+    text, usage = "", None
+    for seen, chunk in enumerate(stream, start=1):
+        on_chunk(seen)
+        if chunk.choices and chunk.choices[0].delta.content:
+            text += chunk.choices[0].delta.content
+        usage = chunk.usage or usage
+    return text, usage
+
+
+def test_a_companion_killed_mid_stream_leaves_the_stream_whole(lab):  # noqa: F811
+    plain = lab.openai.chat.completions.create(
+        model=DEFAULT_MODEL, messages=LONG, max_tokens=TOKENS, temperature=0
+    )
+    _text_and_usage(_drafted_stream(lab, 2))  # the companion starts (and is waited for)
+    companion = lab.companion()
+    primary = lab.worker(DEFAULT_MODEL)
+    assert companion["model"] == SECOND and companion["primary"] == primary["id"]
+    assert companion["state"] == "ready" and companion["pid"] != primary["pid"]
+    reader = EventReader(lab.server)
+    try:
+        kill = lambda seen: seen == 2 and os.kill(companion["pid"], signal.SIGKILL)  # noqa: E731
+        text, usage = _text_and_usage(_drafted_stream(lab, TOKENS), kill)
+        assert text == plain.choices[0].message.content
+        assert usage.completion_tokens == plain.usage.completion_tokens
+        exit_ = reader.wait_for("exit", SECOND, worker=companion["id"])
+        assert exit_[2]["detail"]["signal"] == "SIGKILL" and not exit_[2]["detail"]["expected"]
+        reader.wait_for("restarting", SECOND, after=exit_[0], worker=companion["id"])
+        reader.wait_for("ready", SECOND, after=exit_[0], worker=companion["id"])
+    finally:
+        reader.close()
+    again = lab.companion()
+    assert again["id"] == companion["id"] and again["restarts"] == 1
+    assert again["pid"] != companion["pid"] and lab.worker(DEFAULT_MODEL)["pid"] == primary["pid"]
+    # The next drafted request drafts again, from the restarted companion, all along: more
+    # than the stream whose companion died early on.
+    text, again_usage = _text_and_usage(_drafted_stream(lab, TOKENS))
+    assert text == plain.choices[0].message.content
+    details = usage.completion_tokens_details  # None when no draft was kept at all
+    drafted = details.accepted_prediction_tokens if details is not None else 0
+    assert again_usage.completion_tokens_details.accepted_prediction_tokens > drafted

@@ -56,7 +56,12 @@ class Lab:
         return self.staff.get("/engine").json()
 
     def worker(self, model: str) -> dict | None:
-        return next((w for w in self.engine()["workers"] if w["model"] == model), None)
+        workers = self.engine()["workers"]
+        return next((w for w in workers if w["model"] == model and w["role"] == "primary"), None)
+
+    def companion(self) -> dict | None:
+        """The draft model's companion worker (one at most here), as /engine lists it."""
+        return next((w for w in self.engine()["workers"] if w["role"] == "companion"), None)
 
     def ready(self, model: str, timeout: float = 120) -> dict:
         """Make `model` resident (a request loads it) and return its worker once ready."""

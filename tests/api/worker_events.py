@@ -41,11 +41,15 @@ class EventReader:
         except (httpx.HTTPError, RuntimeError):  # closed by close()
             pass
 
-    def wait_for(self, kind: str, model: str, after: int = 0, timeout: float = 90) -> tuple:
+    def wait_for(
+        self, kind: str, model: str, after: int = 0, timeout: float = 90, worker: str = ""
+    ) -> tuple:
+        """The first event of `kind` for `model` (and `worker`, when named) after `after`."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for event in self.events:
-                if event[0] > after and event[1] == kind and event[2]["model"] == model:
+                ours = event[2]["model"] == model and worker in ("", event[2]["worker"])
+                if event[0] > after and event[1] == kind and ours:
                     return event
             time.sleep(0.05)
         raise AssertionError(f"no {kind} event for {model}: {self.events}")

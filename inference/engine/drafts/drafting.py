@@ -27,12 +27,14 @@ DEFAULT_DRAFT_TOKENS = 12
 class DraftPlan:
     """How a request drafts: `method` "ngram" (prompt lookup; `prediction` tokens, when
     given, are looked up first) or "model" (a draft model's greedy tokens; the model folder
-    at `model_path`), up to `num_draft_tokens` a step."""
+    at `model_path`, run by its companion worker at `companion` when one is named, else
+    inline), up to `num_draft_tokens` a step."""
 
     method: str = "ngram"
     num_draft_tokens: int | None = None  # None: DEFAULT_DRAFT_TOKENS, adapted to acceptance
     prediction: tuple[int, ...] = ()
     model_path: str = ""  # method "model": the draft model's folder
+    companion: str = ""  # method "model": its companion worker's address; "": inline
 
     def __post_init__(self) -> None:
         if self.method not in ("ngram", "model"):

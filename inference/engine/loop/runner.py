@@ -367,7 +367,7 @@ class Runner:
     def _release(self, uid: int) -> None:
         self.prompt_cache.forget(uid)
         self._lanes.forget(uid)
-        self.speculation.drafters.pop(uid, None)
+        self.speculation.forget(uid)
         self._logprob_uids.discard(uid)
         sequence = self._active.pop(uid, None)
         if sequence is not None:

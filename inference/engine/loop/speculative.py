@@ -26,10 +26,12 @@ token by token (tests/engine/test_speculative.py). The rows of a pass (batch x p
 stay below the kernel's BLAS threshold for the same reason (EngineConfig.max_verify_rows).
 
 Drafts come from prompt lookup and predictions (drafting.py), a draft model
-(draft_model.py) or a grammar's forced tokens (fast-forwarding). A row decodes normally,
-without drafts, when: nothing matches its history; its request uses a grammar and asks for
-logprobs; or the batch is too wide for even one draft per row within max_verify_rows. A model whose KV cache cannot be trimmed
-(sliding windows, state-space layers) never drafts.
+(draft_model.py inline; companion.py asks a worker of its own) or a grammar's forced tokens
+(fast-forwarding). A row decodes normally, without drafts, when: nothing matches its
+history; its request uses a grammar and asks for logprobs; the batch is too wide for even
+one draft per row within max_verify_rows; or its draft model's companion worker is down
+or late. A model whose KV cache cannot be trimmed (sliding windows, state-space layers)
+never drafts.
 """
 
 from __future__ import annotations
@@ -41,11 +43,12 @@ from mlx_lm.models.cache import KVCache, make_prompt_cache
 
 from ..acceleration.exact_attention import exact_attention
 from ..acceleration.fused_decode import FusedLayer
+from ..drafts.companion import CompanionDrafter, CompanionLinks
 from ..drafts.draft_model import DraftModels, ModelDrafter
 from ..drafts.drafting import Drafter, ForcedDrafter
 from .rows import Generated, Row
 
-AnyDrafter = Drafter | ForcedDrafter | ModelDrafter
+AnyDrafter = Drafter | ForcedDrafter | ModelDrafter | CompanionDrafter
 
 
 def _taken(processor) -> int | None:
@@ -80,11 +83,13 @@ class Speculation:
     drafters: dict[int, AnyDrafter] = field(default_factory=dict)
     stats: DraftStats = field(default_factory=DraftStats)
     draft_models: DraftModels = field(default_factory=DraftModels)  # this worker's, by folder
+    companions: CompanionLinks = field(default_factory=CompanionLinks)  # draft models' workers
 
     def drafter_for(self, request, grammar) -> AnyDrafter | None:
         """A new row's drafter: a grammar's forced tokens (fast-forwarding, not when
         logprobs are asked for), else its draft model or prompt lookup; None where no draft
-        could be verified. A draft model loads here on its first use."""
+        could be verified. A draft model loads here on its first use, unless its companion
+        worker runs it."""
         if not self.enabled or (grammar is not None and request.logprobs):
             return None
         if grammar is not None:
@@ -92,9 +97,17 @@ class Speculation:
         if request.draft is None:
             return None
         plan = request.draft
+        if plan.method == "model" and plan.companion:
+            return CompanionDrafter(self.companions, plan.companion, plan.num_draft_tokens)
         if plan.method == "model":
             return ModelDrafter(self.draft_models.model(plan.model_path), plan.num_draft_tokens)
         return Drafter(plan)
+
+    def forget(self, uid: int) -> None:
+        """A row is done: its drafter goes (a companion's frees the row's cache there)."""
+        drafter = self.drafters.pop(uid, None)
+        if isinstance(drafter, CompanionDrafter):
+            drafter.close()
 
     def step(self, decoding) -> list[Generated] | None:
         """A verifying pass over `decoding`'s rows where any has drafts; None for a plain step."""

@@ -264,12 +264,12 @@ class PromptBuilder:
                 "prediction is far longer than this model's context length", param="prediction"
             )
         tokens = tuple(self.loaded.tokenizer.encode(predicted, add_special_tokens=False))
-        path = ""
+        path, companion = "", ""
         if method != "ngram":
             path = self._check_draft_model(method, call.draft_path)
-            method = "model"
+            method, companion = "model", call.draft_companion
         try:
-            return DraftPlan(method, call.num_draft_tokens, tokens, path)
+            return DraftPlan(method, call.num_draft_tokens, tokens, path, companion)
         except ValueError as exc:
             raise PromptRejected(str(exc), param="num_draft_tokens") from None
 

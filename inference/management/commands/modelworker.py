@@ -14,6 +14,7 @@ from inference.engine.acceleration.accelerator import use_kernel_cache
 from inference.engine.acceleration.dense_weights import FastPathOptions
 from inference.engine.caching.checkpoints import CheckpointConfig
 from inference.engine.caching.prompt_cache import PromptCacheConfig
+from inference.engine.process.companion import CompanionServer
 from inference.engine.process.embedding_worker import EmbeddingWorkerServer
 from inference.engine.process.worker import WorkerServer
 from inference.engine.prompting.prompt import PromptLimits
@@ -80,6 +81,11 @@ class Command(BaseCommand):
             help="one rank of an mx.distributed ring (mlx.launch --backend ring): the model is "
             "sharded across the ranks; rank 0 serves at --listen",
         )  # fmt: skip
+        parser.add_argument(
+            "--companion", action="store_true",
+            help="serve the model as a draft model's companion worker: drafts for its target's "
+            "worker (speculative decoding), no generations",
+        )  # fmt: skip
 
     def handle(self, *args, model: str, listen: str, path: str | None, **options):
         secret = lab_settings.worker_secret
@@ -103,6 +109,13 @@ class Command(BaseCommand):
                 secret=secret if listen.startswith("tcp://") else "",
                 link_timeout=lab_settings.worker_link_timeout_seconds,
                 padded_dir=lab_settings.var_dir / "sharded",
+            ).serve_forever()  # fmt: skip
+            return
+        if options["companion"]:
+            use_kernel_cache(lab_settings.kernel_cache_dir)
+            CompanionServer(
+                model=model, path=path, address=listen,
+                exit_with_parent=options["exit_with_parent"],
             ).serve_forever()  # fmt: skip
             return
         embedding = embedding_support(path).spec
