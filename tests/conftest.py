@@ -152,14 +152,14 @@ def _manage(env: dict, *args: str) -> None:
     subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True)
 
 
-# Run in a server's database: a staff user who reads status (made once), and a new
-# session of theirs, whose key is printed.
-STAFF_SESSION = """
+# Run in a server's database: a user (made once; staff or not), and a new session of
+# theirs, whose key is printed.
+USER_SESSION = """
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from django.contrib.auth.models import User
 from django.contrib.sessions.backends.db import SessionStore
-user = User.objects.filter(username="status-reader").first()
-user = user or User.objects.create_user("status-reader", is_staff=True)
+user = User.objects.filter(username={name!r}).first()
+user = user or User.objects.create_user({name!r}, is_staff={staff!r})
 session = SessionStore()
 session[SESSION_KEY] = str(user.pk)
 session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
@@ -169,13 +169,19 @@ print(session.session_key)
 """
 
 
-def staff_session(env: dict) -> dict[str, str]:
-    """The cookies of a new staff session in the database of a server started with `env`."""
+def user_session(env: dict, name: str = "status-reader", *, staff: bool = True) -> dict[str, str]:
+    """The cookies of a new session of user `name` (a staff user who reads status, unless
+    told otherwise) in the database of a server started with `env`."""
     made = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", STAFF_SESSION],
+        [sys.executable, "manage.py", "shell", "-c", USER_SESSION.format(name=name, staff=staff)],
         cwd=ROOT, env=env, check=True, capture_output=True, text=True,
     )  # fmt: skip
     return {"sessionid": made.stdout.strip().splitlines()[-1]}
+
+
+def staff_session(env: dict) -> dict[str, str]:
+    """The cookies of a new staff session in the database of a server started with `env`."""
+    return user_session(env)
 
 
 def start_daphne(

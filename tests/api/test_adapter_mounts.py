@@ -7,36 +7,19 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 
 import httpx
 import pytest
 
 from inference.protocol.adapters import AdapterRef
-from tests.adapter_files import ROOT, register_adapter, write_adapter
-from tests.conftest import DEFAULT_MODEL, THINKING_MODEL
+from tests.adapter_files import register_adapter, write_adapter
+from tests.conftest import DEFAULT_MODEL, THINKING_MODEL, user_session
 
 from .conftest import CSRF
 from .worker_events import EventReader
 
 ALPHA = "mount-alpha"
 COUNT = "Count from one to forty in words, separated by commas."
-
-# A logged-in user who is not staff, in the server's database: their session's key.
-MEMBER_SESSION = """
-from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
-from django.contrib.auth.models import User
-from django.contrib.sessions.backends.db import SessionStore
-user = User.objects.filter(username="adapter-member").first()
-user = user or User.objects.create_user("adapter-member")
-session = SessionStore()
-session[SESSION_KEY] = str(user.pk)
-session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-session.create()
-print(session.session_key)
-"""
 
 
 @pytest.fixture(scope="module")
@@ -58,11 +41,8 @@ def adapters(lab_server, tmp_path_factory) -> AdapterRef:
 @pytest.fixture
 def member(lab_server) -> httpx.Client:
     """A logged-in user's session (not staff), its CSRF token set."""
-    made = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", MEMBER_SESSION],
-        cwd=ROOT, env=lab_server.env, check=True, capture_output=True, text=True,
-    )  # fmt: skip
-    cookies = {"sessionid": made.stdout.strip().splitlines()[-1], "csrftoken": CSRF}
+    session = user_session(lab_server.env, "adapter-member", staff=False)
+    cookies = {**session, "csrftoken": CSRF}
     with httpx.Client(
         base_url=lab_server.url, cookies=cookies, headers={"X-CSRFToken": CSRF}, timeout=60
     ) as client:

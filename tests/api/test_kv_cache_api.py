@@ -4,26 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from inference.api.anthropic_request import parse_messages_request
-from inference.api.openai_request import parse_chat_completion, parse_completion
-from inference.api.responses_request import parse_responses_call, responses_chat_call
 from inference.chat.plan import kv_scheme
 from inference.errors import ApiError
 from inference.protocol.sampling import KVScheme
+from tests.api.parse_surfaces import HI, SURFACES
 
-HI = [{"role": "user", "content": "Hi"}]
 KV = {"kv_bits": 4, "kv_group_size": 32, "quantized_kv_start": 0}
 
-SURFACES = {
-    "chat": lambda body: parse_chat_completion({"messages": HI, **body}),
-    "completions": lambda body: parse_completion({"prompt": "Hi", **body}),
-    "messages": lambda body: parse_messages_request(
-        {"model": "m", "max_tokens": 5, "messages": HI, **body}
-    ),
-    "responses": lambda body: responses_chat_call(
-        parse_responses_call({"input": "Hi", **body}), []
-    ),
-}
 FAULTS = [
     ({"kv_bits": 2}, "kv_bits", "kv_bits must be 4 or 8"),
     ({"kv_bits": 16}, "kv_bits", "kv_bits must be 4 or 8"),

@@ -9,24 +9,11 @@ import json
 import anthropic
 import pytest
 
-from inference.api.anthropic_request import parse_messages_request
-from inference.api.openai_request import parse_chat_completion, parse_completion
-from inference.api.responses_request import parse_responses_call, responses_chat_call
 from inference.chat.plan import kv_scheme
 from inference.errors import ApiError
 from inference.protocol.sampling import KVLayer, KVScheme
+from tests.api.parse_surfaces import HI, SURFACES
 
-HI = [{"role": "user", "content": "Hi"}]
-SURFACES = {
-    "chat": lambda body: parse_chat_completion({"messages": HI, **body}),
-    "completions": lambda body: parse_completion({"prompt": "Hi", **body}),
-    "messages": lambda body: parse_messages_request(
-        {"model": "m", "max_tokens": 5, "messages": HI, **body}
-    ),
-    "responses": lambda body: responses_chat_call(
-        parse_responses_call({"input": "Hi", **body}), []
-    ),
-}
 FAULTS = [
     ({"kv_config": {"bits": 8}}, "kv_config must be a list with one entry per layer"),
     ({"kv_config": []}, "kv_config must be a list with one entry per layer"),

@@ -5,22 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from inference.api.anthropic_request import parse_messages_request
-from inference.api.openai_request import parse_chat_completion, parse_completion
-from inference.api.responses_request import parse_responses_call, responses_chat_call
+from inference.api.openai_request import parse_chat_completion
 from inference.errors import ApiError
+from tests.api.parse_surfaces import HI, SURFACES
 
-HI = [{"role": "user", "content": "Hi"}]
-SURFACES = {
-    "chat": lambda body: parse_chat_completion({"messages": HI, **body}),
-    "completions": lambda body: parse_completion({"prompt": "Hi", **body}),
-    "messages": lambda body: parse_messages_request(
-        {"model": "m", "max_tokens": 5, "messages": HI, **body}
-    ),
-    "responses": lambda body: responses_chat_call(
-        parse_responses_call({"input": "Hi", **body}), []
-    ),
-}
 NOT_A_NAME = "draft_model must be 'ngram', 'none' or a model's name"
 FAULTS = [
     ({"draft_model": 3}, "draft_model", "draft_model must be of type str"),
