@@ -256,6 +256,13 @@ def main() -> int:
         failed = True
     if bench_script("vision", "An image row against a text row, and against mlx-vlm") != 0:
         failed = True
+    if (
+        bench_script("token_history", "A 10-turn agent loop's cache hits, token history or not")
+        != 0
+    ):
+        failed = True
+    if bench_script("companion_hop", "A draft model in a companion worker against inline") != 0:
+        failed = True
     return 1 if failed else 0
 
 

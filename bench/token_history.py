@@ -1,13 +1,13 @@
 """A 10-turn tool-using conversation's prompt-cache hits, with the generated-token history
 (prompting/token_history.py) and without it.
 
-    .venv/bin/python bench/token_history.py [--turns 10] [--temperature 0.8]
+    .venv/bin/python bench/token_history.py [--turns 10] [--temperatures 0.8,1.5]
 
 The default model in-process: each turn's reply is sampled (so it may be spelled in
 tokens BPE would merge), sent back as text in the next turn with a tool's result, as an
 agent loop does. "without": prompts tokenized afresh; "with": each earlier reply keeps
-the ids the model generated. Per run: prompt tokens, cached tokens and their share over
-turns 2 on (turn 1 has nothing cached). Writes var/bench/token_history.json.
+the ids the model generated. Per temperature and run: prompt tokens, cached tokens and
+their share over turns 2 on (turn 1 has nothing cached). Writes var/bench/token_history.json.
 """
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ WEATHER = {"type": "function", "function": {
 CITIES = ["Paris", "Oslo", "Lima", "Cairo", "Perth", "Quito", "Hanoi", "Dakar", "Riga", "Bern"]
 
 
-def conversation(engine: Engine, builder: PromptBuilder, scope: str, args) -> list[dict]:
+def conversation(
+    engine: Engine, builder: PromptBuilder, scope: str, temperature: float, args
+) -> list[dict]:
     messages = [{"role": "system", "content": "You are a travel assistant. Use the tools."}]
     turns = []
     for turn, city in enumerate(CITIES[: args.turns]):
@@ -45,7 +47,7 @@ def conversation(engine: Engine, builder: PromptBuilder, scope: str, args) -> li
         call = GenerateCall(
             chat=ChatInput(messages=list(messages), tools=[WEATHER]), max_tokens=args.tokens,
             cache_scope=scope,
-            sampling=SamplingParams(temperature=args.temperature, seed=turn),
+            sampling=SamplingParams(temperature=temperature, seed=turn),
         )  # fmt: skip
         run = generate(engine, builder.build(call).request)
         turns.append({"prompt": run.end.prompt_tokens, "cached": run.end.cached_tokens})
@@ -58,22 +60,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--tokens", type=int, default=48)
-    parser.add_argument("--temperature", type=float, default=0.8)
+    parser.add_argument("--temperatures", default="0.8,1.5")
     args = parser.parse_args()
     folder = ROOT / "var" / "models" / "smollm2-135m-instruct"
     engine = Engine(lambda: load_model(folder), config=EngineConfig(max_batch_size=4)).start()
     results = {}
     try:
-        for name, history in (("without", None), ("with", engine.runner.history)):
-            # None: the builder's own history, which no generation records into
-            builder = PromptBuilder(engine.loaded, history=history)
-            turns = conversation(engine, builder, f"bench-{name}", args)
-            later = turns[1:]
-            share = sum(t["cached"] for t in later) / sum(t["prompt"] for t in later)
-            results[name] = {"turns": turns, "cached_share_after_turn_1": round(share, 3)}
-            print(f"{name:>8} history: cached {share:.1%} of prompt tokens over turns 2-"
-                  f"{args.turns}; per turn {[t['cached'] for t in turns]} of "
-                  f"{[t['prompt'] for t in turns]}")  # fmt: skip
+        for temperature in map(float, args.temperatures.split(",")):
+            for name, history in (("without", None), ("with", engine.runner.history)):
+                # None: the builder's own history, which no generation records into
+                builder = PromptBuilder(engine.loaded, history=history)
+                scope = f"bench-{name}-{temperature}"
+                turns = conversation(engine, builder, scope, temperature, args)
+                later = turns[1:]
+                share = sum(t["cached"] for t in later) / sum(t["prompt"] for t in later)
+                results[f"{name} at {temperature}"] = {
+                    "turns": turns, "cached_share_after_turn_1": round(share, 3)}  # fmt: skip
+                print(f"temperature {temperature}, {name:>7} history: cached {share:.1%} of "
+                      f"prompt tokens over turns 2-{args.turns}")  # fmt: skip
     finally:
         engine.shutdown()
     out = ROOT / "var" / "bench" / "token_history.json"
