@@ -263,6 +263,8 @@ def main() -> int:
         failed = True
     if bench_script("companion_hop", "A draft model in a companion worker against inline") != 0:
         failed = True
+    if bench_script("tool_fill", "Time per tool call in an agent loop, fill off/strict/echo") != 0:
+        failed = True
     return 1 if failed else 0
 
 

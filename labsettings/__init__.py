@@ -282,6 +282,10 @@ class LabSettings(EngineSettings, WorkerSettings):
         "MLXLAB_GRAMMAR", parse_bool, True,
         "Compile grammars; off, constraints are asked for in a system message.",
     )  # fmt: skip
+    fill: str = setting(
+        "MLXLAB_FILL", one_of("off", "strict", "echo"), "off",
+        "Tool-call fast-forwarding: strict drafts what the template and schema fix; echo also copies the prompt.",
+    )  # fmt: skip
     grammar_compile_seconds: float = setting(
         "MLXLAB_GRAMMAR_COMPILE_SECONDS", parse_float, 10.0, "Time to compile one grammar."
     )

@@ -81,6 +81,7 @@ def sample(name: str) -> tuple[str, object]:
     special["log_format"] = ("json", "json")
     special["metrics_access"] = ("loopback", "loopback")
     special["hlg_sampling"] = ("off, toe=8", {"enabled": False, "toe": 8.0})
+    special["fill"] = ("echo", "echo")
     if name in special:
         return special[name]
     if kind in ("int", "int | None"):
@@ -312,6 +313,7 @@ def test_the_documented_defaults():
         "grammar": True,
         "grammar_compile_seconds": 10,
         "grammar_cache_mb": 256,
+        "fill": "off",
         "job_time_limit_seconds": 6 * 3600,
         "job_heartbeat_seconds": 10,
         "job_stale_seconds": 45,

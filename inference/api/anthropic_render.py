@@ -9,7 +9,7 @@ from django.http import JsonResponse
 
 from ..errors import ApiError
 from ..protocol.events import Event, Failed, Finished, ReasoningDelta, TextDelta, ToolCall
-from .openai_render import resumed, speculation_details
+from .openai_render import fill_usage, resumed, speculation_details
 
 # Anthropic's error type for each status (https://docs.anthropic.com/en/api/errors).
 ERROR_TYPES = {
@@ -169,6 +169,7 @@ class MessageBuilder:
             output_tokens=finished.completion_tokens,
             **resumed(finished),
             **speculation_details([finished]),  # the lab's extension, as resumed_from is
+            **fill_usage([finished]),
         )
         delta = {"stop_reason": self.stop_reason, "stop_sequence": self.stop_sequence}
         return [

@@ -52,7 +52,7 @@ def usage(finished: list[Finished]) -> dict:
     }
     if details := speculation_details(finished):
         body["completion_tokens_details"] = details
-    return {**body, **resumed(finished[0])}
+    return {**body, **resumed(finished[0]), **fill_usage(finished)}
 
 
 def speculation_details(finished: list[Finished]) -> dict:
@@ -67,6 +67,22 @@ def speculation_details(finished: list[Finished]) -> dict:
     if forwarded := sum(each.fast_forwarded_tokens for each in finished):
         details["fast_forwarded_tokens"] = forwarded
     return details
+
+
+def fill_usage(finished: list[Finished]) -> dict:
+    """`fill` for a usage object, where MLXLAB_FILL is on and the request offered tools
+    (docs/API.md, "Tool-call fast-forwarding"): every choice's filled and drafted tokens,
+    whether a parse failure disarmed it, or why it did not fill; else absent."""
+    plans = [each.fill for each in finished if each.fill is not None]
+    if not plans:
+        return {}
+    body = {
+        "mode": plans[0].mode,
+        "filled_tokens": sum(plan.filled_tokens for plan in plans),
+        "proposed_tokens": sum(plan.proposed_tokens for plan in plans),
+        "parse_fallback": any(plan.parse_fallback for plan in plans),
+    }
+    return {"fill": {**body, "refused": plans[0].refused} if plans[0].refused else body}
 
 
 def resumed(finished: Finished) -> dict:

@@ -6,7 +6,7 @@ import time
 import uuid
 
 from ..protocol.events import Failed, Finished, ReasoningDelta, TextDelta, ToolCall
-from .openai_render import resumed, speculation_details
+from .openai_render import fill_usage, resumed, speculation_details
 from .responses_request import item_id
 
 ECHOED = ("instructions", "max_output_tokens", "temperature", "top_p", "previous_response_id")
@@ -201,6 +201,7 @@ class ResponseBuilder:
             "output_tokens_details": {"reasoning_tokens": 0, **speculation_details([finished])},
             "total_tokens": finished.prompt_tokens + finished.completion_tokens,
             **resumed(finished),
+            **fill_usage([finished]),
         }
         if finished.finish_reason == "length":
             self.status = "incomplete"

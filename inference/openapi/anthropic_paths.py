@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .common import (
+    FILL,
     HLG,
     WARNING_HEADER,
     Schema,
@@ -172,7 +173,11 @@ MESSAGE_RESPONSE = obj(
         },
         "stop_sequence": {"type": ["string", "null"]},
         "usage": obj(
-            {"input_tokens": {"type": "integer"}, "output_tokens": {"type": "integer"}},
+            {
+                "input_tokens": {"type": "integer"},
+                "output_tokens": {"type": "integer"},
+                "fill": FILL,
+            },
             ("input_tokens", "output_tokens"),
         ),
     },

@@ -357,6 +357,25 @@ RESUMED_FROM = {
     ),
 }
 
+FILL = obj(
+    {
+        "mode": {"type": "string", "enum": ["strict", "echo"]},
+        "filled_tokens": {"type": "integer"},
+        "proposed_tokens": {"type": "integer"},
+        "parse_fallback": {"type": "boolean"},
+        "refused": {
+            "type": "string",
+            "enum": ["logprobs", "grammar", "draft", "media", "template", "model"],
+        },
+    },
+    ("mode", "filled_tokens", "proposed_tokens", "parse_fallback"),
+    description=(
+        "Tool-call fast-forwarding (MLXLAB_FILL), present when it is on and the request "
+        "offers tools: the completion's tokens it drafted and the model kept, all it "
+        "drafted, whether a tool call that did not parse turned it off, or why it did not fill."
+    ),
+)
+
 USAGE = obj(
     {
         "prompt_tokens": {"type": "integer"},
@@ -364,6 +383,7 @@ USAGE = obj(
         "total_tokens": {"type": "integer"},
         "prompt_tokens_details": obj({"cached_tokens": {"type": "integer"}}),
         "resumed_from": RESUMED_FROM,
+        "fill": FILL,
         "completion_tokens_details": obj(
             {
                 "accepted_prediction_tokens": {"type": "integer"},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .common import (
+    FILL,
     HLG,
     SEED,
     WARNING_HEADER,
@@ -169,6 +170,7 @@ RESPONSE = obj(
                     "input_tokens": {"type": "integer"},
                     "output_tokens": {"type": "integer"},
                     "total_tokens": {"type": "integer"},
+                    "fill": FILL,
                 },
                 ("input_tokens", "output_tokens"),
             )

@@ -48,6 +48,19 @@ class ToolCall:
 
 
 @dataclass(frozen=True)
+class FillUsage:
+    """Token fast-forwarding's account of one request (MLXLAB_FILL, docs/API.md): the
+    filled tokens in the completion, all it drafted, whether a tool-call parse failure
+    disarmed it, or why it did not fill at all."""
+
+    mode: str  # strict | echo
+    filled_tokens: int = 0
+    proposed_tokens: int = 0
+    parse_fallback: bool = False
+    refused: str | None = None  # logprobs | grammar | draft | media | template | model
+
+
+@dataclass(frozen=True)
 class Finished:
     """The sequence ended; always the last event of a successful generation."""
 
@@ -65,6 +78,7 @@ class Finished:
     accepted_prediction_tokens: int = 0
     rejected_prediction_tokens: int = 0
     fast_forwarded_tokens: int = 0  # a grammar's forced tokens, verified in one pass
+    fill: FillUsage | None = None  # a request with tools, while MLXLAB_FILL is on
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import threading
 from dataclasses import dataclass, field
 
 from inference.engine import Engine, GenerationRequest
-from inference.protocol.events import Failed, Finished, TextDelta
+from inference.protocol.events import Failed, Finished, TextDelta, ToolCall
 
 
 @dataclass
@@ -14,6 +14,7 @@ class Run:
     request_id: int = 0
     text: str = ""
     deltas: list[TextDelta] = field(default_factory=list)
+    calls: list[ToolCall] = field(default_factory=list)
     end: Finished | Failed | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -21,6 +22,8 @@ class Run:
         if isinstance(event, TextDelta):
             self.deltas.append(event)
             self.text += event.text
+        elif isinstance(event, ToolCall):
+            self.calls.append(event)
         else:
             self.end = event
             self.done.set()

@@ -12,6 +12,7 @@ import pytest
 from inference.engine import Engine, EngineConfig, GenerationRequest, load_model
 from inference.engine.caching.checkpoints import SUFFIX, CheckpointConfig, CheckpointStore
 from inference.engine.caching.disk_writer import DiskWriter
+from inference.engine.drafts.fill import CallShape, FillPlan
 from inference.engine.prompting.request import Resume
 from inference.protocol.grammar import GrammarSpec
 from inference.protocol.sampling import HlgParams, KVLayer, KVScheme, SamplingParams
@@ -130,6 +131,9 @@ def test_structured_output_resumes_with_its_grammar_where_it_stopped(engine, mod
     assert generate(engine, retry).text == whole.text
 
 
+SHAPE = CallShape('<tool_call>{"name": "', '", "arguments": ', "}</tool_call>")
+
+
 def test_the_key_holds_every_field_that_changes_the_continuation(engine):
     base = story(engine, temperature=0.8)
     key = plan(engine, base).resume.key
@@ -152,9 +156,13 @@ def test_the_key_holds_every_field_that_changes_the_continuation(engine):
         dataclasses.replace(base, kv=KVScheme(start=0, layers=(None, KVLayer(8)) * 15)),
         dataclasses.replace(base, kv=KVScheme(start=9, layers=(None, KVLayer(8)) * 15)),
         dataclasses.replace(base, cache_scope="user:2"),
+        dataclasses.replace(base, fill=FillPlan("strict", "<tool_call>", SHAPE)),
+        dataclasses.replace(base, fill=FillPlan("echo", "<tool_call>", SHAPE)),
     ]
     keys = {plan(engine, request).resume.key for request in variants}
     assert len(keys) == len(variants) and key not in keys
+    refused = dataclasses.replace(base, fill=FillPlan("strict", refused="logprobs"))
+    assert plan(engine, refused).resume.key == key  # a plan that does not fill changes nothing
     assert plan(engine, dataclasses.replace(base, logprobs=True)).resume is None
     assert plan(engine, base, dataclasses.replace(TEXT, resumable=False)).resume is None
 

@@ -4,7 +4,7 @@ retry, which replays what was generated and continues it.
 Identity. A checkpoint is keyed by the sha256 of the canonical JSON of everything that can
 change a continuation (object keys sorted, arrays in order, as mlx-bun 0.4 keys them): the
 prompt's token ids, every sampling field (HLG's curve among them), the stop list,
-max_tokens, the KV scheme (per layer with a kv_config), the adapter set, the grammar and tool choice, the model and its
+max_tokens, the KV scheme (per layer with a kv_config), the adapter set, the grammar and tool choice, tool-call fill, the model and its
 execution (path, device), the caller's scope, and the seed only when the client set it. A
 request without a seed gets one drawn by the worker; it travels in the checkpoint, not in
 the key, so that an identical retry finds the checkpoint and restores it.
@@ -87,6 +87,9 @@ def policy(request: GenerationRequest, call, model: dict, *, seed_explicit: bool
         "scope": request.cache_scope,
         # Images change the continuation, and their placeholders' ids do not say which.
         **({"media": list(request.media.hashes)} if request.media is not None else {}),
+        # Filled drafts are verified, but as mlx-bun keys them: a verifying pass sums
+        # attention in another order off the kernel path.
+        **({"fill": request.fill.mode} if request.fill and not request.fill.refused else {}),
     }
 
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer, SPMStreamingDetokenizer
 
-from ...protocol.events import Event, Finished, TokenLogprob, TopLogprob
+from ...protocol.events import Event, FillUsage, Finished, TokenLogprob, TopLogprob
+from ..drafts.fill import FillDrafter
 from ..prompting.output_parser import OutputFormat, OutputParser
 from ..prompting.request import GenerationRequest
 from .stop import StopMatcher
@@ -116,7 +117,7 @@ class Sequence:
         self.detokenizer = _faithful(self.tokenizer.detokenizer)
         self.stop = StopMatcher(self.request.stop)
         output = self.request.output or OutputFormat()
-        self.parser = OutputParser(output, self.emit)
+        self.parser = OutputParser(output, self.emit, on_fallback=self._parse_fallback)
 
     def on_token(
         self,
@@ -189,8 +190,24 @@ class Sequence:
             reason = "tool_calls"
         self.emit(self._tally(reason))
 
+    def _parse_fallback(self) -> None:
+        """A tool call's text did not parse: it went out as text, and fill stops here."""
+        if isinstance(self.drafter, FillDrafter):
+            self.drafter.disarm()
+
+    def _fill(self) -> FillUsage | None:
+        plan = self.request.fill
+        if plan is None:
+            return None
+        if isinstance(self.drafter, FillDrafter):
+            return self.drafter.usage(self.accepted_drafts)
+        # Planned but not drafting: the model cannot drop tokens from its cache.
+        return FillUsage(mode=plan.mode, refused=plan.refused or "model")
+
     def _tally(self, reason: str) -> Finished:
         forced = getattr(self.drafter, "fast_forward", False)
+        filling = isinstance(self.drafter, FillDrafter)
+        predicted = self.drafter is not None and not forced and not filling
         return Finished(
             finish_reason=reason,
             prompt_tokens=len(self.request.prompt_tokens),
@@ -199,11 +216,12 @@ class Sequence:
             stop_sequence=self.stop.matched,
             resumed_from=self.resumed_from,
             speculative=self.request.draft is not None,
-            accepted_prediction_tokens=0 if forced else self.accepted_drafts,
-            rejected_prediction_tokens=(
-                self.drafter.proposed - self.accepted_drafts if self.drafter and not forced else 0
-            ),
+            accepted_prediction_tokens=self.accepted_drafts if predicted else 0,
+            rejected_prediction_tokens=self.drafter.proposed - self.accepted_drafts
+            if predicted
+            else 0,
             fast_forwarded_tokens=self.accepted_drafts if forced else 0,
+            fill=self._fill(),
         )
 
     def _logprob(self, token: int, read: ReadLogprob) -> TokenLogprob:

@@ -46,9 +46,10 @@ from ..acceleration.fused_decode import FusedLayer
 from ..drafts.companion import CompanionDrafter, CompanionLinks
 from ..drafts.draft_model import DraftModels, ModelDrafter
 from ..drafts.drafting import Drafter, ForcedDrafter
+from ..drafts.fill import FillDrafter
 from .rows import Generated, Row
 
-AnyDrafter = Drafter | ForcedDrafter | ModelDrafter | CompanionDrafter
+AnyDrafter = Drafter | ForcedDrafter | ModelDrafter | CompanionDrafter | FillDrafter
 
 
 def _taken(processor) -> int | None:
@@ -84,24 +85,37 @@ class Speculation:
     stats: DraftStats = field(default_factory=DraftStats)
     draft_models: DraftModels = field(default_factory=DraftModels)  # this worker's, by folder
     companions: CompanionLinks = field(default_factory=CompanionLinks)  # draft models' workers
+    tokenizer: object = None  # the model's (mlx-lm's TokenizerWrapper): fill reads the text
 
     def drafter_for(self, request, grammar) -> AnyDrafter | None:
         """A new row's drafter: a grammar's forced tokens (fast-forwarding, not when
-        logprobs are asked for), else its draft model or prompt lookup; None where no draft
-        could be verified. A draft model loads here on its first use, unless its companion
-        worker runs it."""
+        logprobs are asked for), else its draft model or prompt lookup, else its tool
+        calls' determined spans (fill); None where no draft could be verified. A draft
+        model loads here on its first use, unless its companion worker runs it."""
         if not self.enabled or (grammar is not None and request.logprobs):
             return None
         if grammar is not None:
             return ForcedDrafter(grammar.forced_after)
         if request.draft is None:
-            return None
+            return self._filler(request)
         plan = request.draft
         if plan.method == "model" and plan.companion:
             return CompanionDrafter(self.companions, plan.companion, plan.num_draft_tokens)
         if plan.method == "model":
             return ModelDrafter(self.draft_models.model(plan.model_path), plan.num_draft_tokens)
         return Drafter(plan)
+
+    def _filler(self, request) -> FillDrafter | None:
+        plan = request.fill
+        if plan is None or plan.refused:
+            return None
+        tokenizer = self.tokenizer
+        return FillDrafter(
+            plan,
+            prompt_length=len(request.prompt_tokens),
+            decode=tokenizer.decode,
+            encode=lambda text: tokenizer.encode(text, add_special_tokens=False),
+        )
 
     def forget(self, uid: int) -> None:
         """A row is done: its drafter goes (a companion's frees the row's cache there)."""
@@ -132,6 +146,7 @@ def speculation_for(loaded, *, max_rows: int, exact: bool) -> Speculation:
         # A verifying pass does not carry a media row's positions (mRoPE): not drafted yet.
         enabled=max_rows >= 2 and not loaded.media and can_speculate(loaded.model),
         stop_tokens=frozenset(loaded.tokenizer.eos_token_ids),
+        tokenizer=loaded.tokenizer,
     )
 
 

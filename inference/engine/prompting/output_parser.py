@@ -95,9 +95,17 @@ def _transitions(output: OutputFormat) -> dict:
 class OutputParser:
     """Splits released text into events; call `finish` once at the end."""
 
-    def __init__(self, output: OutputFormat, emit: Callable[[Event], None]) -> None:
+    def __init__(
+        self,
+        output: OutputFormat,
+        emit: Callable[[Event], None],
+        *,
+        on_fallback: Callable[[], None] | None = None,
+    ) -> None:
+        """`on_fallback`: called when a call's text did not parse, and went out as text."""
         self._output = output
         self._emit = emit
+        self._on_fallback = on_fallback
         initial = "reasoning" if output.starts_in_reasoning else "normal"
         if output.forced_tool_call:
             initial = "tool"
@@ -170,6 +178,8 @@ class OutputParser:
         text, self._tool_text = self._tool_text, ""
         if not self._call_from(text):
             self._emit(TextDelta(text))
+            if self._on_fallback is not None:
+                self._on_fallback()
 
     def _call_from(self, text: str) -> bool:
         """Emit the call(s) in `text`; False when it is not a call to a known tool."""

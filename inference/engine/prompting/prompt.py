@@ -8,13 +8,16 @@ process. Client errors are `PromptRejected`, which the web side answers as a 400
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from ...protocol.vocabulary import vocabulary_difference
 from ..acceleration.loader import LoadedModel
 from ..drafts.draft_model import DraftModels, vocabulary
 from ..drafts.drafting import DraftPlan
+from ..drafts.fill import CallShape
 from ..media.prompt import MediaRefused, prepare_media, prompt_media, template_messages
 from .cache_boundary import CacheBoundary
+from .fill_plan import call_shape, fill_plan
 from .grammar import GrammarCompiler, GrammarError, degrade_instruction
 from .kv_scheme import KVSchemeProblem, model_kv
 from .output_parser import DEFAULT_TOOL_MARKERS, OutputFormat, think_markers, tool_sentinels
@@ -34,6 +37,7 @@ class PromptLimits:
     grammar_seconds: float = 10.0
     grammar_cache_bytes: int = 256 << 20
     grammar_enabled: bool = True  # MLXLAB_GRAMMAR=0: every constraint goes by prompt
+    fill: str = "off"  # MLXLAB_FILL: tool-call fast-forwarding, off | strict | echo
 
 
 class PromptRejected(ValueError):
@@ -105,6 +109,11 @@ class PromptBuilder:
                 budget_seconds=self.limits.grammar_seconds,
             )
         return self._compiler
+
+    @cached_property
+    def call_shape(self) -> CallShape | None:
+        """How this model's template writes a tool call (fill_plan.py), read once."""
+        return call_shape(self.render, self.tool_markers)
 
     def build(self, call) -> Prepared:
         """`call` is a wire.GenerateCall; raises PromptRejected for a client error."""
@@ -333,6 +342,12 @@ class PromptBuilder:
                 code="context_length_exceeded",
             )
         draft = self._draft_plan(call)
+        fill = None
+        if self.limits.fill != "off" and call.chat is not None and call.chat.tools:
+            shape, marker = self.call_shape, self.tool_markers[0]
+            fill = fill_plan(
+                self.limits.fill, call, shape, marker, grammar=grammar, draft=draft, media=media
+            )
         try:
             return GenerationRequest(
                 prompt_tokens=prompt,
@@ -350,6 +365,7 @@ class PromptBuilder:
                 kv=kv,
                 draft=draft,
                 media=media,
+                fill=fill,
             )
         except ValueError as exc:
             raise PromptRejected(str(exc)) from None

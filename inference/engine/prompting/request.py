@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from ...protocol.sampling import MAX_TOP_LOGPROBS, KVScheme, SamplingParams
 from ..drafts.drafting import DraftPlan
+from ..drafts.fill import FillPlan
 from ..media.prompt import MediaPrompt
 
 
@@ -44,6 +45,7 @@ class GenerationRequest:
     resume: Resume | None = None  # checkpointed, and resumed from an earlier attempt's
     draft: DraftPlan | None = None  # speculative decoding (drafting.py); None: none
     media: MediaPrompt | None = None  # its images as model inputs; None: text only
+    fill: FillPlan | None = None  # tool-call fast-forwarding (drafts/fill.py); None: off
 
     @property
     def prefill_tokens(self) -> list[int]:

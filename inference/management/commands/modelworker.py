@@ -59,6 +59,7 @@ def prompt_limits() -> PromptLimits:
         grammar_seconds=lab_settings.grammar_compile_seconds,
         grammar_cache_bytes=lab_settings.grammar_cache_mb << 20,
         grammar_enabled=lab_settings.grammar,
+        fill=lab_settings.fill,
     )
 
 
