@@ -6,6 +6,7 @@ path; only the rendering (message object, named events, error shape) is Anthropi
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -24,10 +25,15 @@ from .workers.streams import EngineUnavailable, WorkerStopped
 log = logging.getLogger(__name__)
 
 
+def _parsed(body: bytes, *, count_only: bool = False):
+    # Run off the event loop: a body's JSON and its images' base64 and headers are CPU work.
+    return parse_messages_request(parse_json_body(body), count_only=count_only)
+
+
 @api_endpoint("POST", render_error=error_response)
 async def messages(request: HttpRequest) -> HttpResponse:
     try:
-        call = parse_messages_request(parse_json_body(request.body))
+        call = await asyncio.to_thread(_parsed, request.body)
         plan = await plan_generation(call, caller=await caller_id(request))
     except ApiError as error:
         return error_response(error)
@@ -42,7 +48,7 @@ async def messages(request: HttpRequest) -> HttpResponse:
 @api_endpoint("POST", render_error=error_response)
 async def count_tokens(request: HttpRequest) -> HttpResponse:
     try:
-        call = parse_messages_request(parse_json_body(request.body), count_only=True)
+        call = await asyncio.to_thread(_parsed, request.body, count_only=True)
         _, accepted = await start(await plan_generation(call, count_only=True))
     except ApiError as error:
         return error_response(error)

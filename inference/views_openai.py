@@ -36,7 +36,8 @@ log = logging.getLogger(__name__)
 async def _serve(request: HttpRequest, *, renderer_class, parse) -> HttpResponse:
     """The one path of every OpenAI generation endpoint."""
     try:
-        call = parse(parse_json_body(request.body))
+        # Off the event loop: a body's JSON and its images' base64 and headers are CPU work.
+        call = await asyncio.to_thread(lambda: parse(parse_json_body(request.body)))
         plan = await plan_generation(call, caller=await caller_id(request))
     except ApiError as error:
         return error.response()

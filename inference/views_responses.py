@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from asgiref.sync import sync_to_async
@@ -77,10 +78,13 @@ async def _store(call: ResponsesCall, builder: ResponseBuilder, owner: str) -> N
 @api_endpoint("POST")
 async def responses_create(request: HttpRequest) -> HttpResponse:
     try:
-        body = parse_responses_body(request.body)
-        call = parse_responses_call(body)
+        # Parsing runs off the event loop: JSON, base64 and image headers are CPU work.
+        call = await asyncio.to_thread(
+            lambda: parse_responses_call(parse_responses_body(request.body))
+        )
         owner = await caller_id(request)
-        chat = responses_chat_call(call, await _history(call, owner))
+        history = await _history(call, owner)
+        chat = await asyncio.to_thread(responses_chat_call, call, history)
         plan = await plan_generation(chat, caller=owner)
     except ApiError as error:
         return error.response()
@@ -91,7 +95,9 @@ async def responses_create(request: HttpRequest) -> HttpResponse:
     return await serve(
         plan,
         RESPONSES,
-        lambda accepted: ResponseBuilder(model=plan.model_name, request=_effective(body, plan)),
+        lambda accepted: ResponseBuilder(
+            model=plan.model_name, request=_effective(call.body, plan)
+        ),
         stream=plan.request.stream,
         on_result=store,
     )

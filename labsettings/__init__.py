@@ -35,6 +35,7 @@ from .parsers import (
     parse_kv_by_model,
     parse_kv_group_size,
     parse_list,
+    parse_networks,
     parse_path_limits,
 )
 from .places import BASE_DIR as BASE_DIR  # re-exported: callers import it from here
@@ -263,6 +264,31 @@ class LabSettings(EngineSettings, WorkerSettings):
     max_schema_bytes: int = setting(
         "MLXLAB_MAX_SCHEMA_BYTES", parse_int, 64 * 1024,
         "A JSON schema, regex, grammar or choice list, in bytes.",
+    )  # fmt: skip
+    # Media in chat messages (inference/media/): what one request may bring, and what an
+    # image URL may cost the web process to fetch (issue 49).
+    max_images: int = setting(
+        "MLXLAB_MAX_IMAGES", parse_int, 16, "Images per request, sent or fetched."
+    )
+    max_image_pixels: int = setting(
+        "MLXLAB_MAX_IMAGE_PIXELS", parse_int, 4096 * 4096, "Pixels (width x height) per image."
+    )
+    max_image_bytes: int = setting(
+        "MLXLAB_MAX_IMAGE_BYTES", parse_int, 10 * MIB,
+        "Bytes per image; a fetch is stopped once past it.",
+    )  # fmt: skip
+    media_fetch_seconds: float = setting(
+        "MLXLAB_MEDIA_FETCH_SECONDS", parse_float, 10.0,
+        "The whole fetch of one image URL (every redirect, the name's lookup, the body).",
+    )  # fmt: skip
+    media_allow_private: tuple[str, ...] = setting(
+        "MLXLAB_MEDIA_ALLOW_PRIVATE", parse_networks, (),
+        "Image URLs may reach private, loopback, link-local, multicast or reserved addresses: "
+        "off (none), on (all), or these addresses and networks (10.1.2.0/24,fd00::/8).",
+    )  # fmt: skip
+    max_audio_seconds: float = setting(
+        "MLXLAB_MAX_AUDIO_SECONDS", parse_float, 300.0,
+        "Seconds per audio input, once a model serves audio (none does yet).",
     )  # fmt: skip
     max_n: int = setting("MLXLAB_MAX_N", parse_int, 8, "Choices per prompt (n).")
     max_tokens_limit: int = setting(

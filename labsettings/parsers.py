@@ -82,6 +82,26 @@ def parse_list(text: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in text.split(",") if item.strip())
 
 
+# What "on" opens: every address, IPv4 and IPv6.
+EVERY_NETWORK = ("0.0.0.0/0", "::/0")
+
+
+def parse_networks(text: str) -> tuple[str, ...]:
+    """A boolean (off: none, on: every address) or comma-separated addresses and networks,
+    `10.1.2.0/24,fd00::/8`, each written as its network."""
+    try:
+        return EVERY_NETWORK if parse_bool(text) else ()
+    except ValueError:
+        pass
+    networks = []
+    for item in parse_list(text):
+        try:
+            networks.append(str(ipaddress.ip_network(item, strict=False)))
+        except ValueError:
+            raise ValueError(f"{item!r} is not an address or network (10.0.0.0/8)") from None
+    return tuple(networks)
+
+
 def parse_paths(text: str) -> tuple[Path, ...]:
     """Colon-separated folders, as PATH is; blanks dropped. Relative ones are refused: a
     root that moved with the working directory would confine nothing."""

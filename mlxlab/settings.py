@@ -238,7 +238,12 @@ LOGGING = {
     },
     "root": {"handlers": ["console"], "level": MLXLAB.log_level},
     # django-axes says at every start which lockout it applies; its lockouts still log.
-    "loggers": {"django.request": {"level": "ERROR"}, "axes.apps": {"level": "WARNING"}},
+    # httpx2 logs each request's URL at INFO: an image URL's query may hold a secret.
+    "loggers": {
+        "django.request": {"level": "ERROR"},
+        "axes.apps": {"level": "WARNING"},
+        "httpx2": {"level": "WARNING"},
+    },
 }
 
 # Our middleware answers oversized bodies with a 413; Django's own check (a 400) never fires first.

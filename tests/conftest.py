@@ -331,7 +331,9 @@ def server_home(home: Path, model_folder: Path, **settings: str) -> dict:
 def lab_server(tmp_path_factory, model_folder, redis_url) -> LiveServer:
     """The session's server, with its own database and the default model loaded."""
     home = tmp_path_factory.mktemp("server")
-    env = server_home(home, model_folder)
+    # Image URLs (api/test_image_urls.py): the tests' image server on 127.0.0.1 is the one
+    # non-public address it may fetch from, and a sleeping answer times out soon.
+    env = server_home(home, model_folder, MEDIA_ALLOW_PRIVATE="127.0.0.1", MEDIA_FETCH_SECONDS="2")
     thinking = thinking_model_folder(model_folder, home / "models")
     _manage(env, "add_model", str(thinking), "--name", THINKING_MODEL)
     user_env = {

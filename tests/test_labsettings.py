@@ -82,6 +82,7 @@ def sample(name: str) -> tuple[str, object]:
     special["metrics_access"] = ("loopback", "loopback")
     special["hlg_sampling"] = ("off, toe=8", {"enabled": False, "toe": 8.0})
     special["fill"] = ("echo", "echo")
+    special["media_allow_private"] = ("10.1.2.3, ,fd00::/8", ("10.1.2.3/32", "fd00::/8"))
     if name in special:
         return special[name]
     if kind in ("int", "int | None"):
@@ -307,6 +308,12 @@ def test_the_documented_defaults():
         "max_tools": 128,
         "max_schema_bytes": 64 * 1024,
         "max_n": 8,
+        "max_images": 16,
+        "max_image_pixels": 4096 * 4096,
+        "max_image_bytes": 10 * MIB,
+        "media_fetch_seconds": 10,
+        "media_allow_private": (),
+        "max_audio_seconds": 300,
         "max_tokens_limit": 0,
         "embedding_max_inputs": 2048,
         "embedding_max_input_tokens": 8192,

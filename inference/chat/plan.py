@@ -7,6 +7,7 @@ worker's (engine/prompt.py).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from labsettings import lab_settings
@@ -14,6 +15,7 @@ from labsettings import lab_settings
 from ..adapter_registry import resolve_adapters
 from ..engines import model_record
 from ..errors import ApiError
+from ..media.remote import fetch_remote_images
 from ..model_registry import amodel_named, model_capabilities, model_embedding_support
 from ..models import LanguageModel
 from ..protocol.embedding_folder import CHAT, RERANK
@@ -153,6 +155,8 @@ async def plan_generation(
     record = await model_record(request.model)
     _check_chat_model(record)
     _check_media(record, request)
+    if request.is_chat:  # image URLs are fetched only for a model that takes them
+        request = dataclasses.replace(request, messages=await fetch_remote_images(request.messages))
     adapters = await resolve_adapters(request.adapter, record.name)
     defaults = sampling_defaults(record.path, record.thinking_declaration())
     kwargs = apply_thinking_default(request.template_kwargs, defaults)

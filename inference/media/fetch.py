@@ -1,7 +1,7 @@
-"""Where an image's bytes come from: a `data:` URL's own payload, or base64 sent with its
-type (Anthropic's `source`). Fetching http(s) URLs is the web tier's risk (size, time,
-redirects, private addresses), and not enabled yet: such a URL is a 400 that says so, and
-`image_from_url` is the one function that will fetch them."""
+"""Where an image's bytes come from: a `data:` URL's own payload, base64 sent with its
+type (Anthropic's `source`), or an http(s) URL, kept as a remote part that planning
+fetches within bounds (remote.py). Parsers run off the event loop (the views'
+`asyncio.to_thread`): decoding base64 and reading an image's header are CPU work."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import re
 
 from ..errors import ApiError
 from .images import MIME_TYPES, checked_image
+from .remote import remote_image
 
 # data:[<mime>][;<parameter>...][;base64],<payload> (RFC 2397)
 DATA_URL = re.compile(r"data:(?P<mime>[^;,]*)(?P<parameters>(;[^;,]*)*),", re.IGNORECASE)
@@ -22,11 +23,8 @@ def image_from_url(url: str, *, param: str) -> dict:
     if scheme == "data":
         return checked_image(_data_url_bytes(url, param=param), param=param)
     if scheme in ("http", "https"):
-        raise ApiError(
-            f"{param}: remote image URLs are not enabled yet; send the image as a base64 data: URL",
-            param=param,
-        )
-    raise ApiError(f"{param}: an image URL must be a data: URL", param=param)
+        return remote_image(url, param=param)
+    raise ApiError(f"{param}: an image URL must be an http(s) URL or a data: URL", param=param)
 
 
 def image_from_base64(data: str, *, mime: str, param: str) -> dict:

@@ -19,7 +19,7 @@ from .common import (
     ref,
     stop_list,
 )
-from .openai_requests import ANY_DESCRIPTION
+from .openai_requests import ANY_DESCRIPTION, media_limits
 from .streams import ANTHROPIC_EVENTS, event_stream
 
 TEXT_BLOCK = obj({"type": {"const": "text"}, "text": {"type": "string"}}, ("type", "text"))
@@ -63,8 +63,8 @@ IMAGE_BLOCK = obj(
                 ),
                 obj({"type": {"const": "url"}, "url": {"type": "string"}}, ("type", "url")),
             ],
-            "description": "base64 data, or a URL (remote URLs are not fetched yet); "
-            "a model that does not take images answers a 400.",
+            "description": "base64 data, or an http(s) URL the server fetches (the bounds: "
+            "`messages`); a model that does not take images answers a 400.",
         },
     },
     ("type", "source"),
@@ -87,7 +87,12 @@ MESSAGE = {
 def messages_request(limit: int, *, count_only: bool = False) -> Schema:
     properties: dict[str, Schema] = {
         "model": {"type": "string"},
-        "messages": {"type": "array", "minItems": 1, "items": MESSAGE},
+        "messages": {
+            "type": "array",
+            "minItems": 1,
+            "items": MESSAGE,
+            "description": media_limits(),
+        },
         "system": nullable(TEXT_OR_BLOCKS),
         "tools": nullable(
             {

@@ -2,8 +2,29 @@
 
 from __future__ import annotations
 
+from labsettings import lab_settings
+
 from ..chat.messages import MEDIA_PARTS
+from ..media.remote import MAX_REDIRECTS
 from .common import PREDICTION, Schema, nullable, obj, openai_generation_fields
+
+
+def media_limits() -> str:
+    """The media bounds of the running server, for the description of a turn's messages
+    (images spread over its messages: no maxItems can count them)."""
+    settings = lab_settings
+    return (
+        f"Media in user messages, for a model that takes them: at most {settings.max_images} "
+        f"images per request (MLXLAB_MAX_IMAGES), each at most {settings.max_image_pixels} "
+        f"pixels, width x height (MLXLAB_MAX_IMAGE_PIXELS), and {settings.max_image_bytes} "
+        "bytes (MLXLAB_MAX_IMAGE_BYTES). An http(s) image URL is fetched by the server within "
+        f"{settings.media_fetch_seconds:g} seconds (MLXLAB_MEDIA_FETCH_SECONDS), at most "
+        f"{MAX_REDIRECTS} redirects, from public addresses only unless the server allows "
+        f"others (MLXLAB_MEDIA_ALLOW_PRIVATE). Audio, once served: at most "
+        f"{settings.max_audio_seconds:g} seconds per input (MLXLAB_MAX_AUDIO_SECONDS). Past a "
+        "bound: a 400 naming it."
+    )
+
 
 # Any part with a string `text` is text (OpenAI's `text`, the Responses API's
 # `input_text`...); media parts need a model that sees them (chat/messages.py).
@@ -21,8 +42,8 @@ IMAGE_URL_PART = obj(
                 obj({"url": {"type": "string"}, "detail": {}}, ("url",)),
                 {"type": "string"},
             ],
-            "description": "A base64 data: URL of a PNG, JPEG or WebP image (remote URLs "
-            "are not fetched yet).",
+            "description": "A base64 data: URL of a PNG, JPEG or WebP image, or an http(s) "
+            "URL the server fetches (the bounds: `messages`).",
         },
     },
     ("type", "image_url"),
@@ -157,7 +178,12 @@ def chat_request(limit: int) -> Schema:
     return obj(
         {
             **openai_generation_fields(limit),
-            "messages": {"type": "array", "minItems": 1, "items": CHAT_MESSAGE},
+            "messages": {
+                "type": "array",
+                "minItems": 1,
+                "items": CHAT_MESSAGE,
+                "description": media_limits(),
+            },
             "logprobs": {"type": ["boolean", "null"]},
             "tools": nullable({"type": "array", "items": TOOL}),
             "tool_choice": TOOL_CHOICE,

@@ -21,7 +21,7 @@ from .common import (
     session_field,
     stop_field,
 )
-from .openai_requests import ANY_DESCRIPTION, STRUCTURED_FIELDS
+from .openai_requests import ANY_DESCRIPTION, STRUCTURED_FIELDS, media_limits
 from .streams import RESPONSES_EVENTS, event_stream
 
 INPUT_IMAGE = obj(
@@ -29,8 +29,9 @@ INPUT_IMAGE = obj(
         "type": {"const": "input_image"},
         "image_url": {
             "type": "string",
-            "description": "A base64 data: URL of a PNG, JPEG or WebP image (remote URLs are "
-            "not fetched yet); in user messages, for a model that takes images.",
+            "description": "A base64 data: URL of a PNG, JPEG or WebP image, or an http(s) URL "
+            "the server fetches (the bounds: `input`); in user messages, for a model that takes "
+            "images.",
         },
         "detail": {},
     },
@@ -84,7 +85,10 @@ def responses_request(limit: int) -> Schema:
     return obj(
         {
             "model": {"type": ["string", "null"]},
-            "input": {"anyOf": [{"type": "string"}, {"type": "array", "items": INPUT_ITEM}]},
+            "input": {
+                "anyOf": [{"type": "string"}, {"type": "array", "items": INPUT_ITEM}],
+                "description": media_limits(),
+            },
             "instructions": {"type": ["string", "null"]},
             "previous_response_id": {"type": ["string", "null"]},
             "store": {"type": "boolean", "default": True},

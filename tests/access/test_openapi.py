@@ -70,7 +70,7 @@ def test_schema_follows_the_server(client, db, settings):
     open_security = schema(client)["paths"]["/v1/models"]["get"]["security"]
     assert {} in open_security  # no key yet: the API is open
     api_key_create(user=User.objects.create_user("owner"))
-    settings.MLXLAB = settings.MLXLAB.replace(max_tokens_limit=7)
+    settings.MLXLAB = settings.MLXLAB.replace(max_tokens_limit=7, max_images=3)
     document = schema(client)
     assert {} not in document["paths"]["/v1/models"]["get"]["security"]
     assert document["paths"]["/health"]["get"]["security"] == [{}]
@@ -78,6 +78,9 @@ def test_schema_follows_the_server(client, db, settings):
     assert chat["max_tokens"]["maximum"] == 7 and chat["max_completion_tokens"]["maximum"] == 7
     anthropic = document["components"]["schemas"]["MessagesRequest"]["properties"]
     assert anthropic["max_tokens"]["maximum"] == 7
+    responses = document["components"]["schemas"]["ResponseRequest"]["properties"]
+    for described in (chat["messages"], anthropic["messages"], responses["input"]):
+        assert "at most 3 images per request (MLXLAB_MAX_IMAGES)" in described["description"]
 
 
 def test_schema_and_docs_need_a_login_or_a_key(client, db):

@@ -169,13 +169,13 @@ def test_audio_is_refused_by_models_without_an_audio_tower(client, vision_model)
 @pytest.mark.parametrize(
     "url, message",
     [
-        ("https://example.com/cat.png", "remote image URLs are not enabled yet"),
+        ("ftp://example.com/cat.png", "an image URL must be an http(s) URL or a data: URL"),
         ("data:image/png;base64,%%%", "is not valid base64"),
         (data_url(b"plain text, no picture"), "is not an image of a supported type"),
         (data_url(png(8, 8, seed=1), "image/tiff"), "images of type 'image/tiff' are not"),
         (data_url(png(8, 8, seed=1)[:40]), "image cannot be read"),
     ],
-    ids=["remote", "base64", "not-an-image", "tiff", "truncated"],
+    ids=["ftp", "base64", "not-an-image", "tiff", "truncated"],
 )
 def test_a_bad_image_is_a_400_saying_what_is_wrong(http, vision_model, url, message):
     body = {"model": vision_model, "messages": [image_message(url)], "max_tokens": 1}
