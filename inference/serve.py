@@ -4,7 +4,8 @@ A request that no worker can take, or whose worker dies before the answer
 starts, gets the protocol's 502; one whose worker dies mid-stream ends with the
 protocol's error frame. The exceptions: a request the worker had not yet accepted
 when something outside killed it (SIGKILL, SIGTERM) goes once more to the restarted
-worker (or another replica). Nothing of it had started, and it cannot have caused the
+worker (or another replica), as does one whose remote replica's link was lost while
+another replica serves. Nothing of it had started, and it cannot have caused the
 kill, whereas a crash (a segfault, an abort) may be the request's own doing and is never
 repeated. And an answer whose replica was killed so while another of its model's replicas
 serves goes once more to that one, whose attempt resumes from the killed generation's
@@ -74,9 +75,9 @@ async def _start_one(
         return stream, await stream.accepted()
     except WorkerStopped as error:
         stream.close()
-        if not (again and error.killed_from_outside):
+        if not (again and _unstarted_retry(plan, error)):
             raise
-        log.warning("%s: worker killed before it took a request; sending it again", plan.model_name)
+        log.warning("%s: %s before it took a request; sending it again", plan.model_name, error)
     except Rejected as error:
         raise rejection(error) from None
     except RuntimeError as error:  # the worker failed to prepare a valid request
@@ -85,6 +86,17 @@ async def _start_one(
         stream.close()
         raise
     return await _start_one(plan, again=False)
+
+
+def _unstarted_retry(plan: PlannedGeneration, error: WorkerStopped) -> bool:
+    """Whether a request its worker had not accepted goes once more: its worker was killed
+    from outside (to its successor, or another replica), or the link to its remote
+    replica was lost while another replica serves. A lost link hides whether the request
+    crashed that worker; a partition or a host's restart is far likelier, and going once
+    more risks one more worker at most, against a 502 for every request in flight."""
+    if error.killed_from_outside:
+        return True
+    return error.remote and replicas_serving(plan.model_name) > 0
 
 
 async def serve(

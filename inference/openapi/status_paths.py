@@ -134,6 +134,13 @@ def components() -> dict[str, Schema]:
 
 
 # For staff only, whether or not the API is open.
+REPLICA_ID = {
+    "name": "replica_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string"},
+    "description": "A worker's id in /engine",
+}
 STAFF_ONLY = ("/stats", "/engine", "/metrics", "/engine/replicas/{replica_id}/drain")
 
 
@@ -181,20 +188,23 @@ def paths() -> dict[str, Schema]:
                 "streams while its model's other replicas take the new requests (staff; a "
                 "session needs its CSRF token)",
                 "tags": ["status"],
-                "parameters": [
-                    {
-                        "name": "replica_id",
-                        "in": "path",
-                        "required": True,
-                        "schema": {"type": "string"},
-                        "description": "A worker's id in /engine",
-                    }
-                ],  # fmt: skip
+                "parameters": [REPLICA_ID],
                 "responses": {
                     "202": {"description": "Draining", "content": json_content(ref("Worker"))},
                     **errors("OpenAIError", 403, 404),
                 },
-            }
+            },
+            "delete": {
+                "operationId": "replica_undrain",
+                "summary": "Call a replica's drain off: it takes new requests again at once, in "
+                "the same process (staff; a session needs its CSRF token)",
+                "tags": ["status"],
+                "parameters": [REPLICA_ID],
+                "responses": {
+                    "200": {"description": "In rotation", "content": json_content(ref("Worker"))},
+                    **errors("OpenAIError", 403, 404),
+                },
+            },
         },
         "/metrics": {
             "get": {

@@ -156,6 +156,20 @@ class Residency:
         self.loop.create_task(self._finish_drain(worker))
         return True
 
+    async def _undrain_replica(self, worker_id: str) -> bool:
+        """A drained replica back in rotation at once: a remote one whose host is not to be
+        restarted after all, or a local one whose drain has not ended (it keeps its
+        process). False when no replica has that id."""
+        worker = next((w for w in self.resident() if w.id == worker_id), None)
+        if worker is None:
+            return False
+        if worker.drained:
+            worker.drained = False
+            worker.notify()  # _finish_drain sees it and leaves the process be
+            if worker.state == "ready":
+                self.events.emit("ready", worker.model, worker.id, replica=worker.replica)
+        return True
+
     async def _finish_drain(self, worker: Worker) -> None:
         while worker.streams and worker.state == "ready" and worker.drained:
             await worker.changed.wait()

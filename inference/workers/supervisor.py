@@ -97,6 +97,11 @@ class Supervisor(Residency, RemoteWorkers, WorkerQuestions, AdapterMounts, Compa
         replica has that id."""
         return self.call(self._drain_replica(worker_id))
 
+    def undrain(self, worker_id: str) -> Future:
+        """End a replica's drain: it takes new requests again. False when no replica has
+        that id."""
+        return self.call(self._undrain_replica(worker_id))
+
     @property
     def workers(self) -> dict[str, Worker]:
         """Each resident model's first replica, for callers that know one worker a model."""
