@@ -218,9 +218,17 @@ def _describe(params: dict) -> str:
 
 
 def convert(**kwargs) -> None:
-    """mlx-lm's convert, loaded on first use."""
+    """mlx-lm's convert, or mlx-vlm's (the same arguments) for a model served with its
+    images: mlx-lm's would leave out the vision tower. Loaded on first use."""
     # Imported here so that validating (in the web process) never loads MLX, and the
     # worker's inference.engine import can put its BLAS under MLX first.
+    from inference.protocol.media import folder_media
+
+    if folder_media(kwargs["hf_path"]):
+        from mlx_vlm.convert import convert as mlx_vlm_convert
+
+        mlx_vlm_convert(**kwargs)
+        return
     from mlx_lm.convert import convert as mlx_lm_convert
 
     mlx_lm_convert(**kwargs)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from huggingface_hub import hf_hub_download
 
+from inference.protocol.media import config_media
 from labsettings import lab_settings
 
 from .hub_repos import (
@@ -22,7 +23,7 @@ from .hub_repos import (
     repo_format,
     serving_files,
 )
-from .servable import architecture_problem
+from .servable import architecture_problem, text_only_reason
 
 SORTS = ("downloads", "likes", "last_modified", "created_at", "trending_score")
 LIST_FIELDS = [
@@ -131,6 +132,10 @@ def _servable(kind: str, config: dict | None, ggufs: list[dict]) -> dict:
     if problem:
         return {"servable": False, "reason": problem}
     how = "served as it is" if kind == "mlx" else "converted to MLX when pulled"
+    if config_media(config):
+        how = f"takes images (mlx-vlm), {how}"
+    elif text_only := text_only_reason(config):
+        how = f"{text_only}, {how}"
     return {"servable": True, "reason": f"{config.get('model_type')}: {how}"}
 
 

@@ -1,10 +1,16 @@
-"""Whether the installed mlx-lm (or mlx-embeddings, for an encoder embedding model) can
-load a model, from its config.json alone.
+"""Whether the installed mlx-lm (or mlx-embeddings, for an encoder embedding model, or
+mlx-vlm, for a model that takes images) can load a model, from its config.json alone.
 
 Read without importing mlx-lm (which loads MLX): the architectures are the modules
 under `mlx_lm/models/` that define a `Model`, and the aliases are mlx-lm's public
 `MODEL_REMAPPING` and `MODEL_ARCHITECTURE_REMAPPING` tables, read from its source.
 This is the rule `mlx_lm.utils.load` applies, so a model passed here is one it loads.
+
+A model of one of mlx-vlm's types with a vision (or audio) tower is served through mlx-vlm
+where the engine serves its family (inference/protocol/media.py SERVED_FAMILIES). Of the
+other families, those mlx-lm loads (Gemma 3, say: it drops the vision tower) are served
+as text, as before the lab took images, and the search says so (text_only_reason); the
+rest are not served.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import threading
 from pathlib import Path
 
 from inference.protocol.embedding_folder import is_encoder_config
+from inference.protocol.media import SERVED_FAMILIES, VISION, mlx_vlm_media
 
 # Searches describe repos on several threads; building the tables once at a time keeps
 # ast.parse, which is not safe to run concurrently, to one thread.
@@ -25,6 +32,10 @@ _building = threading.Lock()
 
 def mlx_lm_version() -> str:
     return importlib.metadata.version("mlx-lm")
+
+
+def mlx_vlm_version() -> str:
+    return importlib.metadata.version("mlx-vlm")
 
 
 @functools.cache
@@ -88,7 +99,31 @@ def architecture_problem(config: dict) -> str | None:
     module = mlx_lm_module(config)
     if module is None:
         return "its config.json names no model_type"
+    if media := mlx_vlm_media(config):
+        return media_problem(config, media)
     if module not in loadable_model_types() and not is_encoder_config(config):
         model_type = config.get("model_type")
         return f"model_type '{model_type}' is not supported by mlx-lm {mlx_lm_version()}"
     return None
+
+
+def media_problem(config: dict, media: tuple[str, ...]) -> str | None:
+    """Why the lab cannot serve a model that takes `media` (through mlx-vlm), or None."""
+    model_type = str(config.get("model_type")).replace("-", "_")
+    if model_type in SERVED_FAMILIES or mlx_lm_module(config) in loadable_model_types():
+        return None
+    takes = " and ".join("images" if kind == VISION else kind for kind in media)
+    return (
+        f"model_type '{model_type}' takes {takes} (mlx-vlm {mlx_vlm_version()}), which the"
+        f" lab serves only for {', '.join(SERVED_FAMILIES)}"
+    )
+
+
+def text_only_reason(config: dict) -> str | None:
+    """For a model that takes media the lab does not serve for its family, but mlx-lm
+    loads as text: what the search says of it; else None."""
+    media = mlx_vlm_media(config)
+    if not media or str(config.get("model_type")).replace("-", "_") in SERVED_FAMILIES:
+        return None
+    takes = " and ".join("images" if kind == VISION else kind for kind in media)
+    return f"its {takes} are not served yet for this family (text only)"

@@ -21,7 +21,7 @@ from django.test.utils import override_settings
 from inference.engine.process.startup import prepare_mlx_process
 from tests.databases import database_env, drop_created
 from tests.embedding_fixtures import embedding_folders, embedding_models  # noqa: F401
-from tests.vision_fixtures import vision_folder, vision_model  # noqa: F401
+from tests.vision_fixtures import *  # noqa: F403 (its session fixtures)
 
 # The tests run the engine in this process: its BLAS goes under MLX before any test module
 # imports mlx.core, as in a model worker.

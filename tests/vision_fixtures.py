@@ -1,6 +1,7 @@
-"""The vision-language model of the engine and live-server tests (tests/engine, tests/api),
-built once a session, and registered in the session's server where a test asks for it
-(conftest.py imports these fixtures).
+"""The vision-language models of the engine and live-server tests (tests/engine, tests/api),
+built once a session, and registered in the session's server where a test asks for them
+(conftest.py imports these fixtures): a tiny Qwen2.5-VL (mRoPE) and a tiny SmolVLM
+(Idefics3: plain RoPE, tiled images).
 
 The builders import MLX: they are imported inside the fixtures, since conftest.py imports
 this module before it puts the optimized BLAS under MLX (prepare_mlx_process).
@@ -17,6 +18,7 @@ import pytest
 from tests.embedding_fixtures import REGISTER
 
 ROOT = Path(__file__).resolve().parent.parent
+__all__ = ["smolvlm_folder", "smolvlm_model", "vision_folder", "vision_model"]  # conftest's
 
 
 @pytest.fixture(scope="session")
@@ -28,11 +30,29 @@ def vision_folder(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def vision_model(lab_server, vision_folder) -> str:
-    """The vision model, registered once in the session server's registry; its name."""
-    folders = {vision_folder.name: str(vision_folder)}
+def smolvlm_folder(tmp_path_factory) -> Path:
+    """A tiny random-weight SmolVLM (model type idefics3), its processor the real one."""
+    from tests.vision_models import IDEFICS3_MODEL, build_idefics3_folder
+
+    return build_idefics3_folder(tmp_path_factory.mktemp("vision-models") / IDEFICS3_MODEL)
+
+
+def _register(lab_server, folder: Path) -> str:
+    folders = {folder.name: str(folder)}
     subprocess.run(
         [sys.executable, "manage.py", "shell", "-c", REGISTER.format(folders=folders)],
         cwd=ROOT, env=lab_server.env, check=True, capture_output=True,
     )  # fmt: skip
-    return vision_folder.name
+    return folder.name
+
+
+@pytest.fixture(scope="session")
+def vision_model(lab_server, vision_folder) -> str:
+    """The Qwen2.5-VL model, registered once in the session server's registry; its name."""
+    return _register(lab_server, vision_folder)
+
+
+@pytest.fixture(scope="session")
+def smolvlm_model(lab_server, smolvlm_folder) -> str:
+    """The SmolVLM model, registered once in the session server's registry; its name."""
+    return _register(lab_server, smolvlm_folder)

@@ -61,19 +61,55 @@ TINY_VISION = {
     "fullatt_block_indexes": [1],
 }
 
+# SmolVLM-256M-Instruct (model type idefics3): its tokenizer is SmolLM2's (the default
+# model's) with these added, in this order, which puts each at its real id (<image> 49190,
+# <end_of_utterance> 49279); the special-token wiring its tokenizer_config.json adds.
+IDEFICS3 = "idefics3"
+IDEFICS3_MODEL = "tiny-smolvlm"
+SMOLVLM_TOKENS = [
+    "<global-img>",
+    *(f"<row_{row}_col_{col}>" for row in range(1, 7) for col in range(1, 7)),
+    "<fake_token_around_image>",
+    "<image>",
+    *(f"<|reserved_special_token_{i}|>" for i in range(88)),
+    "<end_of_utterance>",
+]
+SMOLVLM_TOKENIZER = {
+    "eos_token": "<end_of_utterance>",
+    "additional_special_tokens": ["<fake_token_around_image>", "<image>", "<end_of_utterance>"],
+    "processor_class": "Idefics3Processor",
+}
+# Its shrunk shape: a 64-wide Llama of 2 layers, and a 32-wide SigLIP of 2 layers over the
+# real 512-pixel tiles of 16-pixel patches (the processor's tiles are the config's).
+TINY_IDEFICS3_TEXT = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+}
+TINY_IDEFICS3_VISION = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+}
 
 WEIGHT_SCALE = 2.0
 
 
-def _tokenizer_with(folder: Path, tokens: list[str]) -> dict[str, int]:
+def _tokenizer_with(
+    folder: Path, tokens: list[str], copies=("special_tokens_map.json", "generation_config.json")
+) -> dict[str, int]:
     """The default model's tokenizer saved in `folder` with `tokens` added as special
-    tokens; their ids."""
+    tokens, and its `copies`; the tokens' ids."""
     from tokenizers import AddedToken, Tokenizer
 
     tokenizer = Tokenizer.from_file(str(DEFAULT_TOKENIZER_DIR / "tokenizer.json"))
     tokenizer.add_special_tokens([AddedToken(token, special=True) for token in tokens])
     tokenizer.save(str(folder / "tokenizer.json"))
-    for name in ("special_tokens_map.json", "generation_config.json"):
+    for name in copies:
         shutil.copy(DEFAULT_TOKENIZER_DIR / name, folder / name)
     return {token: tokenizer.token_to_id(token) for token in tokens}
 
@@ -95,8 +131,6 @@ def build_qwen2_5_vl_folder(
 ) -> Path:
     """A tiny random-weight Qwen2.5-VL in `folder`, loadable by mlx-vlm with its processor;
     `text` and `vision` replace the shrunk shape's keys (bench/vision.py's larger one)."""
-    from mlx_vlm.utils import get_model_and_args, update_module_configs
-
     source = FILES / QWEN2_5_VL
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -113,9 +147,17 @@ def build_qwen2_5_vl_folder(
         shutil.copy(source / name, folder / name)
     (folder / "config.json").write_text(json.dumps(config, indent=2))
 
+    _save_random_model(folder, config, seed)
+    return folder
+
+
+def _save_random_model(folder: Path, config: dict, seed: int) -> None:
+    """Random weights for `config`, saved as mlx-vlm loads them."""
+    from mlx_vlm.utils import get_model_and_args, update_module_configs
+
     # The model as mlx-vlm's load_model builds it: ModelConfig.from_dict fills in
-    # text_config from the top level, which update_module_configs then types.
-    params = {**copy.deepcopy(config), "text_config": {}}
+    # text_config from the top level where it has none, which update_module_configs types.
+    params = {"text_config": {}, **copy.deepcopy(config)}
     module, _ = get_model_and_args(params)
     model_config = module.ModelConfig.from_dict(params)
     model_config = update_module_configs(model_config, module, params, ["text", "vision"])
@@ -129,6 +171,29 @@ def build_qwen2_5_vl_folder(
     }
     mx.eval(weights)
     mx.save_safetensors(str(folder / "model.safetensors"), weights, metadata={"format": "mlx"})
+
+
+def build_idefics3_folder(folder: Path, seed: int = 0) -> Path:
+    """A tiny random-weight SmolVLM (Idefics3: plain RoPE, image features spliced into the
+    embeddings), loadable by mlx-vlm with its processor: 512-pixel tiles of 64 features."""
+    source = FILES / IDEFICS3
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    ids = _tokenizer_with(folder, SMOLVLM_TOKENS, copies=())
+    assert ids["<image>"] == 49190 and ids["<end_of_utterance>"] == 49279  # the real ids
+    config = json.loads((source / "config.json").read_text())
+    config["text_config"].update(TINY_IDEFICS3_TEXT)
+    config["vision_config"].update(TINY_IDEFICS3_VISION)
+    config["torch_dtype"] = "float32"
+    tokenizer_config = json.loads((DEFAULT_TOKENIZER_DIR / "tokenizer_config.json").read_text())
+    tokenizer_config.pop("chat_template", None)  # SmolVLM's is chat_template.json's
+    tokenizer_config.update(SMOLVLM_TOKENIZER)
+    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
+    for name in ("preprocessor_config.json", "processor_config.json", "chat_template.json",
+                 "generation_config.json"):  # fmt: skip
+        shutil.copy(source / name, folder / name)
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    _save_random_model(folder, config, seed)
     return folder
 
 

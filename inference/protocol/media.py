@@ -11,9 +11,10 @@ rest of the registry's facts are: a model type mlx-vlm implements, with a vision
 audio) tower in its config. mlx-lm also loads some such folders, silently as text only;
 the config, not the library that happens to load it, decides. Of mlx-vlm's families, those
 the engine serves are listed (SERVED_FAMILIES): each passes its own inputs to its language
-model (Qwen2.5-VL its mRoPE positions; Qwen3-VL adds deepstack features, Gemma 3 masks of
-its own), and a family joins once the engine passes them and a test checks its tokens
-against mlx-vlm's. Until then such a folder is what it was: text, where mlx-lm loads it.
+model (Qwen2.5-VL its mRoPE positions; Idefics3, SmolVLM's, none past the embeddings;
+Qwen3-VL adds deepstack features, Gemma 3 masks of its own), and a family joins once the
+engine passes them and a test checks its tokens against mlx-vlm's. Until then such a
+folder is what it was: text, where mlx-lm loads it.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ VISION = "vision"  # the capability of taking images
 # The config keys of a model's vision and audio towers, as mlx-vlm's models name them.
 VISION_CONFIG_KEYS = ("vision_config",)
 AUDIO_CONFIG_KEYS = ("audio_config",)
-# mlx-vlm's model types the engine serves with their media (engine/media/).
-SERVED_FAMILIES = ("qwen2_5_vl",)
+# mlx-vlm's model types the engine serves with their media (engine/media/). SmolVLM2's
+# own type (smolvlm) runs Idefics3's model but another processor: not checked yet.
+SERVED_FAMILIES = ("qwen2_5_vl", "idefics3")
 
 
 def image_part(data: bytes, *, mime: str, sha256: str) -> dict:

@@ -1,10 +1,10 @@
 """Images in chat messages, through the official `openai` and `anthropic` SDKs (chat
-completions, Responses, Messages), on the session's live server and a real model worker: a
-tiny random-weight Qwen2.5-VL (tests/vision_models.py) served through mlx-vlm, and the
-default model, which takes text only.
+completions, Responses, Messages), on the session's live server and real model workers:
+a tiny random-weight Qwen2.5-VL and a tiny SmolVLM (tests/vision_models.py) served through
+mlx-vlm, and the default model, which takes text only.
 
-The model is registered by tests/conftest.py's `vision_model`; its worker loads on the
-first request beside the default model's.
+The models are registered by tests/conftest.py's `vision_model` and `smolvlm_model`; each
+one's worker loads on its first request beside the default model's.
 """
 
 from __future__ import annotations
@@ -74,6 +74,22 @@ def test_another_image_is_another_prompt(client, vision_model):
     # where it starts, not through its 4 placeholders (a 56x56 picture's).
     assert cached[2] == answers[0].usage.prompt_tokens - 1
     assert cached[1] + 4 < cached[2]
+    logprobs = [[c.logprob for c in answer.choices[0].logprobs.content] for answer in answers]
+    assert logprobs[0] == logprobs[2] != logprobs[1]
+
+
+def test_the_sdk_sends_an_image_to_a_second_family(client, http, smolvlm_model):
+    """SmolVLM (Idefics3): plain RoPE, the image cut in 512-pixel tiles, each of 64
+    placeholders between tokens of their own (a wide picture: four tiles and a global one)."""
+    listed = {m["id"]: m["capabilities"] for m in http.get("/v1/models").json()["data"]}
+    assert listed[smolvlm_model] == ["chat", "vision"]
+    one, other = (image_message(data_url(png(112, 28, seed=seed))) for seed in (16, 17))
+    answers = [ask(client, smolvlm_model, [m], logprobs=True) for m in (one, other, one)]
+    assert answers[0].usage.prompt_tokens > 5 * 64
+    assert answers[0].choices[0].finish_reason == "length"
+    cached = [answer.usage.prompt_tokens_details.cached_tokens for answer in answers]
+    assert cached[2] == answers[0].usage.prompt_tokens - 1  # the same picture: all of it
+    assert cached[1] + 64 < cached[2]  # another: up to its first placeholder
     logprobs = [[c.logprob for c in answer.choices[0].logprobs.content] for answer in answers]
     assert logprobs[0] == logprobs[2] != logprobs[1]
 

@@ -3,6 +3,7 @@ the real Celery worker, then serving them through the openai SDK."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import subprocess
@@ -164,6 +165,51 @@ def test_an_architecture_mlx_lm_cannot_load_is_refused_before_downloading(jobs_l
     assert job["status"] == "failed"
     assert "model_type 'whisper' is not supported by mlx-lm 0.32" in job["error"]
     assert hub.bytes_served.get(("someone/smol-whisper", "model.safetensors"), 0) == 0
+
+
+GEMMA3_VISION = {"model_type": "gemma3", "vision_config": {"hidden_size": 8}}
+
+
+@pytest.fixture(scope="module")
+def vision_repos(hub, smolvlm_folder, tiny_model_folder) -> list[str]:
+    """SmolVLM (a family the engine serves with its images) in MLX and transformers
+    format, and Gemma 3 with a vision tower (mlx-vlm's; served as text, without them)."""
+    hub.add_model_repo("mlx-community/tiny-smolvlm", repo_files(smolvlm_folder), library_name="mlx")
+    hub.add_model_repo("HuggingFaceTB/tiny-smolvlm", repo_files(smolvlm_folder))
+    hub.add_model_repo("google/tiny-gemma3-vl", repo_files(tiny_model_folder, **GEMMA3_VISION))
+    return ["mlx-community/tiny-smolvlm", "HuggingFaceTB/tiny-smolvlm", "google/tiny-gemma3-vl"]
+
+
+def test_search_says_which_vision_models_are_servable(vision_repos, client):
+    answer = client.get("/api/hub/models", params={"search": "tiny-", "limit": 20})
+    assert answer.status_code == 200, answer.text
+    by_id = {r["id"]: r for r in answer.json()["results"]}
+    mlx, transformers, gemma = (by_id[repo] for repo in vision_repos)
+    assert mlx["servable"] is True and mlx["model_type"] == "idefics3"
+    assert mlx["reason"] == "idefics3: takes images (mlx-vlm), served as it is"
+    assert transformers["servable"] is True
+    assert (
+        transformers["reason"] == "idefics3: takes images (mlx-vlm), converted to MLX when pulled"
+    )
+    # A family whose images the lab does not serve yet, which mlx-lm loads: text, as before.
+    assert gemma["servable"] is True
+    assert gemma["reason"].startswith("gemma3: its images are not served yet for this family")
+
+
+def test_a_vision_model_is_pulled_and_sees_an_image(jobs_lab, hub, vision_repos, client):
+    from tests.vision_models import png
+
+    job = jobs_lab.wait_job(pull(client, repo_id="mlx-community/tiny-smolvlm")["id"])
+    assert job["status"] == "succeeded", job["error"]
+    assert registry(client)["tiny-smolvlm"]["capabilities"] == ["chat", "vision"]
+    sdk = openai.OpenAI(base_url=f"{jobs_lab.url}/v1", api_key=jobs_lab.api_key, timeout=300)
+    url = "data:image/png;base64," + base64.b64encode(png(112, 28, seed=1)).decode()
+    image = {"type": "image_url", "image_url": {"url": url}}
+    reply = sdk.chat.completions.create(
+        model="tiny-smolvlm", max_tokens=2, temperature=0,
+        messages=[{"role": "user", "content": [image, {"type": "text", "text": "What?"}]}],
+    )  # fmt: skip
+    assert reply.usage.prompt_tokens > 5 * 64  # four tiles and a global one, 64 each
 
 
 def test_a_disk_without_room_is_refused(jobs_lab, hub, client, tiny_model_folder):

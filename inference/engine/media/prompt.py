@@ -11,7 +11,9 @@ arrays, but as plain data, no computation, read back here at once).
 Every placeholder token of an image is the same id, whatever the image: the prompt cache
 would take two pictures for one. So the prompt has a second spelling for the cache,
 `key_tokens`, where each image's placeholders are ids drawn from its sha256, above any
-vocabulary: a prefix then matches only through the same images.
+vocabulary: a prefix then matches only through the same images. Where an image's
+placeholders come in several runs (SmolVLM's, a run a tile), the runs are keyed by all the
+prompt's images together.
 """
 
 from __future__ import annotations
@@ -60,6 +62,31 @@ def template_messages(messages: list[dict]) -> list[dict]:
             message = {**message, "content": content}
         out.append(message)
     return out
+
+
+# A chat template that reads a message's content only as a list of parts (SmolVLM's: it
+# loops over the content, and a string's characters have no type) renders a plain string
+# as nothing; such a template gets each string as one text part instead.
+PROBE = "mlxlab-probe"
+
+
+def reads_string_content(render) -> bool:
+    """Whether the template that `render(messages)` runs shows a plain string's content; a
+    template that refuses the probe is taken to (the ordinary case)."""
+    try:
+        return PROBE in render([{"role": "user", "content": PROBE}])
+    except Exception:  # jinja raises whatever the template author chose
+        return True
+
+
+def text_parts(messages: list[dict]) -> list[dict]:
+    """The messages with each string content made a list of one text part."""
+    return [
+        {**message, "content": [{"type": "text", "text": message["content"]}]}
+        if isinstance(message.get("content"), str)
+        else message
+        for message in messages
+    ]
 
 
 def prompt_media(messages: list[dict]) -> list[dict]:

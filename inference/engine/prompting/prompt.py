@@ -15,7 +15,14 @@ from ..acceleration.loader import LoadedModel
 from ..drafts.draft_model import DraftModels, vocabulary
 from ..drafts.drafting import DraftPlan
 from ..drafts.fill import CallShape
-from ..media.prompt import MediaRefused, prepare_media, prompt_media, template_messages
+from ..media.prompt import (
+    MediaRefused,
+    prepare_media,
+    prompt_media,
+    reads_string_content,
+    template_messages,
+    text_parts,
+)
 from .cache_boundary import CacheBoundary
 from .fill_plan import call_shape, fill_plan
 from .grammar import GrammarCompiler, GrammarError, degrade_instruction
@@ -95,6 +102,7 @@ class PromptBuilder:
             self.render, lambda text: tokenizer.encode(text, add_special_tokens=False)
         )
         self.depth_levels = template_levels(getattr(tokenizer, "chat_template", None))
+        self.string_content = reads_string_content(self._apply_template)
         self.history = history or history_for(tokenizer)  # the engine's: it records replies
 
     @property
@@ -209,15 +217,11 @@ class PromptBuilder:
 
     def render(self, messages: list[dict], *, tools=None, kwargs=None) -> str:
         """The prompt text; a template that rejects the messages or overruns is a 400."""
+        if not self.string_content:
+            messages = text_parts(messages)
         try:
             with time_limit(self.render_seconds):
-                return self.loaded.tokenizer.apply_chat_template(
-                    messages,
-                    tools=tools or None,
-                    add_generation_prompt=True,
-                    tokenize=False,
-                    **(kwargs or {}),
-                )
+                return self._apply_template(messages, tools=tools, kwargs=kwargs)
         except RenderTimeout:
             raise PromptRejected(
                 f"the chat template took longer than {self.render_seconds:g} s to render",
@@ -225,6 +229,15 @@ class PromptBuilder:
             ) from None
         except Exception as exc:  # jinja raises whatever the template author chose
             raise PromptRejected(f"prompt build failed: {exc}", param="messages") from None
+
+    def _apply_template(self, messages: list[dict], *, tools=None, kwargs=None) -> str:
+        return self.loaded.tokenizer.apply_chat_template(
+            messages,
+            tools=tools or None,
+            add_generation_prompt=True,
+            tokenize=False,
+            **(kwargs or {}),
+        )
 
     def _encode(self, text: str, param: str, **options) -> list[int]:
         """The prompt's tokens; one far past the context is refused from a prefix alone.
