@@ -50,6 +50,38 @@ def test_eviction_keeps_edges_whole():
     assert tree.match("x" * 20 + "first") == 20
 
 
+def test_a_cut_lets_go_of_what_shares_more_than_the_kept_prefix():
+    tree = PrefixTree(max_chars=10_000)
+    for text in ("stem/one/a", "stem/one/b", "stem/two", "other"):
+        tree.insert(text)
+    tree.cut("stem/one/c", len("stem/o"))  # in the middle of an edge
+    assert tree.match("stem/one/a") == tree.match("stem/one/b") == len("stem/o")
+    assert tree.match("stem/two") == len("stem/two") and tree.match("other") == len("other")
+    assert tree.chars == len("stem/") + len("o") + len("two") + len("other")
+    tree.cut("stem/two", 0)  # from the root: everything along its path
+    assert tree.match("stem/o") == 0 and tree.chars == len("other")
+    tree.cut("other", len("other"))  # nothing past a whole match
+    assert tree.match("other") == len("other")
+
+
+def test_an_answer_s_cached_tokens_correct_the_tree():
+    """A replica that had only part of a conversation cached (it evicted the rest) holds
+    no branch sharing more with it; what it answered it holds whole again."""
+    router = Router(imbalance=8)
+    first, second = _chat("a" * 400, "b" * 300), _chat("a" * 400, "c" * 300)
+    for call in (first, second):
+        router.choose([Candidate("r", 0)], route_key(call))
+    third = route_key(_chat("a" * 400, "d" * 300))
+    router.observe("r", third, prompt_tokens=100, cached=40)  # about the shared "a"s
+    tree, gone = router.trees["r"], route_key(second).text
+    shared = next(i for i, (x, y) in enumerate(zip(gone, third.text, strict=True)) if x != y)
+    assert tree.match(gone) == shared < len(gone)  # its own branch is gone
+    assert tree.match(third.text) == len(third.text)
+    owner_only = route_key(_chat("zzz"))
+    router.observe("r", owner_only, prompt_tokens=10, cached=0)  # another owner's stay
+    assert tree.match(third.text) >= third.owner
+
+
 def _chat(*contents: str, session: str | None = None) -> wire.GenerateCall:
     messages = [
         {"role": "user" if i % 2 == 0 else "assistant", "content": text}

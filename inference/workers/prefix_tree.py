@@ -4,7 +4,8 @@ SGLang's cache-aware router keeps such a tree per worker, of the texts it routed
 and evicts the least recently used leaves past a size bound: it approximates what the
 worker's prompt cache holds without asking it. `match` says how many leading characters
 of a prompt the replica was last sent, so a conversation's next turn finds the replica
-that prefilled its earlier ones.
+that prefilled its earlier ones. `cut` corrects it from what the replica reports: past the
+prefix it said it had cached of a prompt, it holds nothing along that prompt's path.
 """
 
 from __future__ import annotations
@@ -69,6 +70,35 @@ class PrefixTree:
             node, at = child, at + shared
         if self.chars > self.max_chars:
             self._evict()
+
+    def cut(self, text: str, keep: int) -> None:
+        """Let go of all the tree holds past `text`'s first `keep` characters along its
+        path: what shares more than those with it, the replica was found not to hold."""
+        node, at = self._root, 0
+        while at < len(text):
+            child = node.children.get(text[at])
+            if child is None:
+                return
+            shared = _common(child.edge, text[at:])
+            if at + shared > keep:  # the cut falls in this edge (or at its start)
+                if keep > at:
+                    child = self._split(child, keep - at)
+                    node, child = child, next(iter(child.children.values()))
+                self._drop(node, child)
+                return
+            if shared < len(child.edge):
+                return
+            node, at = child, at + shared
+
+    def _drop(self, parent: _Node, child: _Node) -> None:
+        """Remove `child` and everything under it."""
+        del parent.children[child.edge[0]]
+        stack = [child]
+        while stack:
+            node = stack.pop()
+            self.chars -= len(node.edge)
+            stack.extend(node.children.values())
+        child.parent = None
 
     def _split(self, child: _Node, at: int) -> _Node:
         """Cut `child`'s edge after `at` characters; the new middle node is returned."""

@@ -4,8 +4,9 @@ In this order, as SGLang's cache-aware router and llm-d's prefix-aware scheduler
 
 1. a request naming a prompt-cache session goes to the replica that holds that session;
 2. else to the replica that was sent the longest prefix of its prompt (a PrefixTree per
-   replica, of what this web process routed there), when that prefix is long enough to
-   save a prefill worth having (PREFIX_MIN_CHARS);
+   replica, of what this web process routed there, cut back by what each answer's
+   `cached_tokens` says the replica no longer held: `observe`), when that prefix is long
+   enough to save a prefill worth having (PREFIX_MIN_CHARS);
 3. else to the least loaded, ties to the longest prefix, then to the least used.
 
 A replica holding `imbalance` more requests than the least loaded one loses its
@@ -39,6 +40,7 @@ class RouteKey:
 
     session: str | None
     text: str
+    owner: int = 0  # the text's first characters that name its cache entries' owner
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ def route_key(call: object) -> RouteKey:
     else:
         body = "\n" + (call.text or "")
     session = f"{call.cache_scope}\0{call.cache_session}" if call.cache_session else None
-    return RouteKey(session, owner + body)
+    return RouteKey(session, owner + body, len(owner))
 
 
 def _canonical(value: object) -> str:
@@ -117,6 +119,18 @@ class Router:
             ).id
         self._record(chosen, reason, key)
         return chosen, reason
+
+    def observe(self, replica_id: str, key: RouteKey, prompt_tokens: int, cached: int) -> None:
+        """A replica's answer to a prompt routed there: it had `cached` of its
+        `prompt_tokens` tokens. Past that share of the prompt (its owner's part always
+        kept: other owners' entries are not in question), it held nothing along that
+        prompt's path, which it now holds whole again."""
+        tree = self.trees.get(replica_id)
+        if tree is None or not key.text or prompt_tokens <= 0:
+            return
+        share = min(cached / prompt_tokens, 1.0)
+        tree.cut(key.text, key.owner + int((len(key.text) - key.owner) * share))
+        tree.insert(key.text)
 
     def forget(self, replica_id: str) -> None:
         """A replica gone for good (stopped, evicted): its tree and sessions go with it."""

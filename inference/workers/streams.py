@@ -122,6 +122,7 @@ class RequestStream:
         self.cancel: Callable[[], None] = lambda: None  # set once sent to a worker
         self.worker_state: Callable[[], str] = lambda: "stopped"
         self.watchers: tuple[Watcher, ...] = ()  # see each event as it is read (metrics.py)
+        self.route = None  # routing.RouteKey it was routed by, among replicas; None: one
 
     def deliver(self, kind: str, payload: object) -> None:
         """Called on the supervisor's loop."""

@@ -34,7 +34,7 @@ from .companions import Companions
 from .events import EventLog
 from .remote import RemoteWorkers, send_now
 from .residency import Residency
-from .routing import Candidate, route_key
+from .routing import Candidate, RouteKey, route_key
 from .streams import STOPPED, EngineUnavailable, ExitStatus, RequestStream
 from .worker import FINAL_KINDS, Replicas, SupervisorConfig, Worker, exit_status
 
@@ -153,16 +153,17 @@ class Supervisor(Residency, RemoteWorkers, WorkerQuestions, AdapterMounts, Compa
         self.loop.run_forever()
 
     async def _open(self, model, path, size_bytes, call, stream: RequestStream) -> None:
-        worker = await self._ready_worker(model, path, size_bytes, call)
+        worker, key = await self._ready_worker(model, path, size_bytes, call)
         if self._drafts_beside(worker, call):
             call = await self._with_companion(worker, call)
             if not worker.serving:  # it stopped while its companion loaded
-                worker = await self._ready_worker(model, path, size_bytes, call)
+                worker, key = await self._ready_worker(model, path, size_bytes, call)
         request_id = next(self._request_ids)
         # Encoded first: a call that cannot be (wire.Unencodable) leaves nothing behind.
         frame = wire.encode(wire.CALL_KINDS[type(call)], request_id, call)
         socket = worker.socket
         worker.streams[request_id] = stream
+        stream.route = key
         worker.last_used = time.monotonic()
         if stream.ended:  # the caller left while this was on its way
             worker.streams.pop(request_id, None)
@@ -188,8 +189,11 @@ class Supervisor(Residency, RemoteWorkers, WorkerQuestions, AdapterMounts, Compa
                 worker.leaving[request_id] = (now, stream)
             worker.notify()
 
-    async def _ready_worker(self, model: str, path: str, size_bytes: int, call=None) -> Worker:
-        """A replica of the model that serves, once one does: started, waited for, or refused.
+    async def _ready_worker(
+        self, model: str, path: str, size_bytes: int, call=None
+    ) -> tuple[Worker, RouteKey | None]:
+        """A replica of the model that serves, once one does: started, waited for, or
+        refused; and the key it was routed by (_route).
 
         A request counts as waiting on the replicas it first finds; a drain serves those
         before they stop, so an eviction never starves a request already waiting.
@@ -220,12 +224,16 @@ class Supervisor(Residency, RemoteWorkers, WorkerQuestions, AdapterMounts, Compa
                 group.waiters -= 1
                 group.notify()
 
-    def _route(self, group: Replicas, serving: list[Worker], call) -> Worker:
+    def _route(
+        self, group: Replicas, serving: list[Worker], call
+    ) -> tuple[Worker, RouteKey | None]:
+        """The replica for `call`, and the key it was routed by (None: one replica)."""
         if len(group.workers) == 1 or call is None:
-            return serving[0]
+            return serving[0], None
         candidates = [Candidate(w.id, len(w.streams)) for w in serving]
-        chosen, _ = group.router.choose(candidates, route_key(call))
-        return next(w for w in serving if w.id == chosen)
+        key = route_key(call)
+        chosen, _ = group.router.choose(candidates, key)
+        return next(w for w in serving if w.id == chosen), key
 
     def _spawn(self, group: Replicas, replica: int, size_bytes: int) -> Worker:
         worker_id = f"w{next(self._ids)}"
@@ -311,6 +319,11 @@ class Supervisor(Residency, RemoteWorkers, WorkerQuestions, AdapterMounts, Compa
                     left[1].settle(payload)
                 continue
             stream.deliver(kind, payload)
+            if kind == "finished" and stream.route is not None and worker.group is not None:
+                # Its cached_tokens say what the replica still held: the router learns it.
+                worker.group.router.observe(
+                    worker.id, stream.route, payload.prompt_tokens, payload.cached_tokens
+                )
             if kind in FINAL_KINDS or (kind == "accepted" and stream.count_only):
                 worker.streams.pop(request_id, None)
                 worker.notify()
