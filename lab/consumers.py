@@ -15,6 +15,7 @@ from access.callers import acaller_for_user
 from inference import json_body
 from inference.accounting import CALLER
 from inference.api.limits import admission_of
+from inference.chat.call import ChatCall
 from inference.chat.plan import plan_generation
 from inference.errors import ApiError
 from inference.protocol.events import Failed, Finished, ReasoningDelta, TextDelta
@@ -39,22 +40,42 @@ UNAUTHENTICATED = 4401  # the websocket counterpart of HTTP 401
 RUN_KEY = re.compile(r"[A-Za-z0-9-]{1,64}")
 
 
+def _plan(user, message: dict) -> tuple[Turn, ChatCall]:
+    """Work out an action and its chat call without changing anything yet: off the event
+    loop, since reading the images (base64, their headers) is CPU work."""
+    turn = _plan_turn(user, message)
+    call = chat_call(turn.settings, turn.turns)
+    turn.keep_images(call.messages)
+    return turn, call
+
+
 def _plan_turn(user, message: dict) -> Turn:
-    """Work out an action from the page without changing anything yet."""
     settings = parse_settings(message)
     kind = message.get("type")
     if kind == "send":
-        text = message.get("content")
-        if not isinstance(text, str) or not text.strip():
+        text, images = message.get("content"), attached_images(message.get("images"))
+        if not isinstance(text, str) or not (text.strip() or images):
             raise ChatInputError("content must be a non-empty string")
         run = side_by_side_run(message.get("side_by_side_run"))
-        return plan_send(user, message.get("conversation"), text, settings, run)
+        return plan_send(user, message.get("conversation"), text, settings, run, images)
     if kind == "regenerate":
         return plan_regenerate(user, message.get("conversation"), settings)
     text = message.get("content")
     if not isinstance(text, str) or not text.strip():
         raise ChatInputError("content must be a non-empty string")
     return plan_edit(user, message.get("conversation"), message.get("message"), text, settings)
+
+
+def attached_images(value) -> list[str]:
+    """The data: URLs of the images the page attached (the API's chat parser checks each);
+    the page sends files, never an address for the server to fetch."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(
+        isinstance(url, str) and url[:5].lower() == "data:" for url in value
+    ):
+        raise ChatInputError("images must be a list of data: URLs")
+    return value
 
 
 def side_by_side_run(value) -> str:
@@ -151,8 +172,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def _start(self, message: dict) -> None:
         received = time.monotonic()  # the reply's figures count from here, loading included
         try:
-            turn = await database_sync_to_async(_plan_turn)(self.user, message)
-            call = chat_call(turn.settings, turn.turns)
+            turn, call = await database_sync_to_async(_plan)(self.user, message)
             plan = await plan_generation(call, caller=f"user:{self.user.pk}")
             # The user's limits and budget, as the API's; their usage is recorded the same.
             caller = await acaller_for_user(self.user)

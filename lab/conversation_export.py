@@ -1,12 +1,15 @@
 """A saved conversation as a file: Markdown to read, or JSON in OpenAI's chat shape
 (`{"model", "messages"}`, a body POST /v1/chat/completions takes as it is). Either holds
-the shown branch: the versions the page shows, as the model would read them."""
+the shown branch: the versions the page shows, as the model would read them. A user
+message's images go in as data: URLs (OpenAI's image_url parts; Markdown image links), so
+the file is whole without the lab."""
 
 from __future__ import annotations
 
 import json
 import re
 
+from .message_images import data_url, images_by_message, wire_content
 from .message_tree import conversation_path
 from .models import Conversation
 
@@ -19,8 +22,11 @@ def openai_messages(conversation: Conversation) -> list[dict]:
     messages = []
     if conversation.system_prompt.strip():
         messages.append({"role": "system", "content": conversation.system_prompt})
-    for message in conversation_path(conversation):
-        messages.append({"role": message.role, "content": message.content})
+    path = conversation_path(conversation)
+    images = images_by_message(path)
+    for message in path:
+        urls = [data_url(image) for image in images[message.id]]
+        messages.append({"role": message.role, "content": wire_content(message.content, urls)})
     return messages
 
 
@@ -35,12 +41,19 @@ def as_markdown(conversation: Conversation) -> str:
         parts += [f"Model: `{conversation.model}`", ""]
     if conversation.system_prompt.strip():
         parts += ["## System", "", conversation.system_prompt.strip(), ""]
-    for message in conversation_path(conversation):
+    path = conversation_path(conversation)
+    images = images_by_message(path)
+    for message in path:
         parts += [f"## {ROLE_HEADINGS.get(message.role, message.role)}", ""]
         if message.reasoning.strip():
             parts += ["<details><summary>Thinking</summary>", "", message.reasoning.strip()]
             parts += ["", "</details>", ""]
-        parts += [message.content.strip() or "_(empty)_", ""]
+        links = [
+            f"![Image {i + 1}]({data_url(image)})" for i, image in enumerate(images[message.id])
+        ]
+        text = message.content.strip() or ("" if links else "_(empty)_")
+        for block in (text, " ".join(links)):
+            parts += [block, ""] if block else []
     return "\n".join(parts)
 
 

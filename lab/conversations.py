@@ -8,26 +8,39 @@ reads and extends its shown branch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.db import transaction
 
 from .chat_settings import ChatInputError, ChatSettings
+from .message_images import (
+    data_url,
+    image_parts,
+    images_by_message,
+    page_images,
+    store_images,
+    wire_content,
+    wire_turns,
+)
 from .message_tree import add_message, conversation_path, copy_lineage, versions_of
 from .models import Conversation, Message
 from .side_by_side import variant_of
 
 TITLE_LENGTH = 60
+IMAGE_TITLE = "Image"  # a first message of images and no text
 
 
 def title_from(text: str) -> str:
-    line = " ".join(text.split())
+    line = " ".join(text.split()) or IMAGE_TITLE
     return line if len(line) <= TITLE_LENGTH else line[: TITLE_LENGTH - 1] + "…"
 
 
-def message_dict(message: Message, versions: list[int] | None = None) -> dict:
+def message_dict(
+    message: Message, versions: list[int] | None = None, images: list[dict] | None = None
+) -> dict:
     """A message for the page; `versions`: the ids of its turn's versions, its own among
-    them (oldest first), from which the page draws "< 2 / 3 >"."""
+    them (oldest first), from which the page draws "< 2 / 3 >"; `images`: its images
+    (message_images.page_images)."""
     versions = versions or [message.id]
     return {
         "id": message.id,
@@ -39,6 +52,7 @@ def message_dict(message: Message, versions: list[int] | None = None) -> dict:
         "parent": message.parent_id,
         "version": versions.index(message.id) + 1 if message.id in versions else 1,
         "versions": versions,
+        "images": images or [],
     }
 
 
@@ -78,6 +92,13 @@ class Turn:
     hides: bool = False  # regenerate and edit: the page hides what they replace
     hides_after: int | None = None
     side_by_side_run: str = ""  # a new conversation of a side-by-side run
+    new_images: list[dict] = field(default_factory=list)  # the new user message's, checked
+
+    def keep_images(self, messages: list[dict]) -> None:
+        """Take the new user message's images from the normalised messages sent to the
+        model (the API parser's checked parts), to be stored on commit."""
+        if self.user_text is not None:
+            self.new_images = image_parts(messages[-1]["content"])
 
     @transaction.atomic
     def commit(self, owner, model: str) -> tuple[Conversation, Message | None, Message]:
@@ -87,7 +108,7 @@ class Turn:
         conversation.model = model
         conversation.system_prompt = self.settings.system_prompt
         conversation.params = self.settings.saved()
-        if self.conversation is None and self.user_text:
+        if self.conversation is None and self.user_text is not None:
             conversation.side_by_side_run = self.side_by_side_run
             conversation.title = (
                 side_by_side_title(variant_of(conversation), self.user_text)
@@ -102,6 +123,7 @@ class Turn:
         user_message = add_message(
             conversation=conversation, parent=self.parent, role="user", content=self.user_text
         )
+        store_images(user_message, self.new_images)
         return conversation, user_message, user_message
 
     def _edits_the_title(self, conversation: Conversation) -> bool:
@@ -109,10 +131,6 @@ class Turn:
         first = next((t for t in self.turns if t["role"] == "user"), None)
         edits_first = first is not None and first is self.turns[-1]
         return edits_first and conversation.title == title_from(self.edited.content)
-
-
-def _turns(messages) -> list[dict]:
-    return [{"role": m.role, "content": m.content} for m in messages]
 
 
 def _owned(owner, conversation_id) -> Conversation:
@@ -125,16 +143,22 @@ def _owned(owner, conversation_id) -> Conversation:
 
 
 def plan_send(
-    owner, conversation_id, text: str, settings: ChatSettings, side_by_side_run: str = ""
+    owner,
+    conversation_id,
+    text: str,
+    settings: ChatSettings,
+    side_by_side_run: str = "",
+    images: list[str] | None = None,
 ) -> Turn:
-    """A user message after the shown branch's last turn (a new conversation for None)."""
-    turn = [{"role": "user", "content": text}]
+    """A user message after the shown branch's last turn (a new conversation for None);
+    `images`: the data: URLs of the images it carries."""
+    turn = [{"role": "user", "content": wire_content(text, images or [])}]
     if conversation_id is None:
         return Turn(None, settings, turn, user_text=text, side_by_side_run=side_by_side_run)
     conversation = _owned(owner, conversation_id)
     path = conversation_path(conversation)
     parent = path[-1] if path else None
-    return Turn(conversation, settings, _turns(path) + turn, user_text=text, parent=parent)
+    return Turn(conversation, settings, wire_turns(path) + turn, user_text=text, parent=parent)
 
 
 def plan_regenerate(owner, conversation_id, settings: ChatSettings) -> Turn:
@@ -147,20 +171,26 @@ def plan_regenerate(owner, conversation_id, settings: ChatSettings) -> Turn:
         raise ChatInputError("there is no user message to answer")
     answers = path[-1]
     return Turn(
-        conversation, settings, _turns(path), answers=answers, hides=True, hides_after=answers.id
+        conversation,
+        settings,
+        wire_turns(path),
+        answers=answers,
+        hides=True,
+        hides_after=answers.id,
     )
 
 
 def plan_edit(owner, conversation_id, message_id, text: str, settings: ChatSettings) -> Turn:
-    """A new version of a user message of the shown branch; the edited one keeps its own
-    branch."""
+    """A new version of a user message of the shown branch, with its images; the edited
+    one keeps its own branch."""
     conversation = _owned(owner, conversation_id)
     path = conversation_path(conversation)
     index = next((i for i, m in enumerate(path) if m.id == message_id), None)
     if index is None or path[index].role != "user":
         raise ChatInputError(f"no user message {message_id} in this conversation")
     edited = path[index]
-    turns = _turns(path[:index]) + [{"role": "user", "content": text}]
+    images = [data_url(image) for image in images_by_message([edited])[edited.id]]
+    turns = wire_turns(path[:index]) + [{"role": "user", "content": wire_content(text, images)}]
     return Turn(
         conversation, settings, turns, user_text=text, parent=path[index - 1] if index else None,
         edited=edited, hides=True, hides_after=edited.parent_id,
@@ -182,7 +212,7 @@ def save_reply(
 
 def new_user_message(message: Message) -> dict:
     """The websocket's user_message: the new message with its turn's versions."""
-    return message_dict(message, versions_of(message))
+    return message_dict(message, versions_of(message), page_images([message])[message.id])
 
 
 def branch(conversation: Conversation, message: Message) -> Conversation:

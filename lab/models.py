@@ -73,6 +73,27 @@ class Message(models.Model):
         return f"{self.role}: {self.content[:40]}"
 
 
+class MessageImage(models.Model):
+    """An image a user message carried, in the order sent: its bytes as the API's parser
+    checked them (inference/media/images.py), kept in the database beside the text so that
+    a conversation is whole wherever the database goes (docs/LAB_UI.md, "Images")."""
+
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="images")
+    position = models.PositiveSmallIntegerField()
+    mime = models.CharField(max_length=32)  # sniffed from the bytes: png, jpeg or webp
+    sha256 = models.CharField(max_length=64)
+    data = models.BinaryField()
+
+    class Meta:
+        ordering = ["message_id", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["message", "position"], name="unique_image_position")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.mime} image {self.position + 1} of message {self.message_id}"
+
+
 class Preset(models.Model):
     """A saved system prompt with sampling parameters, per user."""
 

@@ -12,11 +12,15 @@ to a proxy) would bypass these classes.
 
 from __future__ import annotations
 
+import os
+
 # daphne.cli imports daphne.server, which must install Twisted's asyncio reactor before
 # anything imports twisted.internet.reactor: these imports come first.
 from daphne.cli import CommandLineInterface
 from daphne.http_protocol import HTTPFactory
 from daphne.server import Server
+
+from labsettings import LabSettings
 
 from .http_limits import LimitedChannel, LimitedRequest
 
@@ -57,6 +61,13 @@ class LabCommandLine(CommandLineInterface):
 
     description = "MLX Lab's HTTP/WebSocket server (Daphne, with body limits and clocks)"
     server_class = LimitedServer
+
+    def __init__(self) -> None:
+        super().__init__()
+        # A chat page's message may carry images (docs/LAB_UI.md, "Images"): it is held to
+        # an API body's bound, MLXLAB_MAX_REQUEST_BYTES, not Daphne's 1 MiB default.
+        limit = LabSettings.from_environ(os.environ).max_request_bytes
+        self.parser.set_defaults(websocket_max_message_size=limit, websocket_max_frame_size=limit)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ import { apiGet } from './api.js';
 import { MessageActions } from './chat_actions.js';
 import { SettingsPanel } from './chat_panel.js';
 import { ExportMenu } from './chat_export.js';
-import { PanelToggle, setPageTitle, setUrl, wireComposer } from './chat_layout.js';
+import { composerAttachments } from './chat_images.js';
+import { chatPanelToggles, setPageTitle, setUrl, wireComposer } from './chat_layout.js';
 import { MessageColumn, StreamingBubble, cancelEdit, createMessage } from './chat_render.js';
 import { ConversationList } from './chat_sidebar.js';
 import { ChatSocket } from './chat_socket.js';
@@ -29,7 +30,7 @@ const state = {
   conversationId: null,
   view: 0, // bumped whenever the column shows another conversation
   generating: false,
-  request: null, // the reply in flight: {view, conversationId, pendingText, pendingNode, editing}
+  request: null, // the reply in flight: {view, conversationId, pendingText, pendingImages, pendingNode, editing}
   bubble: null, // its StreamingBubble, while it is shown
   interrupted: false, // the socket dropped mid-reply: reload once it is back
 };
@@ -43,7 +44,10 @@ const panel = new SettingsPanel({
   defaultModel: readJsonScript('default-model', ''),
   chatMaxTokens: readJsonScript('chat-max-tokens', null),
   onError: showError,
+  onModelChange: (name) => attachments.setModel(name, panel.takesImages(name)),
 });
+
+const attachments = composerAttachments({ form: dom.form, composer: dom.composer, onError: showError });
 
 const exportMenu = new ExportMenu();
 
@@ -63,21 +67,7 @@ const sidebar = new ConversationList({
 
 const socket = new ChatSocket({ onMessage: handleServerMessage, onStatus: socketStatus });
 
-const sidebarToggle = new PanelToggle({
-  layout: dom.layout,
-  button: $('toggle-sidebar'),
-  closeButton: $('close-sidebar'),
-  className: 'sidebar-hidden',
-  narrowQuery: '(max-width: 760px)',
-});
-
-const settingsToggle = new PanelToggle({
-  layout: dom.layout,
-  button: $('toggle-settings'),
-  closeButton: $('close-settings'),
-  className: 'settings-hidden',
-  narrowQuery: '(max-width: 1100px)',
-});
+const { sidebarToggle, settingsToggle } = chatPanelToggles(dom.layout);
 
 const resizeComposer = wireComposer(dom.composer, () => sendComposer());
 
@@ -143,7 +133,7 @@ async function newChat({ historyMode = 'push' } = {}) {
 // ---- requests
 
 // Sends one websocket request with the panel's settings; false if it could not go out.
-function startRequest(payload, { pendingText = null, editing = null, supersede = null } = {}) {
+function startRequest(payload, { pendingText = null, pendingImages = [], editing = null, supersede = null } = {}) {
   if (state.generating) {
     showError('A reply is still being generated: stop it first.');
     return false;
@@ -158,10 +148,12 @@ function startRequest(payload, { pendingText = null, editing = null, supersede =
     return false;
   }
   clearError();
-  state.request = { view: state.view, conversationId: payload.conversation ?? null, pendingText, editing };
+  const conversationId = payload.conversation ?? null;
+  state.request = { view: state.view, conversationId, pendingText, pendingImages, editing };
   setGenerating(true);
   const model = settings.model || panel.fallbackModel() || 'the model';
-  const shown = showWaiting(column, { model, loading: !panel.isLoaded(model), pendingText, supersede });
+  const loading = !panel.isLoaded(model);
+  const shown = showWaiting(column, { model, loading, pendingText, pendingImages, supersede });
   state.bubble = shown.bubble;
   state.request.pendingNode = shown.pendingNode;
   return true;
@@ -169,9 +161,13 @@ function startRequest(payload, { pendingText = null, editing = null, supersede =
 
 function sendComposer() {
   const text = dom.composer.value;
-  if (!text.trim() || state.generating) return;
+  if ((!text.trim() && !attachments.count) || state.generating) return;
+  const images = attachments.take();
   const payload = { type: 'send', conversation: state.conversationId, content: text };
-  if (startRequest(payload, { pendingText: text })) {
+  if (images.length) payload.images = images.map((image) => image.url);
+  if (!startRequest(payload, { pendingText: text, pendingImages: images })) {
+    attachments.restore(images);
+  } else {
     dom.composer.value = '';
     resizeComposer();
     dom.composer.focus(); // ready for the next message, whatever was clicked to send
@@ -204,13 +200,20 @@ function stopGenerating() {
   if (socket.hasQueued()) {
     // Never reached the server: take the request back.
     socket.clearQueue();
-    if (state.request?.pendingText && !dom.composer.value) dom.composer.value = state.request.pendingText;
-    undoEdit(state.request?.editing);
+    giveBack(state.request);
     dropWaiting(column, state.bubble, state.request?.pendingNode);
     finishRequest();
     return;
   }
   socket.send({ type: 'stop' }); // the server answers with `done` (finish_reason cancelled)
+}
+
+// A refused or taken-back request: its text and images go back to the composer rather
+// than be lost, and an edited message back to its saved text.
+function giveBack(request) {
+  if (request?.pendingText && !dom.composer.value) dom.composer.value = request.pendingText;
+  if (request?.pendingImages?.length && !attachments.count) attachments.restore(request.pendingImages);
+  undoEdit(request?.editing);
 }
 
 // ---- server messages
@@ -229,7 +232,8 @@ const handlers = {
 
   user_message({ message }) {
     const pending = state.request?.pendingNode || state.request?.editing;
-    if (state.request) Object.assign(state.request, { pendingText: null, pendingNode: null, editing: null });
+    const sent = { pendingText: null, pendingImages: [], pendingNode: null, editing: null };
+    if (state.request) Object.assign(state.request, sent);
     if (!viewingRequest()) return;
     const replacing = column.find(message.id) || (pending?.isConnected ? pending : null);
     column.place(createMessage(message), replacing);
@@ -278,9 +282,7 @@ const handlers = {
     const request = state.request;
     if (viewingRequest()) dropWaiting(column, state.bubble, request?.pendingNode);
     else state.bubble?.begin();
-    // A refused send: give the text back rather than lose it.
-    if (request?.pendingText && !dom.composer.value) dom.composer.value = request.pendingText;
-    undoEdit(request?.editing); // back to the saved text
+    giveBack(request);
     finishRequest();
   },
 };

@@ -48,6 +48,18 @@ export class PanelToggle {
   }
 }
 
+// The chat page's two side panels: the conversations, floating on a phone, and the
+// settings, floating below a wide screen.
+export function chatPanelToggles(layout) {
+  const $ = (id) => document.getElementById(id);
+  const panel = (name, className, narrowQuery) =>
+    new PanelToggle({ layout, button: $(`toggle-${name}`), closeButton: $(`close-${name}`), className, narrowQuery });
+  return {
+    sidebarToggle: panel('sidebar', 'sidebar-hidden', '(max-width: 760px)'),
+    settingsToggle: panel('settings', 'settings-hidden', '(max-width: 1100px)'),
+  };
+}
+
 const MAX_COMPOSER_PX = 240;
 
 // Enter sends, Shift+Enter (or Enter while an IME is composing) types a newline; the box

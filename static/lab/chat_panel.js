@@ -29,8 +29,10 @@ const $ = (id) => document.getElementById(id);
 export class SettingsPanel {
   // chatMaxTokens: where the page's max tokens starts (MLXLAB_CHAT_MAX_TOKENS), capped by
   // the model's context; the API's own default (the model's defaults) is its placeholder.
-  constructor({ defaultModel, chatMaxTokens, onError }) {
+  // onModelChange(name): another model is picked (its capabilities: takesImages()).
+  constructor({ defaultModel, chatMaxTokens, onError, onModelChange = () => {} }) {
     this.defaultModel = defaultModel || '';
+    this.onModelChange = onModelChange;
     this.chatMaxTokens = Number.isInteger(chatMaxTokens) && chatMaxTokens > 0 ? chatMaxTokens : null;
     this.onError = onError;
     this.models = [];
@@ -125,6 +127,12 @@ export class SettingsPanel {
     return Boolean(this.models.find((model) => model.name === name)?.loaded);
   }
 
+  // Whether the model takes images ("vision"); null when it is not listed.
+  takesImages(name) {
+    const model = this.models.find((item) => item.name === name);
+    return model ? (model.capabilities || []).includes('vision') : null;
+  }
+
   fallbackModel() {
     if (this.defaultModel) return this.defaultModel;
     const marked = this.models.find((model) => model.default);
@@ -141,6 +149,7 @@ export class SettingsPanel {
     const name = this.picker.value;
     const request = ++this.detailsRequest;
     delete this.picker.dataset.detailsFor;
+    this.onModelChange(name);
     this.adapters.refresh(name); // in parallel with the details; it reports its own errors
     if (!name) {
       this.modelInfo = null;
