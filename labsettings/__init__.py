@@ -288,7 +288,7 @@ class LabSettings(EngineSettings, WorkerSettings):
     )  # fmt: skip
     max_audio_seconds: float = setting(
         "MLXLAB_MAX_AUDIO_SECONDS", parse_float, 300.0,
-        "Seconds per audio input, once a model serves audio (none does yet).",
+        "Seconds per audio input (a longer clip is a 400).",
     )  # fmt: skip
     max_n: int = setting("MLXLAB_MAX_N", parse_int, 8, "Choices per prompt (n).")
     max_tokens_limit: int = setting(

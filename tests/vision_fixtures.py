@@ -1,7 +1,7 @@
 """The vision-language models of the engine and live-server tests (tests/engine, tests/api),
 built once a session, and registered in the session's server where a test asks for them
-(conftest.py imports these fixtures): a tiny Qwen2.5-VL (mRoPE) and a tiny SmolVLM
-(Idefics3: plain RoPE, tiled images).
+(conftest.py imports these fixtures): a tiny Qwen2.5-VL (mRoPE), a tiny SmolVLM
+(Idefics3: plain RoPE, tiled images) and a tiny Gemma 3n (audio).
 
 The builders import MLX: they are imported inside the fixtures, since conftest.py imports
 this module before it puts the optimized BLAS under MLX (prepare_mlx_process).
@@ -18,7 +18,14 @@ import pytest
 from tests.embedding_fixtures import REGISTER
 
 ROOT = Path(__file__).resolve().parent.parent
-__all__ = ["smolvlm_folder", "smolvlm_model", "vision_folder", "vision_model"]  # conftest's
+__all__ = [  # conftest's
+    "gemma3n_folder",
+    "gemma3n_model",
+    "smolvlm_folder",
+    "smolvlm_model",
+    "vision_folder",
+    "vision_model",
+]
 
 
 @pytest.fixture(scope="session")
@@ -35,6 +42,14 @@ def smolvlm_folder(tmp_path_factory) -> Path:
     from tests.vision_models import IDEFICS3_MODEL, build_idefics3_folder
 
     return build_idefics3_folder(tmp_path_factory.mktemp("vision-models") / IDEFICS3_MODEL)
+
+
+@pytest.fixture(scope="session")
+def gemma3n_folder(tmp_path_factory) -> Path:
+    """A tiny random-weight Gemma 3n (audio), its processor the real one."""
+    from tests.audio_models import GEMMA3N_MODEL, build_gemma3n_folder
+
+    return build_gemma3n_folder(tmp_path_factory.mktemp("audio-models") / GEMMA3N_MODEL)
 
 
 def _register(lab_server, folder: Path) -> str:
@@ -56,3 +71,9 @@ def vision_model(lab_server, vision_folder) -> str:
 def smolvlm_model(lab_server, smolvlm_folder) -> str:
     """The SmolVLM model, registered once in the session server's registry; its name."""
     return _register(lab_server, smolvlm_folder)
+
+
+@pytest.fixture(scope="session")
+def gemma3n_model(lab_server, gemma3n_folder) -> str:
+    """The Gemma 3n model, registered once in the session server's registry; its name."""
+    return _register(lab_server, gemma3n_folder)

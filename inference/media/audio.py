@@ -1,8 +1,12 @@
-"""Audio a client sent (OpenAI's `input_audio`: base64 wav or mp3), checked by its header."""
+"""Audio a client sent (OpenAI's `input_audio`: base64 wav or mp3), checked by its header and
+its length (MLXLAB_MAX_AUDIO_SECONDS). The parse runs off the event loop (views_openai.py):
+reading an mp3's length decodes its frames."""
 
 from __future__ import annotations
 
 import hashlib
+
+from labsettings import lab_settings
 
 from ..errors import ApiError
 from ..protocol.media import audio_part
@@ -28,4 +32,24 @@ def checked_audio(value, *, param: str) -> dict:
     data = decode_base64(value["data"], param=param, what="its data")
     if not _looks_like(data, audio_format):
         raise ApiError(f"{param}: the data is not {audio_format} audio", param=param)
+    _check_seconds(data, audio_format, param)
     return audio_part(data, audio_format=audio_format, sha256=hashlib.sha256(data).hexdigest())
+
+
+def _check_seconds(data: bytes, audio_format: str, param: str) -> None:
+    import miniaudio  # mlx-vlm's reader of wav and mp3
+
+    read = miniaudio.wav_get_info if audio_format == "wav" else miniaudio.mp3_get_info
+    try:
+        seconds = read(data).duration
+    except miniaudio.DecodeError:
+        raise ApiError(
+            f"{param}: the {audio_format} audio cannot be decoded", param=param
+        ) from None
+    limit = lab_settings.max_audio_seconds
+    if seconds > limit:
+        raise ApiError(
+            f"{param}: the audio is {seconds:.1f} seconds long, more than this server's limit "
+            f"of {limit:g} seconds (MLXLAB_MAX_AUDIO_SECONDS)",
+            param=param,
+        )

@@ -10,8 +10,9 @@ Which models take images and audio is read from a folder's config.json alone, as
 rest of the registry's facts are: a model type mlx-vlm implements, with a vision (or
 audio) tower in its config. mlx-lm also loads some such folders, silently as text only;
 the config, not the library that happens to load it, decides. Of mlx-vlm's families, those
-the engine serves are listed (SERVED_FAMILIES): each passes its own inputs to its language
-model (Qwen2.5-VL its mRoPE positions; Idefics3, SmolVLM's, none past the embeddings;
+the engine serves are listed (SERVED_FAMILIES), with the media it serves of each: each passes
+its own inputs to its language model (Qwen2.5-VL its mRoPE positions; Idefics3, SmolVLM's,
+none past the embeddings; Gemma 3n its audio tower's features and per-layer embeddings;
 Qwen3-VL adds deepstack features, Gemma 3 masks of its own), and a family joins once the
 engine passes them and a test checks its tokens against mlx-vlm's. Until then such a
 folder is what it was: text, where mlx-lm loads it.
@@ -33,9 +34,10 @@ VISION = "vision"  # the capability of taking images
 # The config keys of a model's vision and audio towers, as mlx-vlm's models name them.
 VISION_CONFIG_KEYS = ("vision_config",)
 AUDIO_CONFIG_KEYS = ("audio_config",)
-# mlx-vlm's model types the engine serves with their media (engine/media/). SmolVLM2's
-# own type (smolvlm) runs Idefics3's model but another processor: not checked yet.
-SERVED_FAMILIES = ("qwen2_5_vl", "idefics3")
+# mlx-vlm's model types the engine serves, and which of their media (engine/media/).
+# SmolVLM2's own type (smolvlm) runs Idefics3's model but another processor: not checked
+# yet. Gemma 3n's images are not checked either (its vision tower is too big for a test).
+SERVED_FAMILIES = {"qwen2_5_vl": (VISION,), "idefics3": (VISION,), "gemma3n": (AUDIO,)}
 
 
 def image_part(data: bytes, *, mime: str, sha256: str) -> dict:
@@ -79,9 +81,8 @@ def mlx_vlm_media(config: dict) -> tuple[str, ...]:
 
 def config_media(config: dict) -> tuple[str, ...]:
     """What media the engine takes with a model of this config (through mlx-vlm)."""
-    if str(config.get("model_type", "")).replace("-", "_") not in SERVED_FAMILIES:
-        return ()
-    return mlx_vlm_media(config)
+    served = SERVED_FAMILIES.get(str(config.get("model_type", "")).replace("-", "_"), ())
+    return tuple(kind for kind in mlx_vlm_media(config) if kind in served)
 
 
 def folder_media(folder: str | Path) -> tuple[str, ...]:

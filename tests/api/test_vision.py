@@ -174,8 +174,10 @@ def test_a_text_only_model_refuses_an_image_on_every_surface(client, claude):
 
 
 def test_audio_is_refused_by_models_without_an_audio_tower(client, vision_model):
-    wav = base64.b64encode(b"RIFF\x24\x00\x00\x00WAVEfmt ").decode()
-    audio = {"type": "input_audio", "input_audio": {"data": wav, "format": "wav"}}
+    from tests.audio_models import wav
+
+    clip = base64.b64encode(wav(0.25)).decode()
+    audio = {"type": "input_audio", "input_audio": {"data": clip, "format": "wav"}}
     for model in (DEFAULT_MODEL, vision_model):
         with pytest.raises(openai.BadRequestError) as caught:
             ask(client, model, [{"role": "user", "content": [audio]}])

@@ -197,7 +197,8 @@ def test_which_models_take_images_is_read_from_the_config(
     assert folder_media(vision_folder) == folder_media(smolvlm_folder) == ("vision",)
     assert folder_media(model_folder) == ()  # the default model: text only
     qwen = {"model_type": "qwen2_5_vl", "vision_config": {"depth": 2}}
-    assert config_media({**qwen, "audio_config": {"d_model": 8}}) == ("vision", "audio")
+    # Of a family, the media the engine serves: Qwen2.5-VL's images, not an audio tower's.
+    assert config_media({**qwen, "audio_config": {"d_model": 8}}) == ("vision",)
     assert config_media({"model_type": "qwen2_5_vl"}) == ()  # no tower, no images
     # mlx-vlm serves Gemma 3's images too; the engine does not yet (its own masks).
     gemma = {"model_type": "gemma3", "vision_config": {"hidden_size": 8}}

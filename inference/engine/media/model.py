@@ -9,9 +9,14 @@ negative) is the row's own. mlx-vlm keeps such positions on the language model o
 between calls, for the one sequence its `generate` runs; a batch has many, so every call
 here passes explicit positions, computed from each row's cache offset and delta: the
 language model then keeps no state from one call to the next.
+
+A family whose language model makes its own caches (Gemma 3n's: sliding windows, and fewer
+caches than layers, its last layers reading earlier layers' KV) has them made by it.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import mlx.core as mx
 
@@ -27,6 +32,13 @@ class VisionLanguageModel:
         # are three a token, and each row's are passed explicitly.
         probe = vlm.get_input_embeddings(mx.array([[0]]))
         self.mrope = probe.rope_deltas is not None
+        if hasattr(vlm, "make_cache"):
+            self.make_cache = vlm.make_cache  # mlx-lm's make_prompt_cache asks for it
+        # Gemma 3n scales a text token's embedding by sqrt(width) (transformers'
+        # Gemma3nTextScaledWordEmbedding; mlx-vlm's Gemma3Model when it embeds ids itself),
+        # and mlx-vlm 0.7.10's get_input_embeddings does not: scaled here, so that a
+        # prompt's text embeds as its decode steps and a text row's own prompt do.
+        self.text_scale = vlm.config.text_config.hidden_size**0.5 if _scales(vlm) else None
 
     @property
     def layers(self) -> list:
@@ -61,6 +73,23 @@ class VisionLanguageModel:
         positions = offset.reshape(-1, 1) + mx.arange(length)
         return mx.broadcast_to(positions[None], (3, batch, length))
 
+    def prompt_embeddings(self, tokens: mx.array, pixels=None, **arrays):
+        """mlx-vlm's get_input_embeddings of a prompt (batch, length) and its media, the
+        text positions scaled where the family scales them (text_scale)."""
+        features = self.vlm.get_input_embeddings(tokens, pixels, **arrays)
+        if self.text_scale is not None:
+            text = (tokens < self.vlm.embed_vision.vocab_offset)[..., None]
+            embeddings = features.inputs_embeds
+            scaled = mx.where(text, embeddings * self.text_scale, embeddings)
+            features = dataclasses.replace(features, inputs_embeds=scaled)
+        return features
+
     def embed(self, tokens: mx.array) -> mx.array:
-        """The embeddings of text tokens (batch, length) -> (batch, length, width)."""
-        return self.vlm.get_input_embeddings(tokens).inputs_embeds
+        """The embeddings of text tokens (batch, length) -> (batch, length, width), as the
+        language model embeds them from their ids."""
+        embeddings = self.vlm.get_input_embeddings(tokens).inputs_embeds
+        return embeddings if self.text_scale is None else embeddings * self.text_scale
+
+
+def _scales(vlm) -> bool:
+    return getattr(vlm.config, "model_type", None) == "gemma3n"

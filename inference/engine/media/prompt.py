@@ -6,10 +6,12 @@ The template renders a placeholder where each image stood (Qwen's
 repeats each placeholder once per embedding the vision tower will give it. What the
 engine needs later (the pixels, the grids) travels as numpy arrays: the engine thread
 makes its own MLX arrays of them (one thread owns MLX; mlx-vlm's processors hand back MLX
-arrays, but as plain data, no computation, read back here at once).
+arrays, but as plain data, no computation, read back here at once). Audio goes the same
+way: decoded to the feature extractor's rate (media/audio.py), its `<audio_soft_token>`
+placeholder (Gemma 3n's) repeated by the processor, its log-mel frames the arrays.
 
-Every placeholder token of an image is the same id, whatever the image: the prompt cache
-would take two pictures for one. So the prompt has a second spelling for the cache,
+Every placeholder token of an image (or a clip) is the same id, whatever the image: the
+prompt cache would take two pictures for one. So the prompt has a second spelling for the cache,
 `key_tokens`, where each image's placeholders are ids drawn from its sha256, above any
 vocabulary: a prefix then matches only through the same images. Where an image's
 placeholders come in several runs (SmolVLM's, a run a tile), the runs are keyed by all the
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...protocol.media import AUDIO, IMAGE, VISION
+from .audio import AudioUndecodable, decode_audio, sampling_rate
 
 # Keyed placeholder ids: 2**32 and up, clear of every vocabulary; 32 bits of the hash
 # a position, so an image's first eight positions spell its whole digest.
@@ -102,14 +105,28 @@ def prompt_media(messages: list[dict]) -> list[dict]:
 
 def _check_taken(takes: tuple[str, ...], name: str, parts: list[dict]) -> None:
     """The web side refuses media a model does not take; a worker asked anyway (a client
-    of its socket) says so too. Audio is not served yet by any."""
+    of its socket) says so too."""
     for kind, capability in ((IMAGE, VISION), (AUDIO, AUDIO)):
         if any(part["type"] == kind for part in parts) and capability not in takes:
             raise MediaRefused(
                 f"model '{name}' does not accept {kind} input", code="model_not_supported"
             )
-    if any(part["type"] == AUDIO for part in parts):
-        raise MediaRefused("audio input is not served yet")
+
+
+def _decoded(processor, parts: list[dict]) -> tuple[list, list]:
+    """The images (PIL) and the clips (samples at the feature extractor's rate) of `parts`."""
+    from mlx_vlm.utils import load_image
+
+    try:
+        images = [load_image(io.BytesIO(part["data"])) for part in parts if part["type"] == IMAGE]
+    except ValueError as error:
+        raise MediaRefused(f"an image cannot be decoded: {error}") from None
+    clips = [part["data"] for part in parts if part["type"] == AUDIO]
+    try:
+        clips = [decode_audio(data, rate=sampling_rate(processor)) for data in clips]
+    except AudioUndecodable as error:
+        raise MediaRefused(str(error)) from None
+    return images, clips
 
 
 def prepare_media(loaded, name: str, text: str, parts: list[dict]) -> tuple[list[int], MediaPrompt]:
@@ -117,19 +134,15 @@ def prepare_media(loaded, name: str, text: str, parts: list[dict]) -> tuple[list
 
     `loaded` is the worker's model (acceleration/loader.py LoadedModel), `text` the rendered
     prompt; a model that does not take the media is MediaRefused."""
-    from mlx_vlm.apc import media_token_spans, multimodal_token_ids_from_config
-    from mlx_vlm.utils import load_image, prepare_inputs, should_add_special_tokens
+    from mlx_vlm.utils import prepare_inputs, should_add_special_tokens
 
     _check_taken(loaded.media, name, parts)
     processor, config = loaded.processor, loaded.model.config
-    images = [part for part in parts if part["type"] == IMAGE]
-    try:
-        decoded = [load_image(io.BytesIO(part["data"])) for part in images]
-    except ValueError as error:
-        raise MediaRefused(f"an image cannot be decoded: {error}") from None
+    images, clips = _decoded(processor, parts)
     inputs = prepare_inputs(
         processor,
-        images=decoded,
+        images=images or None,  # an empty list is a batch of none, against one prompt
+        audio=clips or None,
         prompts=[text],
         add_special_tokens=should_add_special_tokens(config.model_type, processor),
     )
@@ -139,9 +152,20 @@ def prepare_media(loaded, name: str, text: str, parts: list[dict]) -> tuple[list
         for name, value in inputs.items()
         if name not in ("input_ids", "attention_mask") and value is not None
     }
-    hashes = tuple(part["sha256"] for part in images)
-    spans = media_token_spans(tokens, multimodal_token_ids_from_config(config))
+    hashes = tuple(part["sha256"] for part in parts)
+    spans = _placeholder_spans(tokens, config)
     return tokens, MediaPrompt(arrays, hashes, key_tokens(tokens, spans, hashes))
+
+
+def _placeholder_spans(tokens: list[int], config) -> tuple:
+    """The runs of image and audio placeholders, in prompt order (mlx-vlm's spans know the
+    image and video tokens; Gemma 3n's audio token is added)."""
+    from mlx_vlm.apc import media_token_spans, multimodal_token_ids_from_config
+
+    ids = multimodal_token_ids_from_config(config)
+    if getattr(config, "audio_token_id", None) is not None:
+        ids.add(int(config.audio_token_id))
+    return media_token_spans(tokens, ids)
 
 
 def key_tokens(tokens: list[int], spans, hashes: tuple[str, ...]) -> tuple[int, ...]:

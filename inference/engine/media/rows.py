@@ -27,11 +27,12 @@ class RowMedia:
 
 def row_media(model, tokens: list[int], media: MediaPrompt) -> RowMedia:
     """The embeddings and positions of `tokens` (a prompt, and any tokens replayed after
-    it), its images run through the vision tower: mlx-vlm's get_input_embeddings, as its
-    own generate computes them."""
+    it), its images (clips) run through the vision (audio) tower: mlx-vlm's
+    get_input_embeddings, as its own generate computes them (model.py: Gemma 3n's text
+    scaled)."""
     arrays = {name: mx.array(value) for name, value in media.arrays.items()}
     pixels = arrays.pop("pixel_values", None)
-    features = model.vlm.get_input_embeddings(mx.array([tokens]), pixels, **arrays)
+    features = model.prompt_embeddings(mx.array([tokens]), pixels, **arrays)
     positions = features.position_ids
     delta = 0 if features.rope_deltas is None else int(features.rope_deltas.reshape(-1)[0].item())
     if positions is not None:
