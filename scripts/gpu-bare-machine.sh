@@ -4,6 +4,7 @@
 # (scripts/gpu-wheelhouse.py unpack). Logs and answers go to $OUT (default var/gpu-run).
 #   scripts/gpu-bare-machine.sh setup   # make setup from the wheelhouse, twice (timed)
 #   scripts/gpu-bare-machine.sh serve   # make run, one chat completion (three, timed), /stats
+#   scripts/gpu-bare-machine.sh served  # make run, then bench/gpu_served.py against it
 set -uo pipefail
 W=${GPU_WHEELHOUSE:-$HOME/gpu-wheelhouse}
 OUT=${OUT:-var/gpu-run}
@@ -68,8 +69,19 @@ PY
   kill -TERM -- "-$group" 2>/dev/null; sleep 12; kill -KILL -- "-$group" 2>/dev/null; true
 }
 
+served() {  # bench/gpu_served.py against this lab: the engine alone, then over HTTP
+  local u=http://127.0.0.1:${PORT:-8000}
+  setsid make run > "$OUT/run.log" 2>&1 &
+  local group=$!
+  for _ in $(seq 240); do curl -s -o /dev/null "$u/health" && break; sleep 0.5; done
+  local key; key=$(.venv/bin/python manage.py create_api_key --user admin --label gpu-served 2>/dev/null)
+  .venv/bin/python bench/gpu_served.py --out "$OUT" --url "$u" --key "$key" "${@}" 2>&1 | tee "$OUT/served.txt"
+  kill -TERM -- "-$group" 2>/dev/null; sleep 12; kill -KILL -- "-$group" 2>/dev/null; true
+}
+
 case "${1:-}" in
   setup) setup ;;
   serve) serve ;;
-  *) echo "usage: $0 setup|serve" >&2; exit 2 ;;
+  served) shift; served "$@" ;;
+  *) echo "usage: $0 setup|serve|served [gpu_served.py options]" >&2; exit 2 ;;
 esac

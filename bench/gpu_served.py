@@ -1,0 +1,151 @@
+"""Served throughput: the running lab over HTTP against the engine alone, in one sitting.
+
+    python3 bench/gpu_served.py --out DIR [--url http://127.0.0.1:8000] [--key KEY]
+        [--model smollm2-135m-instruct] [--folder var/models/smollm2-135m-instruct]
+        [--streams 1,8,32,64,128] [--tokens 128]
+
+The lab (`make run`) serves `--model`, whose folder is `--folder`; this process runs the
+same folder in an engine of its own (as bench/gpu.py does, the lab's worker idle
+meanwhile), then sends the same prompts to the lab with the `openai` SDK (async, streamed,
+greedy): per concurrency, the aggregate tokens/s of engine and lab, best of two rounds,
+and one stream's time to first token. Every request's prompt is its own (a number in
+front), so no side measures a prompt-cache hit the other does not. Targets (issue 53):
+served aggregate at least 90% of the engine's at every concurrency, and served time to
+first token within 5 ms of the engine's. Runs on the CPU too, slowly: a smoke run is
+`--streams 1,2 --tokens 8`. Writes DIR/gpu_served.json and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from inference.engine.process.startup import prepare_mlx_process  # noqa: E402
+
+prepare_mlx_process()  # before anything imports mlx.core: the BLAS goes under MLX
+
+from openai import AsyncOpenAI  # noqa: E402
+
+from bench.gpu import as_served, collect  # noqa: E402
+from bench.workload import CONCURRENT_PROMPTS  # noqa: E402
+
+ROUNDS = 2
+TTFT_REPEATS = 5
+
+
+def texts(count: int, round_: int) -> list[str]:
+    return [
+        f"Request {round_}-{i}. {CONCURRENT_PROMPTS[i % len(CONCURRENT_PROMPTS)]}"
+        for i in range(count)
+    ]
+
+
+def engine_side(folder: Path, streams: list[int], tokens: int) -> dict:
+    from inference.engine import Engine, EngineConfig, GenerationRequest, load_model
+
+    config = EngineConfig(max_batch_size=max(streams), warm_up=True)
+    engine = as_served(Engine(lambda: load_model(folder), config=config).start())
+
+    def ids(text: str) -> list[int]:
+        return list(
+            engine.tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True
+            )
+        )
+
+    def aggregate(prompts: list[str]) -> float:
+        started = time.perf_counter()
+        requests = [GenerationRequest(ids(text), max_tokens=tokens) for text in prompts]
+        produced = sum(len(stamps) for stamps in collect(engine, requests))
+        return produced / (time.perf_counter() - started)
+
+    def first_token(text: str) -> float:
+        started = time.perf_counter()
+        stamps = collect(engine, [GenerationRequest(ids(text), max_tokens=2)])[0]
+        return stamps[0] - started
+
+    try:
+        rows = {
+            f"streams{n}_tps": max(aggregate(texts(n, r)) for r in range(ROUNDS)) for n in streams
+        }
+        rows["ttft_s"] = statistics.median(
+            first_token(text) for text in texts(TTFT_REPEATS, ROUNDS)
+        )
+        return rows
+    finally:
+        engine.shutdown()
+
+
+async def served_side(client: AsyncOpenAI, model: str, streams: list[int], tokens: int) -> dict:
+    async def one(text: str, max_tokens: int) -> tuple[float, int]:
+        sent, first, usage = time.perf_counter(), None, None
+        stream = await client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": text}], max_tokens=max_tokens,
+            temperature=0.0, stream=True, stream_options={"include_usage": True},
+        )  # fmt: skip
+        async for chunk in stream:
+            usage = chunk.usage or usage
+            if first is None and chunk.choices and chunk.choices[0].delta.content:
+                first = time.perf_counter()
+        return (first or time.perf_counter()) - sent, usage.completion_tokens if usage else 0
+
+    async def aggregate(prompts: list[str]) -> float:
+        started = time.perf_counter()
+        done = await asyncio.gather(*(one(text, tokens) for text in prompts))
+        return sum(count for _, count in done) / (time.perf_counter() - started)
+
+    await one("Say hello.", 4)  # the worker resident and its first request behind it
+    rows = {}
+    for n in streams:
+        rows[f"streams{n}_tps"] = max([await aggregate(texts(n, 10 + r)) for r in range(ROUNDS)])
+    firsts = [(await one(text, 2))[0] for text in texts(TTFT_REPEATS, 20)]
+    rows["ttft_s"] = statistics.median(firsts)
+    return rows
+
+
+def table(engine: dict, served: dict, streams: list[int]) -> list[dict]:
+    lines = []
+    for n in streams:
+        alone, over_http = engine[f"streams{n}_tps"], served[f"streams{n}_tps"]
+        lines.append({"streams": n, "engine_tps": round(alone, 1),
+                      "served_tps": round(over_http, 1), "share": round(over_http / alone, 3),
+                      "meets_90_percent": over_http >= 0.9 * alone})  # fmt: skip
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--key", default="unused", help="an API key, once the lab has any")
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--folder", type=Path, default=ROOT / "var/models/smollm2-135m-instruct")
+    parser.add_argument("--streams", default="1,8,32,64,128")
+    parser.add_argument("--tokens", type=int, default=128)
+    args = parser.parse_args()
+    streams = [int(n) for n in args.streams.split(",")]
+    engine = engine_side(args.folder, streams, args.tokens)
+    client = AsyncOpenAI(base_url=f"{args.url}/v1", api_key=args.key, max_retries=0, timeout=900)
+    served = asyncio.run(served_side(client, args.model, streams, args.tokens))
+    rows = table(engine, served, streams)
+    ttft = {"engine_ms": round(engine["ttft_s"] * 1000, 2),
+            "served_ms": round(served["ttft_s"] * 1000, 2)}  # fmt: skip
+    ttft["within_5_ms"] = ttft["served_ms"] - ttft["engine_ms"] <= 5
+    for row in rows:
+        print(f"{row['streams']:>4} streams: engine {row['engine_tps']:>8.1f} tok/s, served "
+              f"{row['served_tps']:>8.1f} ({row['share']:.0%})")  # fmt: skip
+    print(f"one stream's first token: engine {ttft['engine_ms']} ms, served {ttft['served_ms']} ms")
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = {"model": args.model, "tokens": args.tokens, "rows": rows, "ttft": ttft}
+    (args.out / "gpu_served.json").write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
