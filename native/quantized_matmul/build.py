@@ -29,6 +29,7 @@ sys.path.insert(0, sys.argv[1])
 from inference.engine.process.startup import prepare_mlx_process
 prepare_mlx_process()  # OpenBLAS as the engine loads it, so the sgemm path is checked too
 import mlx.core as mx
+mx.set_default_device(mx.cpu)  # a CPU kernel: on MLX's CUDA build too (it failed on the GPU)
 from native.quantized_matmul import load
 kernel = load(sys.argv[2])
 mx.random.seed(21)
