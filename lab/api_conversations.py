@@ -17,7 +17,7 @@ from access.error_responses import errors
 
 from .conversation_export import FORMATS, export
 from .conversations import branch, conversation_summary, message_dict, title_from
-from .message_images import image_of, page_images
+from .message_attachments import attachment_of, page_attachments
 from .message_tree import delete_message, path_with_versions, show
 from .models import Conversation, Message, Preset
 
@@ -52,13 +52,13 @@ def _conversation(request: Request, conversation_id: int) -> Conversation:
 def conversation_dict(conversation: Conversation) -> dict:
     """The conversation with its shown branch, each message with its turn's versions."""
     path = path_with_versions(conversation)
-    images = page_images(m for m, _ in path)
+    attachments = page_attachments(m for m, _ in path)
     return {
         **conversation_summary(conversation),
         "system_prompt": conversation.system_prompt,
         "params": conversation.params,
         "created_at": conversation.created_at.isoformat(),
-        "messages": [message_dict(m, v, images[m.id]) for m, v in path],
+        "messages": [message_dict(m, v, attachments[m.id]) for m, v in path],
     }
 
 
@@ -200,17 +200,21 @@ class MessageApi(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class MessageImageApi(APIView):
+class MessageAttachmentApi(APIView):
     @extend_schema(
-        responses={(200, "image/*"): OpenApiTypes.BINARY, **errors(403, 404)},
-        summary="An image a message of mine carried",
+        responses={
+            (200, "image/*"): OpenApiTypes.BINARY,
+            (200, "audio/*"): OpenApiTypes.BINARY,
+            **errors(403, 404),
+        },
+        summary="An image or audio clip a message of mine carried",
     )
     def get(self, request: Request, message_id: int, position: int) -> HttpResponse:
-        image = image_of(request.user, message_id, position)
-        if image is None:
-            raise NotFound("No such image of yours.")
-        response = HttpResponse(bytes(image.data), content_type=image.mime)
-        # A message's images never change: its id and position name these bytes for good.
+        attachment = attachment_of(request.user, message_id, position)
+        if attachment is None:
+            raise NotFound("No such attachment of yours.")
+        response = HttpResponse(bytes(attachment.data), content_type=attachment.mime)
+        # A message's attachments never change: its id and position name these bytes for good.
         response["Cache-Control"] = "private, max-age=31536000, immutable"
         return response
 

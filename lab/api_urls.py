@@ -19,8 +19,8 @@ urlpatterns = [
     path("conversations/<int:conversation_id>/show", conversations.ConversationShowApi.as_view()),
     path("messages/<int:message_id>", conversations.MessageApi.as_view()),
     path(
-        "messages/<int:message_id>/images/<int:position>",
-        conversations.MessageImageApi.as_view(),
+        "messages/<int:message_id>/attachments/<int:position>",
+        conversations.MessageAttachmentApi.as_view(),
     ),
     path("side-by-side/votes", side_by_side.SideBySideVoteApi.as_view()),
     path("presets", conversations.PresetListApi.as_view()),

@@ -42,10 +42,10 @@ RUN_KEY = re.compile(r"[A-Za-z0-9-]{1,64}")
 
 def _plan(user, message: dict) -> tuple[Turn, ChatCall]:
     """Work out an action and its chat call without changing anything yet: off the event
-    loop, since reading the images (base64, their headers) is CPU work."""
+    loop, since reading attachments (base64, headers, an mp3's frames) is CPU work."""
     turn = _plan_turn(user, message)
     call = chat_call(turn.settings, turn.turns)
-    turn.keep_images(call.messages)
+    turn.keep_attachments(call.messages)
     return turn, call
 
 
@@ -53,11 +53,11 @@ def _plan_turn(user, message: dict) -> Turn:
     settings = parse_settings(message)
     kind = message.get("type")
     if kind == "send":
-        text, images = message.get("content"), attached_images(message.get("images"))
-        if not isinstance(text, str) or not (text.strip() or images):
+        text, files = message.get("content"), attached(message.get("attachments"))
+        if not isinstance(text, str) or not (text.strip() or files):
             raise ChatInputError("content must be a non-empty string")
         run = side_by_side_run(message.get("side_by_side_run"))
-        return plan_send(user, message.get("conversation"), text, settings, run, images)
+        return plan_send(user, message.get("conversation"), text, settings, run, files)
     if kind == "regenerate":
         return plan_regenerate(user, message.get("conversation"), settings)
     text = message.get("content")
@@ -66,15 +66,15 @@ def _plan_turn(user, message: dict) -> Turn:
     return plan_edit(user, message.get("conversation"), message.get("message"), text, settings)
 
 
-def attached_images(value) -> list[str]:
-    """The data: URLs of the images the page attached (the API's chat parser checks each);
-    the page sends files, never an address for the server to fetch."""
+def attached(value) -> list[str]:
+    """The data: URLs of the images and audio the page attached (the API's chat parser
+    checks each); the page sends files, never an address for the server to fetch."""
     if value is None:
         return []
     if not isinstance(value, list) or not all(
         isinstance(url, str) and url[:5].lower() == "data:" for url in value
     ):
-        raise ChatInputError("images must be a list of data: URLs")
+        raise ChatInputError("attachments must be a list of data: URLs")
     return value
 
 

@@ -1,17 +1,26 @@
 """A saved conversation as a file: Markdown to read, or JSON in OpenAI's chat shape
 (`{"model", "messages"}`, a body POST /v1/chat/completions takes as it is). Either holds
 the shown branch: the versions the page shows, as the model would read them. A user
-message's images go in as data: URLs (OpenAI's image_url parts; Markdown image links), so
-the file is whole without the lab."""
+message's images and audio go in whole: in JSON as OpenAI's image_url parts (data: URLs)
+and input_audio parts (base64), in Markdown as links to data: URLs (an image shown, a clip
+named with its format), so the file stands without the lab."""
 
 from __future__ import annotations
 
 import json
 import re
 
-from .message_images import data_url, images_by_message, wire_content
+from inference.protocol.media import AUDIO
+
+from .message_attachments import (
+    AUDIO_FORMATS,
+    attachments_by_message,
+    data_url,
+    wire_content,
+    wire_part,
+)
 from .message_tree import conversation_path
-from .models import Conversation
+from .models import Conversation, MessageAttachment
 
 FORMATS = {"markdown": ("md", "text/markdown; charset=utf-8"), "json": ("json", "application/json")}
 ROLE_HEADINGS = {"user": "You", "assistant": "Assistant"}
@@ -23,10 +32,10 @@ def openai_messages(conversation: Conversation) -> list[dict]:
     if conversation.system_prompt.strip():
         messages.append({"role": "system", "content": conversation.system_prompt})
     path = conversation_path(conversation)
-    images = images_by_message(path)
+    attachments = attachments_by_message(path)
     for message in path:
-        urls = [data_url(image) for image in images[message.id]]
-        messages.append({"role": message.role, "content": wire_content(message.content, urls)})
+        parts = [wire_part(attachment) for attachment in attachments[message.id]]
+        messages.append({"role": message.role, "content": wire_content(message.content, parts)})
     return messages
 
 
@@ -42,19 +51,31 @@ def as_markdown(conversation: Conversation) -> str:
     if conversation.system_prompt.strip():
         parts += ["## System", "", conversation.system_prompt.strip(), ""]
     path = conversation_path(conversation)
-    images = images_by_message(path)
+    attachments = attachments_by_message(path)
     for message in path:
         parts += [f"## {ROLE_HEADINGS.get(message.role, message.role)}", ""]
         if message.reasoning.strip():
             parts += ["<details><summary>Thinking</summary>", "", message.reasoning.strip()]
             parts += ["", "</details>", ""]
-        links = [
-            f"![Image {i + 1}]({data_url(image)})" for i, image in enumerate(images[message.id])
-        ]
+        links = markdown_links(attachments[message.id])
         text = message.content.strip() or ("" if links else "_(empty)_")
         for block in (text, " ".join(links)):
             parts += [block, ""] if block else []
     return "\n".join(parts)
+
+
+def markdown_links(attachments: list[MessageAttachment]) -> list[str]:
+    """An image as Markdown shows one; a clip, which Markdown cannot play, as a link named
+    with its format. Each kind counted on its own: "Image 2", "Audio 1"."""
+    links, counts = [], {}
+    for attachment in attachments:
+        number = counts[attachment.kind] = counts.get(attachment.kind, 0) + 1
+        if attachment.kind == AUDIO:
+            name = f"Audio {number} ({AUDIO_FORMATS[attachment.mime]})"
+            links.append(f"[{name}]({data_url(attachment)})")
+        else:
+            links.append(f"![Image {number}]({data_url(attachment)})")
+    return links
 
 
 def export(conversation: Conversation, kind: str) -> tuple[str, str, str]:

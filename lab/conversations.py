@@ -8,18 +8,21 @@ reads and extends its shown branch.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django.db import transaction
 
 from .chat_settings import ChatInputError, ChatSettings
-from .message_images import (
-    data_url,
-    image_parts,
-    images_by_message,
-    page_images,
-    store_images,
+from .message_attachments import (
+    attachments_by_message,
+    checked_parts,
+    page_attachments,
+    page_part,
+    store_attachments,
+    untitled,
     wire_content,
+    wire_part,
     wire_turns,
 )
 from .message_tree import add_message, conversation_path, copy_lineage, versions_of
@@ -27,20 +30,20 @@ from .models import Conversation, Message
 from .side_by_side import variant_of
 
 TITLE_LENGTH = 60
-IMAGE_TITLE = "Image"  # a first message of images and no text
 
 
-def title_from(text: str) -> str:
-    line = " ".join(text.split()) or IMAGE_TITLE
+def title_from(text: str, kinds: Iterable[str] = ()) -> str:
+    """`kinds`: those of the message's attachments, which title a message of no text."""
+    line = " ".join(text.split()) or untitled(kinds)
     return line if len(line) <= TITLE_LENGTH else line[: TITLE_LENGTH - 1] + "…"
 
 
 def message_dict(
-    message: Message, versions: list[int] | None = None, images: list[dict] | None = None
+    message: Message, versions: list[int] | None = None, attachments: list[dict] | None = None
 ) -> dict:
     """A message for the page; `versions`: the ids of its turn's versions, its own among
-    them (oldest first), from which the page draws "< 2 / 3 >"; `images`: its images
-    (message_images.page_images)."""
+    them (oldest first), from which the page draws "< 2 / 3 >"; `attachments`: its images
+    and audio (message_attachments.page_attachments)."""
     versions = versions or [message.id]
     return {
         "id": message.id,
@@ -52,7 +55,7 @@ def message_dict(
         "parent": message.parent_id,
         "version": versions.index(message.id) + 1 if message.id in versions else 1,
         "versions": versions,
-        "images": images or [],
+        "attachments": attachments or [],
     }
 
 
@@ -92,13 +95,13 @@ class Turn:
     hides: bool = False  # regenerate and edit: the page hides what they replace
     hides_after: int | None = None
     side_by_side_run: str = ""  # a new conversation of a side-by-side run
-    new_images: list[dict] = field(default_factory=list)  # the new user message's, checked
+    new_attachments: list[dict] = field(default_factory=list)  # the new user message's, checked
 
-    def keep_images(self, messages: list[dict]) -> None:
-        """Take the new user message's images from the normalised messages sent to the
-        model (the API parser's checked parts), to be stored on commit."""
+    def keep_attachments(self, messages: list[dict]) -> None:
+        """Take the new user message's images and audio from the normalised messages sent
+        to the model (the API parser's checked parts), to be stored on commit."""
         if self.user_text is not None:
-            self.new_images = image_parts(messages[-1]["content"])
+            self.new_attachments = checked_parts(messages[-1]["content"])
 
     @transaction.atomic
     def commit(self, owner, model: str) -> tuple[Conversation, Message | None, Message]:
@@ -113,7 +116,7 @@ class Turn:
             conversation.title = (
                 side_by_side_title(variant_of(conversation), self.user_text)
                 if self.side_by_side_run
-                else title_from(self.user_text)
+                else title_from(self.user_text, (p["type"] for p in self.new_attachments))
             )
         elif self.edited is not None and self._edits_the_title(conversation):
             conversation.title = title_from(self.user_text or "")
@@ -123,14 +126,15 @@ class Turn:
         user_message = add_message(
             conversation=conversation, parent=self.parent, role="user", content=self.user_text
         )
-        store_images(user_message, self.new_images)
+        store_attachments(user_message, self.new_attachments)
         return conversation, user_message, user_message
 
     def _edits_the_title(self, conversation: Conversation) -> bool:
         # The title follows the first user message, unless the user renamed it.
         first = next((t for t in self.turns if t["role"] == "user"), None)
         edits_first = first is not None and first is self.turns[-1]
-        return edits_first and conversation.title == title_from(self.edited.content)
+        kinds = self.edited.attachments.values_list("kind", flat=True)
+        return edits_first and conversation.title == title_from(self.edited.content, kinds)
 
 
 def _owned(owner, conversation_id) -> Conversation:
@@ -148,11 +152,12 @@ def plan_send(
     text: str,
     settings: ChatSettings,
     side_by_side_run: str = "",
-    images: list[str] | None = None,
+    attachments: list[str] | None = None,
 ) -> Turn:
     """A user message after the shown branch's last turn (a new conversation for None);
-    `images`: the data: URLs of the images it carries."""
-    turn = [{"role": "user", "content": wire_content(text, images or [])}]
+    `attachments`: the data: URLs of the images and audio it carries."""
+    parts = [page_part(url) for url in attachments or []]
+    turn = [{"role": "user", "content": wire_content(text, parts)}]
     if conversation_id is None:
         return Turn(None, settings, turn, user_text=text, side_by_side_run=side_by_side_run)
     conversation = _owned(owner, conversation_id)
@@ -181,16 +186,16 @@ def plan_regenerate(owner, conversation_id, settings: ChatSettings) -> Turn:
 
 
 def plan_edit(owner, conversation_id, message_id, text: str, settings: ChatSettings) -> Turn:
-    """A new version of a user message of the shown branch, with its images; the edited
-    one keeps its own branch."""
+    """A new version of a user message of the shown branch, with its images and audio; the
+    edited one keeps its own branch."""
     conversation = _owned(owner, conversation_id)
     path = conversation_path(conversation)
     index = next((i for i, m in enumerate(path) if m.id == message_id), None)
     if index is None or path[index].role != "user":
         raise ChatInputError(f"no user message {message_id} in this conversation")
     edited = path[index]
-    images = [data_url(image) for image in images_by_message([edited])[edited.id]]
-    turns = wire_turns(path[:index]) + [{"role": "user", "content": wire_content(text, images)}]
+    parts = [wire_part(a) for a in attachments_by_message([edited])[edited.id]]
+    turns = wire_turns(path[:index]) + [{"role": "user", "content": wire_content(text, parts)}]
     return Turn(
         conversation, settings, turns, user_text=text, parent=path[index - 1] if index else None,
         edited=edited, hides=True, hides_after=edited.parent_id,
@@ -212,7 +217,7 @@ def save_reply(
 
 def new_user_message(message: Message) -> dict:
     """The websocket's user_message: the new message with its turn's versions."""
-    return message_dict(message, versions_of(message), page_images([message])[message.id])
+    return message_dict(message, versions_of(message), page_attachments([message])[message.id])
 
 
 def branch(conversation: Conversation, message: Message) -> Conversation:

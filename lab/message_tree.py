@@ -15,7 +15,7 @@ from types import EllipsisType
 
 from django.db import transaction
 
-from .message_images import copy_images
+from .message_attachments import copy_attachments
 from .models import Conversation, Message
 
 # The parent given to add_message: a message, None (a first turn), or ... (the shown tip).
@@ -120,4 +120,4 @@ def copy_lineage(message: Message, into: Conversation) -> None:
             conversation=into, parent=parent, role=turn.role, content=turn.content,
             reasoning=turn.reasoning, stats=turn.stats,
         )  # fmt: skip
-        copy_images(turn, parent)
+        copy_attachments(turn, parent)

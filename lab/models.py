@@ -73,25 +73,34 @@ class Message(models.Model):
         return f"{self.role}: {self.content[:40]}"
 
 
-class MessageImage(models.Model):
-    """An image a user message carried, in the order sent: its bytes as the API's parser
-    checked them (inference/media/images.py), kept in the database beside the text so that
-    a conversation is whole wherever the database goes (docs/LAB_UI.md, "Images")."""
+class MessageAttachment(models.Model):
+    """An image or audio clip a user message carried, in the order sent: its bytes as the
+    API's parser checked them (inference/media/images.py, audio.py), kept in the database
+    beside the text so that a conversation is whole wherever the database goes
+    (docs/LAB_UI.md, "Images and audio"). One table for both: they are stored, served,
+    resent, copied and exported alike, and share one order within their message."""
 
-    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="images")
+    KINDS = [("image", "image"), ("audio", "audio")]  # inference.protocol.media's part types
+
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="attachments")
     position = models.PositiveSmallIntegerField()
-    mime = models.CharField(max_length=32)  # sniffed from the bytes: png, jpeg or webp
+    kind = models.CharField(max_length=8, choices=KINDS)
+    # An image's type is sniffed from its bytes (png, jpeg or webp); a clip's follows its
+    # checked format (audio/wav or audio/mpeg).
+    mime = models.CharField(max_length=32)
     sha256 = models.CharField(max_length=64)
     data = models.BinaryField()
 
     class Meta:
         ordering = ["message_id", "position"]
         constraints = [
-            models.UniqueConstraint(fields=["message", "position"], name="unique_image_position")
+            models.UniqueConstraint(
+                fields=["message", "position"], name="unique_attachment_position"
+            )
         ]
 
     def __str__(self) -> str:
-        return f"{self.mime} image {self.position + 1} of message {self.message_id}"
+        return f"{self.mime} {self.kind} {self.position + 1} of message {self.message_id}"
 
 
 class Preset(models.Model):

@@ -19,11 +19,12 @@ def chat(request: HttpRequest) -> HttpResponse:
         # The page's max tokens starts here (the model's context caps it); the API's own
         # default, for requests that set none, is another setting.
         "chat_max_tokens": settings_table.chat_max_tokens,
-        # What the server takes of attached images, checked again there: the page refuses
-        # a file past them at once rather than after its upload.
-        "image_limits": {
+        # What the server takes of attached images and audio, checked again there: the
+        # page refuses a file past them at once rather than after its upload.
+        "attachment_limits": {
             "max_images": settings_table.max_images,
             "max_image_bytes": settings_table.max_image_bytes,
+            "max_audio_seconds": settings_table.max_audio_seconds,
             "max_message_bytes": settings_table.max_request_bytes,
         },
     }

@@ -142,7 +142,8 @@ AXES_IPWARE_META_PRECEDENCE_ORDER = ("REMOTE_ADDR",)
 # The lab's pages run only their own files: no inline script, no other origin. Styles too
 # need no 'unsafe-inline': no template has a style attribute, and the scripts set sizes
 # through element.style, which a policy does not govern. The favicon is a data: URL; the
-# chat's websocket is same-origin, which 'self' covers (CSP level 3).
+# chat's websocket is same-origin, which 'self' covers (CSP level 3), as it covers the chat's
+# audio players (media-src falls back to default-src): they play the lab's own URLs only.
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
         "default-src": [SELF],

@@ -5,7 +5,7 @@ import { apiGet } from './api.js';
 import { MessageActions } from './chat_actions.js';
 import { SettingsPanel } from './chat_panel.js';
 import { ExportMenu } from './chat_export.js';
-import { composerAttachments } from './chat_images.js';
+import { composerAttachments } from './chat_attachments.js';
 import { chatPanelToggles, setPageTitle, setUrl, wireComposer } from './chat_layout.js';
 import { MessageColumn, StreamingBubble, cancelEdit, createMessage } from './chat_render.js';
 import { ConversationList } from './chat_sidebar.js';
@@ -30,7 +30,7 @@ const state = {
   conversationId: null,
   view: 0, // bumped whenever the column shows another conversation
   generating: false,
-  request: null, // the reply in flight: {view, conversationId, pendingText, pendingImages, pendingNode, editing}
+  request: null, // the reply in flight: {view, conversationId, pendingText, pendingFiles, pendingNode, editing}
   bubble: null, // its StreamingBubble, while it is shown
   interrupted: false, // the socket dropped mid-reply: reload once it is back
 };
@@ -44,7 +44,7 @@ const panel = new SettingsPanel({
   defaultModel: readJsonScript('default-model', ''),
   chatMaxTokens: readJsonScript('chat-max-tokens', null),
   onError: showError,
-  onModelChange: (name) => attachments.setModel(name, panel.takesImages(name)),
+  onModelChange: (name) => attachments.setModel(name, panel.capabilities(name)),
 });
 
 const attachments = composerAttachments({ form: dom.form, composer: dom.composer, onError: showError });
@@ -133,7 +133,7 @@ async function newChat({ historyMode = 'push' } = {}) {
 // ---- requests
 
 // Sends one websocket request with the panel's settings; false if it could not go out.
-function startRequest(payload, { pendingText = null, pendingImages = [], editing = null, supersede = null } = {}) {
+function startRequest(payload, { pendingText = null, pendingFiles = [], editing = null, supersede = null } = {}) {
   if (state.generating) {
     showError('A reply is still being generated: stop it first.');
     return false;
@@ -149,11 +149,11 @@ function startRequest(payload, { pendingText = null, pendingImages = [], editing
   }
   clearError();
   const conversationId = payload.conversation ?? null;
-  state.request = { view: state.view, conversationId, pendingText, pendingImages, editing };
+  state.request = { view: state.view, conversationId, pendingText, pendingFiles, editing };
   setGenerating(true);
   const model = settings.model || panel.fallbackModel() || 'the model';
   const loading = !panel.isLoaded(model);
-  const shown = showWaiting(column, { model, loading, pendingText, pendingImages, supersede });
+  const shown = showWaiting(column, { model, loading, pendingText, pendingFiles, supersede });
   state.bubble = shown.bubble;
   state.request.pendingNode = shown.pendingNode;
   return true;
@@ -162,11 +162,11 @@ function startRequest(payload, { pendingText = null, pendingImages = [], editing
 function sendComposer() {
   const text = dom.composer.value;
   if ((!text.trim() && !attachments.count) || state.generating) return;
-  const images = attachments.take();
+  const files = attachments.take();
   const payload = { type: 'send', conversation: state.conversationId, content: text };
-  if (images.length) payload.images = images.map((image) => image.url);
-  if (!startRequest(payload, { pendingText: text, pendingImages: images })) {
-    attachments.restore(images);
+  if (files.length) payload.attachments = files.map((file) => file.url);
+  if (!startRequest(payload, { pendingText: text, pendingFiles: files })) {
+    attachments.restore(files);
   } else {
     dom.composer.value = '';
     resizeComposer();
@@ -208,11 +208,12 @@ function stopGenerating() {
   socket.send({ type: 'stop' }); // the server answers with `done` (finish_reason cancelled)
 }
 
-// A refused or taken-back request: its text and images go back to the composer rather
-// than be lost, and an edited message back to its saved text.
+// A refused or taken-back request: its text and attachments go back to the composer
+// rather than be lost, and an edited message back to its saved text.
 function giveBack(request) {
+  const files = request?.pendingFiles || [];
   if (request?.pendingText && !dom.composer.value) dom.composer.value = request.pendingText;
-  if (request?.pendingImages?.length && !attachments.count) attachments.restore(request.pendingImages);
+  if (files.length && !attachments.count) attachments.restore(files);
   undoEdit(request?.editing);
 }
 
@@ -232,7 +233,7 @@ const handlers = {
 
   user_message({ message }) {
     const pending = state.request?.pendingNode || state.request?.editing;
-    const sent = { pendingText: null, pendingImages: [], pendingNode: null, editing: null };
+    const sent = { pendingText: null, pendingFiles: [], pendingNode: null, editing: null };
     if (state.request) Object.assign(state.request, sent);
     if (!viewingRequest()) return;
     const replacing = column.find(message.id) || (pending?.isConnected ? pending : null);

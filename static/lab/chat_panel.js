@@ -29,7 +29,7 @@ const $ = (id) => document.getElementById(id);
 export class SettingsPanel {
   // chatMaxTokens: where the page's max tokens starts (MLXLAB_CHAT_MAX_TOKENS), capped by
   // the model's context; the API's own default (the model's defaults) is its placeholder.
-  // onModelChange(name): another model is picked (its capabilities: takesImages()).
+  // onModelChange(name): another model is picked (its capabilities: capabilities()).
   constructor({ defaultModel, chatMaxTokens, onError, onModelChange = () => {} }) {
     this.defaultModel = defaultModel || '';
     this.onModelChange = onModelChange;
@@ -127,10 +127,10 @@ export class SettingsPanel {
     return Boolean(this.models.find((model) => model.name === name)?.loaded);
   }
 
-  // Whether the model takes images ("vision"); null when it is not listed.
-  takesImages(name) {
+  // What the model takes ("vision", "audio", ...); null when it is not listed.
+  capabilities(name) {
     const model = this.models.find((item) => item.name === name);
-    return model ? (model.capabilities || []).includes('vision') : null;
+    return model ? model.capabilities || [] : null;
   }
 
   fallbackModel() {

@@ -1,10 +1,10 @@
 // Message elements of the chat page: saved messages, the streaming reply, their stats.
 // Element shape (the browser tests rely on it):
 //   article.message[data-role][data-id][data-versions] > .message-header (with .versions),
-//   .message-images (a user message's), .content, details.reasoning, .stats,
-//   buttons[data-action]
+//   .message-attachments (a user message's images and audio), .content, details.reasoning,
+//   .stats, buttons[data-action]
 
-import { imageStrip } from './chat_images.js';
+import { attachmentStrip } from './chat_attachments.js';
 import { versionSwitcher } from './chat_versions.js';
 import { renderMarkdown } from './markdown.js';
 import { el } from './util.js';
@@ -99,7 +99,7 @@ export function renderStats(statsEl, stats) {
   statsEl.title = details.filter(Boolean).join(' · ');
 }
 
-// A saved message ({id, role, content, reasoning, stats, versions, images}) as an element.
+// A saved message ({id, role, content, reasoning, stats, versions, attachments}) as an element.
 export function createMessage(message) {
   const role = message.role === 'user' ? 'user' : 'assistant';
   const stats = message.stats && typeof message.stats === 'object' ? message.stats : null;
@@ -107,7 +107,7 @@ export function createMessage(message) {
   const node = el('article', { class: `message message-${role}`, dataset: { role, id: String(message.id), versions } });
   node.append(messageHeader(role, role === 'assistant' ? stats?.model : null, versionSwitcher(message)));
   if (role === 'assistant' && message.reasoning) node.append(reasoningBlock(message.reasoning, false));
-  if (role === 'user' && message.images?.length) node.append(imageStrip(message.images));
+  if (role === 'user' && message.attachments?.length) node.append(attachmentStrip(message.attachments));
   const contentEl = el('div', { class: role === 'user' ? 'content plain' : 'content markdown' });
   fillContent(contentEl, role, message.content || '');
   node.append(contentEl);
@@ -168,8 +168,8 @@ export function cancelEdit(node, text = messageText(node)) {
 }
 
 // The user's message as sent, shown at once; the server's user_message replaces it.
-export function createPendingMessage(text, images = []) {
-  const node = createMessage({ id: '', role: 'user', content: text, images });
+export function createPendingMessage(text, attachments = []) {
+  const node = createMessage({ id: '', role: 'user', content: text, attachments });
   delete node.dataset.id;
   node.classList.add('pending');
   node.querySelector('.message-actions')?.remove(); // nothing to act on until it is saved

@@ -5,11 +5,11 @@
 import { StreamingBubble, cancelEdit, createPendingMessage } from './chat_render.js';
 
 // -> {pendingNode, bubble}: the message as sent (or null) and the waiting reply.
-export function showWaiting(column, { model, loading, pendingText, pendingImages, supersede }) {
+export function showWaiting(column, { model, loading, pendingText, pendingFiles, supersede }) {
   if (supersede) column.supersedeFrom(supersede);
   let pendingNode = null;
   if (pendingText !== null) {
-    pendingNode = createPendingMessage(pendingText, pendingImages || []);
+    pendingNode = createPendingMessage(pendingText, pendingFiles || []);
     column.place(pendingNode);
   }
   const bubble = new StreamingBubble(model, () => column.followIfNear(), { loading });

@@ -1,6 +1,6 @@
 """Images of chat messages in-process: checked by the API's chat parser, kept with the
 message, served to its owner, sent again with the turns that follow, carried by edits,
-branches and exports (lab/message_images.py). No model is needed: the turns are planned
+branches and exports (lab/message_attachments.py). No model is needed: the turns are planned
 and committed as the chat websocket does (lab/consumers.py)."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from PIL import Image
 
 from inference.errors import ApiError
 from lab.chat_settings import ChatInputError, ChatSettings, chat_call
-from lab.consumers import attached_images
+from lab.consumers import attached
 from lab.conversation_export import as_markdown, openai_messages
 from lab.conversations import branch, plan_edit, plan_regenerate, plan_send, save_reply
-from lab.models import MessageImage
+from lab.models import MessageAttachment
 
 SETTINGS = ChatSettings(model="m", system_prompt="")
 
@@ -39,7 +39,7 @@ RED, BLUE = png((255, 0, 0)), png((0, 0, 255))
 def commit(turn, owner):
     """The action planned as the websocket plans it, committed, and a reply saved."""
     call = chat_call(turn.settings, turn.turns)
-    turn.keep_images(call.messages)
+    turn.keep_attachments(call.messages)
     conversation, user_message, parent = turn.commit(owner, "m")
     save_reply(conversation, parent, "A picture.", "", {"finish_reason": "stop"})
     return conversation, user_message
@@ -57,8 +57,8 @@ def client(alice) -> Client:
 
 
 def test_images_are_kept_in_order_served_to_their_owner_and_shown(alice, client, django_user_model):
-    chat, message = commit(plan_send(alice, None, "What is this?", SETTINGS, images=[data_url(RED), data_url(BLUE)]), alice)  # fmt: skip
-    stored = list(message.images.all())
+    chat, message = commit(plan_send(alice, None, "What is this?", SETTINGS, attachments=[data_url(RED), data_url(BLUE)]), alice)  # fmt: skip
+    stored = list(message.attachments.all())
     assert [(i.position, i.mime, bytes(i.data)) for i in stored] == [
         (0, "image/png", RED),
         (1, "image/png", BLUE),
@@ -66,26 +66,30 @@ def test_images_are_kept_in_order_served_to_their_owner_and_shown(alice, client,
     assert stored[0].sha256 == hashlib.sha256(RED).hexdigest()
 
     shown = client.get(f"/api/conversations/{chat.id}").json()["messages"]
-    urls = [image["url"] for image in shown[0]["images"]]
-    assert urls == [f"/api/messages/{message.id}/images/0", f"/api/messages/{message.id}/images/1"]
-    assert shown[1]["images"] == []  # the reply
+    urls = [attachment["url"] for attachment in shown[0]["attachments"]]
+    assert urls == [
+        f"/api/messages/{message.id}/attachments/0",
+        f"/api/messages/{message.id}/attachments/1",
+    ]
+    assert {attachment["kind"] for attachment in shown[0]["attachments"]} == {"image"}
+    assert shown[1]["attachments"] == []  # the reply
     answer = client.get(urls[1])
     assert answer.status_code == 200 and answer["Content-Type"] == "image/png"
     assert answer.content == BLUE
-    assert client.get(f"/api/messages/{message.id}/images/2").status_code == 404
+    assert client.get(f"/api/messages/{message.id}/attachments/2").status_code == 404
     bob = Client()
     bob.force_login(django_user_model.objects.create_user("bob"))
     assert bob.get(urls[0]).status_code == 404  # not his
 
 
 def test_a_message_of_images_alone_is_titled_for_them(alice):
-    chat, message = commit(plan_send(alice, None, "", SETTINGS, images=[data_url(RED)]), alice)
-    assert (chat.title, message.content, message.images.count()) == ("Image", "", 1)
+    chat, message = commit(plan_send(alice, None, "", SETTINGS, attachments=[data_url(RED)]), alice)
+    assert (chat.title, message.content, message.attachments.count()) == ("Image", "", 1)
 
 
 def test_regenerate_edit_and_branch_send_the_images_again(alice):
     chat, message = commit(
-        plan_send(alice, None, "What is this?", SETTINGS, images=[data_url(RED)]), alice
+        plan_send(alice, None, "What is this?", SETTINGS, attachments=[data_url(RED)]), alice
     )
     regenerate = plan_regenerate(alice, chat.id, SETTINGS)
     assert image_urls(regenerate.turns[0]["content"]) == [data_url(RED)]
@@ -96,15 +100,15 @@ def test_regenerate_edit_and_branch_send_the_images_again(alice):
     edit = plan_edit(alice, chat.id, message.id, "What colour is this?", SETTINGS)
     assert image_urls(edit.turns[-1]["content"]) == [data_url(RED)]
     _, edited = commit(edit, alice)
-    assert [bytes(i.data) for i in edited.images.all()] == [RED]
+    assert [bytes(i.data) for i in edited.attachments.all()] == [RED]
 
     copy = branch(chat, edited)
     copied = copy.messages.get()
-    assert [bytes(i.data) for i in copied.images.all()] == [RED]
+    assert [bytes(i.data) for i in copied.attachments.all()] == [RED]
 
 
 def test_the_export_carries_the_images_as_data_urls(alice):
-    chat, _ = commit(plan_send(alice, None, "What is this?", SETTINGS, images=[data_url(RED)]), alice)  # fmt: skip
+    chat, _ = commit(plan_send(alice, None, "What is this?", SETTINGS, attachments=[data_url(RED)]), alice)  # fmt: skip
     messages = openai_messages(chat)
     assert messages[0] == {
         "role": "user",
@@ -127,13 +131,13 @@ def test_the_export_carries_the_images_as_data_urls(alice):
     ],
 )
 def test_a_bad_image_is_refused_by_the_api_parser_and_nothing_is_kept(alice, url, refusal):
-    turn = plan_send(alice, None, "What is this?", SETTINGS, images=[url])
+    turn = plan_send(alice, None, "What is this?", SETTINGS, attachments=[url])
     with pytest.raises(ApiError, match=refusal):
         chat_call(turn.settings, turn.turns)
-    assert not MessageImage.objects.exists()
+    assert not MessageAttachment.objects.exists()
 
 
 @pytest.mark.parametrize("value", ["data:image/png;base64,AA", ["https://example.com/a.png"], [3]])
 def test_the_page_sends_files_never_an_address_to_fetch(value):
-    with pytest.raises(ChatInputError, match="images must be a list of data: URLs"):
-        attached_images(value)
+    with pytest.raises(ChatInputError, match="attachments must be a list of data: URLs"):
+        attached(value)

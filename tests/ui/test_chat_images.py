@@ -64,8 +64,8 @@ def test_an_attached_image_goes_to_the_model_and_stays_with_the_conversation(
     send(page, QUESTION)
     wait_reply(page)
     expect(attached(page)).to_have_count(0)
-    thumbnail = page.locator(".message[data-role=user] .message-images a.message-image")
-    expect(thumbnail).to_have_attribute("href", re.compile(r"^/api/messages/\d+/images/0$"))
+    thumbnail = page.locator(".message[data-role=user] .message-attachments a.message-image")
+    expect(thumbnail).to_have_attribute("href", re.compile(r"^/api/messages/\d+/attachments/0$"))
     with_image = prompt_tokens(page)
     give(page, "paste", "next.png", png(56, 56, seed=23))  # pending in the composer
     screenshot(page, "chat-images")
@@ -79,7 +79,7 @@ def test_an_attached_image_goes_to_the_model_and_stays_with_the_conversation(
         thumbnail.click()
     full = opened.value
     full.wait_for_load_state()
-    assert re.search(r"/api/messages/\d+/images/0$", full.url)
+    assert re.search(r"/api/messages/\d+/attachments/0$", full.url)
     full.close()
 
     # The same words without the picture: its placeholders were the difference.
