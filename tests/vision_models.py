@@ -41,16 +41,17 @@ QWEN_VISION_TOKENS = {
 # SmolLM2's tokens in the roles Qwen's config names: <|endoftext|> and <|im_end|>.
 CHATML_IDS = {"bos_token_id": 0, "eos_token_id": 2}
 
-# The shrunk shape: a 64-wide language model of 2 layers (heads of 16, mRoPE sections
-# summing to half of that), and a 32-wide vision tower of 2 blocks, the second global.
+# The shrunk shape: a 64-wide language model of 2 layers (heads of 32, which a quantized
+# KV cache's smallest group divides; mRoPE sections summing to half of that), and a
+# 32-wide vision tower of 2 blocks, the second global.
 TINY_TEXT = {
     "hidden_size": 64,
     "intermediate_size": 128,
     "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
     "max_position_embeddings": 4096,
-    "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+    "rope_scaling": {"type": "mrope", "mrope_section": [4, 6, 6]},
 }
 TINY_VISION = {
     "depth": 2,

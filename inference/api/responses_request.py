@@ -185,9 +185,12 @@ def _content(content, param: str, strict: bool) -> str | list[dict]:
             parts.append({"type": "text", "text": str(part.get("text", ""))})
         elif kind == "input_image" and strict:
             parts.append(_input_image(part, param))
+        elif kind == "input_file" and strict:
+            parts.append(_input_file(part, param))
         elif strict:
             raise ApiError(
-                f"{param}: only text content and input_image parts are supported", param="input"
+                f"{param}: only text content, input_image and input_file parts are supported",
+                param="input",
             )
     if all(part["type"] == "text" for part in parts):
         return "".join(part["text"] for part in parts)
@@ -203,6 +206,19 @@ def _input_image(part: dict, param: str) -> dict:
             param="input",
         )
     return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _input_file(part: dict, param: str) -> dict:
+    """{"type": "input_file", "file_data": "data:image/png;base64,..."}: an image sent as a
+    file, read as an input_image (its type checked there); no other files are read."""
+    data = part.get("file_data")
+    if not isinstance(data, str):
+        raise ApiError(
+            f"{param}: an input_file needs its file_data, a data: URL of a PNG, JPEG or WebP "
+            "image (file ids and file URLs are not supported)",
+            param="input",
+        )
+    return {"type": "image_url", "image_url": {"url": data}}
 
 
 def _append_call(messages: list[dict], item: dict) -> None:

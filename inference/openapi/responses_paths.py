@@ -37,6 +37,18 @@ INPUT_IMAGE = obj(
     },
     ("type", "image_url"),
 )
+INPUT_FILE = obj(
+    {
+        "type": {"const": "input_file"},
+        "file_data": {
+            "type": "string",
+            "description": "An image sent as a file: a base64 data: URL of a PNG, JPEG or WebP "
+            "image, read as an input_image's (no other files; no file ids or file URLs).",
+        },
+        "filename": {"type": "string"},
+    },
+    ("type", "file_data"),
+)
 TEXT_CONTENT = {
     "anyOf": [
         {"type": "string"},
@@ -49,6 +61,7 @@ TEXT_CONTENT = {
                         ("type",),
                     ),
                     INPUT_IMAGE,
+                    INPUT_FILE,
                 ]
             },
         },

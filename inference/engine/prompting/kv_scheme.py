@@ -62,7 +62,10 @@ def _canonical(scheme: KVScheme, layers: tuple) -> KVScheme | None:
 
 
 def _head_dim(model) -> int | None:
-    args = getattr(model, "args", None)
+    # An mlx-vlm model (media/model.py) keeps its language model's shape in text_config.
+    args = getattr(model, "args", None) or getattr(
+        getattr(model, "config", None), "text_config", None
+    )
     heads = getattr(args, "num_attention_heads", None)
     return getattr(args, "head_dim", None) or (
         args.hidden_size // heads if heads and getattr(args, "hidden_size", None) else None
