@@ -13,5 +13,7 @@ urlpatterns = [
     # Swagger UI from drf-spectacular-sidecar; not Redoc, whose page loads Google Fonts. The
     # split view serves its start-up script as a file (?script), as the CSP allows no inline one.
     re_path(r"^docs/?$", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
-    re_path(r"^.*$", views.not_found),  # JSON, not Django's HTML page, for any other /api path
+    # JSON, not Django's HTML page, for any other /api path: a decoded path may hold a
+    # newline (%0A), which "." would not match.
+    re_path(r"^(?s:.*)$", views.not_found),
 ]

@@ -79,3 +79,10 @@ def test_admin_shows_stored_input_as_sent(admin_client):
     response_store(body=body, input_items=odd, instructions="", previous_id=None, owner="")
     page = admin_client.get("/admin/inference/storedresponse/resp_odd/change/")
     assert page.status_code == 200 and b"<b>user</b> 5" in page.content
+
+
+def test_an_api_path_with_a_newline_is_a_json_404(client):
+    """A decoded %0A once slipped past the JSON catch-all of /api into Django's HTML page."""
+    answer = client.get("/api/messages/l%0AT/attachments/null")
+    assert answer.status_code == 404 and answer["Content-Type"] == "application/json"
+    assert answer.json()["detail"].startswith("Unknown endpoint /api/messages/l\nT")
