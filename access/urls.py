@@ -14,6 +14,6 @@ urlpatterns = [
     # split view serves its start-up script as a file (?script), as the CSP allows no inline one.
     re_path(r"^docs/?$", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
     # JSON, not Django's HTML page, for any other /api path: a decoded path may hold a
-    # newline (%0A), which "." would not match.
-    re_path(r"^(?s:.*)$", views.not_found),
+    # newline (%0A), which "." would not match (and Django cannot reverse an inline flag).
+    re_path(r"^[\s\S]*$", views.not_found),
 ]
