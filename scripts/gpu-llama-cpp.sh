@@ -3,6 +3,7 @@
 # llama-cpp-python's sdist vendors (packed here, without its .git, test vocabularies and
 # docs: 12 MB), then llama-bench (prefill of 512, decode of 128, one stream) and
 # llama-batched-bench (1 to 64 parallel sequences) on a GGUF. Output under $OUT.
+#   scripts/gpu-llama-cpp.sh pack [OUT.tar.gz]       # here, with network: the packed source
 #   scripts/gpu-llama-cpp.sh build SOURCE.tar.gz     # cmake + ninja: llama-bench, llama-batched-bench
 #   scripts/gpu-llama-cpp.sh bench MODEL.gguf
 set -euo pipefail
@@ -29,8 +30,19 @@ bench() {
     -npl 1,8,32,64 2>&1 | grep -E "^\|" | tee -a "$OUT/llama.txt"
 }
 
+pack() {  # llama-cpp-python's sdist (the version bench/llama_cpp.py builds), its llama.cpp
+  local into=${1:-.gpu/llama.cpp-src.tar.gz} tmp; tmp=$(mktemp -d)
+  python3 -m pip download -q --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d "$tmp"
+  tar xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp" --exclude='*/.git/*' \
+    --exclude='*/models/*' --exclude='*/docs/*' --exclude='*/examples/*'
+  mkdir -p "$(dirname "$into")"
+  tar czf "$into" -C "$tmp"/llama_cpp_python-*/vendor llama.cpp && rm -rf "$tmp"
+  ls -la "$into"
+}
+
 case "${1:-}" in
+  pack) pack "${2:-}" ;;
   build) build "$2" ;;
   bench) bench "$2" ;;
-  *) echo "usage: $0 build SOURCE.tar.gz | bench MODEL.gguf" >&2; exit 2 ;;
+  *) echo "usage: $0 pack [OUT] | build SOURCE.tar.gz | bench MODEL.gguf" >&2; exit 2 ;;
 esac
