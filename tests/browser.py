@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,6 +38,24 @@ def browser() -> Browser:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
+
+
+@contextlib.contextmanager
+def page_in(
+    browser: Browser, session_state: str, url: str, viewport: dict, *, check_errors: bool = True
+) -> Iterator[Page]:
+    """A page of a fresh logged-in context at `viewport`; with `check_errors`, a JavaScript
+    error on it fails the test once it is done."""
+    context = browser.new_context(storage_state=session_state, base_url=url, viewport=viewport)
+    context.set_default_timeout(60_000)  # a reply on this CPU takes seconds, not milliseconds
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    try:
+        yield page
+    finally:
+        context.close()
+    assert not (check_errors and errors), f"JavaScript errors on the page: {errors}"
 
 
 def log_in(page: Page, url: str) -> None:

@@ -34,6 +34,11 @@ def obj(properties: dict[str, Schema], required: tuple[str, ...] = (), **extra) 
     return schema
 
 
+def path_param(name: str, **extra) -> Schema:
+    """A required string parameter of the path (`extra`: its example, description)."""
+    return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}, **extra}
+
+
 def json_content(schema: Schema) -> Schema:
     return {"application/json": {"schema": schema}}
 

@@ -13,6 +13,7 @@ from .common import (
     json_content,
     nullable,
     obj,
+    path_param,
     ref,
 )
 from .openai_requests import chat_request, completion_request
@@ -259,15 +260,7 @@ def paths(default_model: str) -> dict[str, Schema]:
                 "operationId": "models_retrieve",
                 "summary": "One registered model",
                 "tags": ["openai"],
-                "parameters": [
-                    {
-                        "name": "name",
-                        "in": "path",
-                        "required": True,
-                        "schema": {"type": "string"},
-                        "example": default_model,
-                    }
-                ],
+                "parameters": [path_param("name", example=default_model)],
                 "responses": {
                     "200": {"description": "The model", "content": json_content(ref("Model"))},
                     **errors("OpenAIError", 404),

@@ -17,6 +17,7 @@ from .common import (
     nullable,
     number,
     obj,
+    path_param,
     ref,
     session_field,
     stop_field,
@@ -200,13 +201,7 @@ RESPONSE = obj(
     ("id", "object", "created_at", "status", "model", "output"),
 )
 
-RESPONSE_ID = {
-    "name": "response_id",
-    "in": "path",
-    "required": True,
-    "schema": {"type": "string"},
-    "example": "resp_0123456789abcdef",
-}
+RESPONSE_ID = path_param("response_id", example="resp_0123456789abcdef")
 
 
 def components(limit: int) -> dict[str, Schema]:

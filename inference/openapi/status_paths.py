@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .common import Schema, errors, json_content, nullable, obj, ref
+from .common import Schema, errors, json_content, nullable, obj, path_param, ref
 
 EXIT = nullable(
     obj(
@@ -134,13 +134,7 @@ def components() -> dict[str, Schema]:
 
 
 # For staff only, whether or not the API is open.
-REPLICA_ID = {
-    "name": "replica_id",
-    "in": "path",
-    "required": True,
-    "schema": {"type": "string"},
-    "description": "A worker's id in /engine",
-}
+REPLICA_ID = path_param("replica_id", description="A worker's id in /engine")
 STAFF_ONLY = ("/stats", "/engine", "/metrics", "/engine/replicas/{replica_id}/drain")
 
 

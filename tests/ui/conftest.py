@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page
 
-from tests.browser import log_in
+from tests.browser import log_in, page_in
 
 
 @pytest.fixture(scope="module")
@@ -22,15 +22,5 @@ def session_state(browser, lab_server, tmp_path_factory) -> str:
 
 @pytest.fixture
 def page(browser, session_state, lab_server) -> Page:
-    context = browser.new_context(
-        storage_state=session_state,
-        base_url=lab_server.url,
-        viewport={"width": 1400, "height": 900},
-    )
-    context.set_default_timeout(60_000)  # a reply on this CPU takes seconds, not milliseconds
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    yield page
-    context.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
+    with page_in(browser, session_state, lab_server.url, {"width": 1400, "height": 900}) as page:
+        yield page

@@ -10,6 +10,7 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.browser import page_in
 from tests.conftest import DEFAULT_MODEL
 from tests.ui.test_chat_page import open_chat, pick_model, send, set_params, wait_reply
 from tests.ui.test_content_security_policy import refusals
@@ -137,13 +138,8 @@ def test_a_text_only_model_refuses_images_in_the_servers_words(page: Page, visio
 
 @pytest.fixture
 def phone(browser, session_state, lab_server) -> Page:
-    context = browser.new_context(
-        storage_state=session_state, base_url=lab_server.url, viewport=PHONE
-    )
-    context.set_default_timeout(60_000)
-    page = context.new_page()
-    yield page
-    context.close()
+    with page_in(browser, session_state, lab_server.url, PHONE, check_errors=False) as page:
+        yield page
 
 
 def test_images_fit_a_phone(phone: Page, vision_model):

@@ -9,6 +9,7 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.browser import page_in
 from tests.conftest import DEFAULT_MODEL
 from tests.ui.lab_pages import api_post, evaluate_job
 
@@ -24,16 +25,8 @@ def job_id(lab_server) -> str:
 
 @pytest.fixture
 def phone(browser, session_state, lab_server) -> Page:
-    context = browser.new_context(
-        storage_state=session_state, base_url=lab_server.url, viewport=PHONE
-    )
-    context.set_default_timeout(60_000)
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    yield page
-    context.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
+    with page_in(browser, session_state, lab_server.url, PHONE) as page:
+        yield page
 
 
 def page_width(page: Page) -> tuple[int, int]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from os.path import commonprefix  # of any strings, not only paths
 
 from ...protocol.events import FillUsage
 from .drafting import Drafter, DraftPlan
@@ -98,7 +99,7 @@ def _name_rest(plan: FillPlan, prefix: str) -> str:
     if len(matching) == 1:
         tool, head = matching[0]
         return head[len(prefix) :] + "{" + _opening(plan.shape, tool, [])
-    return _common([head[len(prefix) :] for _, head in matching])
+    return commonprefix([head[len(prefix) :] for _, head in matching])
 
 
 def _arguments(shape: CallShape, tool: ToolFill, text: str) -> tuple[str, str]:
@@ -179,7 +180,7 @@ def _key_rest(shape: CallShape, tool: ToolFill, keys: list[str], prefix: str) ->
     if len(unused) == 1:
         key = unused[0]
         return key[len(prefix) :] + '"' + shape.colon + _value_start(tool, key)
-    return _common([key[len(prefix) :] for key in unused])
+    return commonprefix([key[len(prefix) :] for key in unused])
 
 
 def _value_start(tool: ToolFill, key: str) -> str:
@@ -187,7 +188,7 @@ def _value_start(tool: ToolFill, key: str) -> str:
     if values:
         if len(values) == 1:
             return values[0]
-        return _common(list(values))
+        return commonprefix(list(values))
     return tool.starts.get(key, "")
 
 
@@ -195,7 +196,7 @@ def _value_rest(shape: CallShape, tool: ToolFill, keys: list[str], written: str)
     values = [value for value in tool.values.get(keys[-1], ()) if value.startswith(written)]
     if len(values) == 1:
         return values[0][len(written) :] + _after_value(shape, tool, keys)
-    return _common([value[len(written) :] for value in values])
+    return commonprefix([value[len(written) :] for value in values])
 
 
 def _string_end(text: str, start: int) -> int | None:
@@ -241,16 +242,6 @@ def _key(quoted: str) -> str:
         return json.loads(quoted)
     except ValueError:
         return quoted[1:-1]
-
-
-def _common(texts: list[str]) -> str:
-    if not texts:
-        return ""
-    first, last = min(texts), max(texts)
-    size = 0
-    while size < len(first) and first[size] == last[size]:
-        size += 1
-    return first[:size]
 
 
 class FillDrafter:
