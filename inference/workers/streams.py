@@ -106,6 +106,28 @@ class Watcher(Protocol):
         """The worker's tally of an abandoned request: what it generated before it stopped."""
 
 
+class Deliveries:
+    """The messages of one read from a worker (a step's events for many requests), handed
+    to each caller's loop in one call: a loop woken once per step, not once per token."""
+
+    def __init__(self) -> None:
+        self._by_loop: dict[asyncio.AbstractEventLoop, list] = {}
+
+    def add(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, item: tuple) -> None:
+        self._by_loop.setdefault(loop, []).append((queue, item))
+
+    def send(self) -> None:
+        for loop, items in self._by_loop.items():
+            with contextlib.suppress(RuntimeError):  # the caller's loop is gone
+                loop.call_soon_threadsafe(_put_all, items)
+        self._by_loop = {}
+
+
+def _put_all(items: list[tuple[asyncio.Queue, tuple]]) -> None:
+    for queue, item in items:
+        queue.put_nowait(item)
+
+
 class RequestStream:
     """Messages for one request, delivered from the supervisor's thread to the caller's loop.
 
@@ -128,6 +150,10 @@ class RequestStream:
         """Called on the supervisor's loop."""
         with contextlib.suppress(RuntimeError):  # the caller's loop is gone
             self._loop.call_soon_threadsafe(self._queue.put_nowait, (kind, payload))
+
+    def deliver_later(self, kind: str, payload: object, batch: Deliveries) -> None:
+        """Called on the supervisor's loop: delivered when `batch` is sent."""
+        batch.add(self._loop, self._queue, (kind, payload))
 
     async def accepted(self) -> wire.Accepted:
         while True:

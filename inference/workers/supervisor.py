@@ -35,7 +35,7 @@ from .events import EventLog
 from .remote import RemoteWorkers, send_now
 from .residency import Residency
 from .routing import Candidate, RouteKey, route_key
-from .streams import STOPPED, EngineUnavailable, ExitStatus, RequestStream
+from .streams import STOPPED, Deliveries, EngineUnavailable, ExitStatus, RequestStream
 from .worker import FINAL_KINDS, Replicas, SupervisorConfig, Worker, exit_status
 
 LEFT_SECONDS = 60.0  # how long a cancelled request's tally is waited for
@@ -299,34 +299,38 @@ class Supervisor(Residency, RemoteWorkers, WorkerQuestions, AdapterMounts, Compa
 
     async def _read(self, worker: Worker, socket) -> None:
         while True:
-            try:
-                frame = await socket.recv()
-                kind, request_id, payload = wire.decode(frame)
+            try:  # a worker sends what it had waiting for this process as one message
+                frames = await socket.recv_multipart()
             except (asyncio.CancelledError, zmq.ZMQError):
                 return
-            except wire.WireError as exc:
-                log.warning("worker %s sent a malformed frame: %s", worker.id, exc)
-                continue
-            if request_id in worker.reports:  # an answer to a question (asking.py)
-                reply = worker.reports[request_id]
-                if not reply.done():
-                    reply.set_result(payload)
-                continue
-            stream = worker.streams.get(request_id)
-            if stream is None:  # cancelled: only its tally is still wanted
-                left = worker.leaving.pop(request_id, None) if kind in FINAL_KINDS else None
-                if left is not None and kind == "finished":
-                    left[1].settle(payload)
-                continue
-            stream.deliver(kind, payload)
-            if kind == "finished" and stream.route is not None and worker.group is not None:
-                # Its cached_tokens say what the replica still held: the router learns it.
-                worker.group.router.observe(
-                    worker.id, stream.route, payload.prompt_tokens, payload.cached_tokens
-                )
-            if kind in FINAL_KINDS or (kind == "accepted" and stream.count_only):
-                worker.streams.pop(request_id, None)
-                worker.notify()
+            batch = Deliveries()
+            for frame in frames:
+                try:
+                    self._take(worker, *wire.decode(frame), batch)
+                except wire.WireError as exc:
+                    log.warning("worker %s sent a malformed frame: %s", worker.id, exc)
+            batch.send()
+
+    def _take(self, worker: Worker, kind: str, request_id: int, payload, batch) -> None:
+        if request_id in worker.reports:  # an answer to a question (asking.py)
+            if not (reply := worker.reports[request_id]).done():
+                reply.set_result(payload)
+            return
+        stream = worker.streams.get(request_id)
+        if stream is None:  # cancelled: only its tally is still wanted
+            left = worker.leaving.pop(request_id, None) if kind in FINAL_KINDS else None
+            if left is not None and kind == "finished":
+                left[1].settle(payload)
+            return
+        stream.deliver_later(kind, payload, batch)
+        if kind == "finished" and stream.route is not None and worker.group is not None:
+            # Its cached_tokens say what the replica still held: the router learns it.
+            worker.group.router.observe(
+                worker.id, stream.route, payload.prompt_tokens, payload.cached_tokens
+            )
+        if kind in FINAL_KINDS or (kind == "accepted" and stream.count_only):
+            worker.streams.pop(request_id, None)
+            worker.notify()
 
     def _exited(self, worker: Worker, process: subprocess.Popen, returncode: int) -> None:
         if process is not worker.process:

@@ -255,6 +255,36 @@ def test_a_generation_whose_web_process_is_gone_is_cancelled_by_the_worker(remot
     assert _ask_report(worker.address, SECRET).stats["requests_cancelled"] == cancelled + 1
 
 
+def test_the_rows_of_a_step_reach_the_web_tier_as_one_message(remote):
+    """What the engine emitted meanwhile goes to a web process as one message: it wakes
+    once per step, not once per token of every row; each request's events keep their order."""
+    lab, worker = remote
+    lab.ready(DEFAULT_MODEL)
+    context = zmq.Context()
+    kinds: dict[int, list[str]] = {1: [], 2: [], 3: []}
+    together = 0
+    try:
+        socket = context.socket(zmq.DEALER)
+        socket.linger = 0
+        link.secure_client(socket, SECRET)
+        socket.connect(worker.address)
+        for request_id in kinds:
+            text = f"Story {request_id}: once upon a time"
+            call = wire.GenerateCall(text=text, max_tokens=12, default_max_tokens=12)
+            socket.send(wire.encode("generate", request_id, call))
+        while any(not seen or seen[-1] != "finished" for seen in kinds.values()):
+            assert socket.poll(60_000)
+            message = [wire.decode(frame) for frame in socket.recv_multipart()]
+            together += len({request_id for _, request_id, _ in message}) > 1
+            for kind, request_id, _ in message:
+                kinds[request_id].append(kind)
+    finally:
+        context.destroy(0)
+    assert together > 0
+    for seen in kinds.values():
+        assert seen[0] == "accepted" and seen[-1] == "finished" and "text" in seen
+
+
 def test_a_web_tier_with_another_secret_is_refused_at_once(remote, tmp_path, model_folder):
     lab, worker = remote
     lab.ready(DEFAULT_MODEL)

@@ -3,7 +3,6 @@ counters, and how its fast paths and caches stand."""
 
 from __future__ import annotations
 
-import gc
 import os
 from dataclasses import asdict
 
@@ -16,7 +15,9 @@ from ..loop.config import EngineStats
 from ..loop.engine import Engine
 
 
-def worker_status(model: str, engine: Engine) -> wire.WorkerStatus:
+def worker_status(model: str, engine: Engine, frozen: int = 0) -> wire.WorkerStatus:
+    """`frozen`: the objects `gc.freeze()` hid, counted once (counting walks them all: tens
+    of milliseconds with the GIL held, a decode step stalled at every report)."""
     stats = engine.stats
     cache = engine.prompt_cache
     return wire.WorkerStatus(
@@ -61,7 +62,7 @@ def worker_status(model: str, engine: Engine) -> wire.WorkerStatus:
             "blas": asdict(blas_state()),
             "device": device_name(),
             "warm_up_seconds": round(stats.warm_up_seconds, 3),
-            "python_objects_frozen": gc.get_freeze_count(),
+            "python_objects_frozen": frozen,
         },
     )
 
