@@ -33,11 +33,12 @@ prepare_mlx_process()  # before anything imports mlx.core: the BLAS goes under M
 
 from openai import AsyncOpenAI  # noqa: E402
 
-from bench.gpu import as_served, collect  # noqa: E402
+from bench.gpu import as_served, collect, prompts  # noqa: E402
 from bench.workload import CONCURRENT_PROMPTS  # noqa: E402
 
 ROUNDS = 2
 TTFT_REPEATS = 5
+PREFILL = 512  # prompt tokens of the engine's prefill row (llama.cpp's pp512)
 
 
 def texts(count: int, round_: int) -> list[str]:
@@ -71,10 +72,20 @@ def engine_side(folder: Path, streams: list[int], tokens: int) -> dict:
         stamps = collect(engine, [GenerationRequest(ids(text), max_tokens=2)])[0]
         return stamps[0] - started
 
+    def prefill(length: int) -> float:
+        prompt = prompts(1, length, engine.vocab_size, seed=length)[0]
+        started = time.perf_counter()
+        stamps = collect(engine, [GenerationRequest(prompt, max_tokens=1)])[0]
+        return length / (stamps[0] - started)
+
     try:
         rows = {
             f"streams{n}_tps": max(aggregate(texts(n, r)) for r in range(ROUNDS)) for n in streams
         }
+        rates = []
+        for _ in range(3):  # a prompt of its own each time: no prefix cached
+            rates.append(prefill(PREFILL + len(rates)))
+        rows["prefill_tps"] = max(rates)
         rows["ttft_s"] = statistics.median(
             first_token(text) for text in texts(TTFT_REPEATS, ROUNDS)
         )
@@ -142,8 +153,10 @@ def main() -> None:
         print(f"{row['streams']:>4} streams: engine {row['engine_tps']:>8.1f} tok/s, served "
               f"{row['served_tps']:>8.1f} ({row['share']:.0%})")  # fmt: skip
     print(f"one stream's first token: engine {ttft['engine_ms']} ms, served {ttft['served_ms']} ms")
+    print(f"prefill of {PREFILL} tokens (engine): {engine['prefill_tps']:.0f} tok/s")
     args.out.mkdir(parents=True, exist_ok=True)
-    report = {"model": args.model, "tokens": args.tokens, "rows": rows, "ttft": ttft}
+    report = {"model": args.model, "tokens": args.tokens, "rows": rows, "ttft": ttft,
+              "engine_prefill_tps": round(engine["prefill_tps"], 1)}  # fmt: skip
     (args.out / "gpu_served.json").write_text(json.dumps(report, indent=2))
 
 

