@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -163,6 +164,9 @@ def engine_side(
             prefill = len(ids) / (stamps[0] - started)
             runs.append((prefill, (len(stamps) - 1) / (stamps[-1] - stamps[0])))
         prefill, decode = (max(run[i] for run in runs[1:]) for i in (0, 1))
+        idle = threading.Event()  # the engine thread past the step that emptied its batch
+        engine.between_steps(lambda runner: idle.set())
+        idle.wait(10)
         return {
             "prompt_tokens": len(ids),
             "prefill_tps": round(prefill, 1),

@@ -24,6 +24,7 @@ from ..caching.prompt_cache import PromptCache
 from ..prompting.request import GenerationRequest
 from .batch_caches import prefills_alone, unbatchable
 from .config import EngineConfig, EngineStats
+from .freed_memory import release_freed_memory
 from .generator import Generator
 from .runner import Runner
 from .scheduler import Scheduler
@@ -137,6 +138,7 @@ class Engine:
                 stream = mx.new_stream(mx.default_device())
                 with mx.stream(stream):
                     self._warm_up(stream)
+                    release_freed_memory()  # what loading and warming up left behind
                     self._ready.set()
                     self._serve(stream)
         finally:
@@ -198,7 +200,10 @@ class Engine:
             plan = scheduler.schedule(runner.size)
             self.stats.requests_cancelled += plan.dropped
             ended = runner.apply(plan)
-            if runner.size:
+            stepped = runner.size > 0
+            if stepped:
                 ended += runner.step()
             scheduler.ended(ended)
+            if stepped and not runner.size:  # the batch emptied: what it freed goes back
+                release_freed_memory()
         scheduler.ended(runner.fail_all("the engine is shutting down"))
