@@ -9,6 +9,7 @@ reasoning, prompt_cache_key) are translated here.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass
 
@@ -122,7 +123,23 @@ def _with_id(item, index: int) -> dict:
 STORED_ROLES = ("system", "user", "assistant")
 
 
-def items_to_messages(items: list[dict], *, strict: bool = True) -> list[dict]:
+def _named_by_input(error: ApiError, origins: list[str | None]) -> ApiError:
+    match = re.match(r"messages\[(\d+)\]", error.param or "")
+    origin = origins[int(match[1])] if match and int(match[1]) < len(origins) else None
+    if origin is not None:
+        error.param = origin + error.param[match.end() :]
+        error.message = error.message.replace(match[0], origin, 1)
+    return error
+
+
+def _note_origins(origins: list | None, messages: list[dict], where: str) -> None:
+    if origins is not None:
+        origins += [where] * (len(messages) - len(origins))
+
+
+def items_to_messages(
+    items: list[dict], *, strict: bool = True, origins: list | None = None
+) -> list[dict]:
     """Responses items (input or earlier output) as chat messages.
 
     Strict, for a request: an item or content part the chat path cannot take is an
@@ -130,8 +147,9 @@ def items_to_messages(items: list[dict], *, strict: bool = True) -> list[dict]:
     part or message role is skipped, so one odd response never fails a whole build.
     """
     messages: list[dict] = []
-    reasoning = ""
+    reasoning, where = "", "input"
     for index, item in enumerate(items):
+        _note_origins(origins, messages, where)  # the last item's messages came from it
         kind = item.get("type", "message")
         where = f"input[{index}]"
         if kind == "reasoning":
@@ -149,6 +167,7 @@ def items_to_messages(items: list[dict], *, strict: bool = True) -> list[dict]:
             messages.append(_call_output(item))
         elif strict:
             raise ApiError(f"{where}: unsupported item type '{kind}'", param="input")
+    _note_origins(origins, messages, where)
     return messages
 
 
@@ -287,13 +306,19 @@ def responses_chat_call(call: ResponsesCall, history: list[dict]) -> ChatCall:
     messages = []
     if call.instructions:
         messages.append({"role": "system", "content": call.instructions})
-    messages += history + items_to_messages(call.input_items)
+    messages += history
+    from_input: list[str] = []  # which input item each of its messages came from
+    messages += items_to_messages(call.input_items, origins=from_input)
+    origins = [None] * (len(messages) - len(from_input)) + from_input
     if not messages:
         raise ApiError(
             "input is required when neither previous_response_id nor instructions is given",
             param="input",
         )
-    messages = normalise_messages(messages)
+    try:
+        messages = normalise_messages(messages)
+    except ApiError as error:  # the chat path names messages[k]: this request has input[i]
+        raise _named_by_input(error, origins) from None
     body = call.body
     shared = {k: body[k] for k in SHARED_FIELDS + VLLM_FIELDS if k in body}
     effort = _reasoning_effort(body)

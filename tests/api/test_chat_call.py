@@ -150,3 +150,19 @@ def test_every_surface_refuses_a_shared_field_with_the_same_words(parse, body, m
     with pytest.raises(ApiError) as refused:
         parse(body)
     assert refused.value.message == message and refused.value.param == "top_p"
+
+
+def test_a_responses_error_in_a_content_part_names_the_input_item_it_came_from():
+    """The chat path reads the parts, as messages[k]; the client sent input[i]: instructions,
+    an earlier response's turns and reasoning items all shift k away from i."""
+    body = {"model": "m", "instructions": "Be brief.", "input": [
+        {"role": "user", "content": "Hello."},
+        {"type": "reasoning", "summary": []},
+        {"role": "user", "content": [{"type": "input_text", "text": "See this."},
+                                     {"type": "input_image", "image_url": "ftp://host/a.png"}]},
+    ]}  # fmt: skip
+    earlier = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hi!"}]
+    with pytest.raises(ApiError) as caught:
+        responses_chat_call(parse_responses_call(body), earlier)
+    assert caught.value.param == "input[2].content[1].image_url"
+    assert caught.value.message.startswith("input[2].content[1].image_url: an image URL must")
