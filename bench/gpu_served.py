@@ -140,9 +140,15 @@ def main() -> None:
     parser.add_argument("--folder", type=Path, default=ROOT / "var/models/smollm2-135m-instruct")
     parser.add_argument("--streams", default="1,8,32,64,128")
     parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--engine-only", action="store_true", help="no lab: the engine's rows")
     args = parser.parse_args()
     streams = [int(n) for n in args.streams.split(",")]
     engine = engine_side(args.folder, streams, args.tokens)
+    if args.engine_only:  # beside a peer's figures (scripts/gpu-llama-cpp.sh peer)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "gpu_engine.json").write_text(json.dumps(engine, indent=2))
+        print(json.dumps({"folder": str(args.folder), **engine}))
+        return
     client = AsyncOpenAI(base_url=f"{args.url}/v1", api_key=args.key, max_retries=0, timeout=900)
     served = asyncio.run(served_side(client, args.model, streams, args.tokens))
     rows = table(engine, served, streams)
