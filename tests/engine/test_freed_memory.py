@@ -26,3 +26,16 @@ def test_memory_freed_inside_the_heap_is_returned():
     assert release_freed_memory()
     assert _anonymous_mb() < held - 100
     assert all(len(block) == BLOCK for block in kept)
+
+
+def test_mlx_s_buffer_cache_goes_too_when_asked():
+    import mlx.core as mx
+
+    arrays = [mx.ones((256, 1024)) for _ in range(8)]
+    mx.eval(arrays)
+    del arrays  # their 8 MB wait in MLX's cache for reuse
+    assert mx.get_cache_memory() > 4 * 2**20
+    release_freed_memory()
+    assert mx.get_cache_memory() > 4 * 2**20
+    release_freed_memory(mlx_cache=True)
+    assert mx.get_cache_memory() == 0

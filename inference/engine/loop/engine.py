@@ -205,5 +205,5 @@ class Engine:
                 ended += runner.step()
             scheduler.ended(ended)
             if stepped and not runner.size:  # the batch emptied: what it freed goes back
-                release_freed_memory()
+                release_freed_memory(mlx_cache=not on_gpu())
         scheduler.ended(runner.fail_all("the engine is shutting down"))
