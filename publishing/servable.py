@@ -8,7 +8,7 @@ This is the rule `mlx_lm.utils.load` applies, so a model passed here is one it l
 
 A model of one of mlx-vlm's types with a vision (or audio) tower is served through mlx-vlm
 where the engine serves its family (inference/protocol/media.py SERVED_FAMILIES). Of the
-other families, those mlx-lm loads (Gemma 3, say: it drops the vision tower) are served
+other families, those mlx-lm loads (Mistral 3, say: it drops the vision tower) are served
 as text, as before the lab took images, and the search says so (text_only_reason); the
 rest are not served.
 """

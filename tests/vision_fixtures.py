@@ -1,7 +1,8 @@
 """The vision-language models of the engine and live-server tests (tests/engine, tests/api),
 built once a session, and registered in the session's server where a test asks for them
 (conftest.py imports these fixtures): a tiny Qwen2.5-VL (mRoPE), a tiny SmolVLM
-(Idefics3: plain RoPE, tiled images) and a tiny Gemma 3n (audio).
+(Idefics3: plain RoPE, tiled images), a tiny Gemma 3 (sliding windows), a tiny Qwen3-VL
+(mRoPE and deepstack features) and a tiny Gemma 3n (audio).
 
 The builders import MLX: they are imported inside the fixtures, since conftest.py imports
 this module before it puts the optimized BLAS under MLX (prepare_mlx_process).
@@ -19,8 +20,12 @@ from tests.embedding_fixtures import REGISTER
 
 ROOT = Path(__file__).resolve().parent.parent
 __all__ = [  # conftest's
+    "gemma3_folder",
+    "gemma3_model",
     "gemma3n_folder",
     "gemma3n_model",
+    "qwen3_vl_folder",
+    "qwen3_vl_model",
     "smolvlm_folder",
     "smolvlm_model",
     "vision_folder",
@@ -42,6 +47,22 @@ def smolvlm_folder(tmp_path_factory) -> Path:
     from tests.vision_models import IDEFICS3_MODEL, build_idefics3_folder
 
     return build_idefics3_folder(tmp_path_factory.mktemp("vision-models") / IDEFICS3_MODEL)
+
+
+@pytest.fixture(scope="session")
+def gemma3_folder(tmp_path_factory) -> Path:
+    """A tiny random-weight Gemma 3 (model type gemma3), its processor the real one."""
+    from tests.vision_models import GEMMA3_MODEL, build_gemma3_folder
+
+    return build_gemma3_folder(tmp_path_factory.mktemp("vision-models") / GEMMA3_MODEL)
+
+
+@pytest.fixture(scope="session")
+def qwen3_vl_folder(tmp_path_factory) -> Path:
+    """A tiny random-weight Qwen3-VL (model type qwen3_vl), its processor the real one."""
+    from tests.vision_models import QWEN3_VL_MODEL, build_qwen3_vl_folder
+
+    return build_qwen3_vl_folder(tmp_path_factory.mktemp("vision-models") / QWEN3_VL_MODEL)
 
 
 @pytest.fixture(scope="session")
@@ -77,3 +98,15 @@ def smolvlm_model(lab_server, smolvlm_folder) -> str:
 def gemma3n_model(lab_server, gemma3n_folder) -> str:
     """The Gemma 3n model, registered once in the session server's registry; its name."""
     return _register(lab_server, gemma3n_folder)
+
+
+@pytest.fixture(scope="session")
+def gemma3_model(lab_server, gemma3_folder) -> str:
+    """The Gemma 3 model, registered once in the session server's registry; its name."""
+    return _register(lab_server, gemma3_folder)
+
+
+@pytest.fixture(scope="session")
+def qwen3_vl_model(lab_server, qwen3_vl_folder) -> str:
+    """The Qwen3-VL model, registered once in the session server's registry; its name."""
+    return _register(lab_server, qwen3_vl_folder)

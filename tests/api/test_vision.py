@@ -1,10 +1,11 @@
 """Images in chat messages, through the official `openai` and `anthropic` SDKs (chat
 completions, Responses, Messages), on the session's live server and real model workers:
-a tiny random-weight Qwen2.5-VL and a tiny SmolVLM (tests/vision_models.py) served through
-mlx-vlm, and the default model, which takes text only.
+a tiny random-weight Qwen2.5-VL, SmolVLM, Gemma 3 and Qwen3-VL (tests/vision_models.py)
+served through mlx-vlm, and the default model, which takes text only.
 
-The models are registered by tests/conftest.py's `vision_model` and `smolvlm_model`; each
-one's worker loads on its first request beside the default model's.
+The models are registered by tests/vision_fixtures.py's `vision_model`, `smolvlm_model`,
+`gemma3_model` and `qwen3_vl_model`; each one's worker loads on its first request beside
+the default model's.
 """
 
 from __future__ import annotations
@@ -92,6 +93,38 @@ def test_the_sdk_sends_an_image_to_a_second_family(client, http, smolvlm_model):
     assert cached[1] + 64 < cached[2]  # another: up to its first placeholder
     logprobs = [[c.logprob for c in answer.choices[0].logprobs.content] for answer in answers]
     assert logprobs[0] == logprobs[2] != logprobs[1]
+
+
+# Families whose tests above do not cover: the fixture that registers each, and what a
+# 112x84 picture costs it in placeholders. Gemma 3 resizes it to its square (the tiny
+# model's: 16 soft tokens, between its own start and end tokens; sliding-window layers past
+# them); Qwen3-VL scales it up to 65,536 pixels, 70 placeholders whose deepstack features
+# its first layers add.
+MORE_FAMILIES = {"gemma3": ("gemma3_model", 16), "qwen3_vl": ("qwen3_vl_model", 70)}
+
+
+@pytest.mark.parametrize("family", list(MORE_FAMILIES))
+def test_the_sdk_sends_an_image_to_another_family(request, client, http, family):
+    fixture, placeholders = MORE_FAMILIES[family]
+    model = request.getfixturevalue(fixture)
+    assert http.get(f"/v1/models/{model}").json()["capabilities"] == ["chat", "vision"]
+    one, other = (image_message(data_url(png(112, 84, seed=seed))) for seed in (18, 19))
+    answers = [ask(client, model, [m], logprobs=True) for m in (one, other, one)]
+    assert answers[0].usage.prompt_tokens > placeholders
+    assert answers[0].choices[0].finish_reason == "length"
+    cached = [answer.usage.prompt_tokens_details.cached_tokens for answer in answers]
+    assert cached[2] == answers[0].usage.prompt_tokens - 1  # the same picture: all of it
+    assert cached[1] + placeholders < cached[2]  # another: up to its first placeholder
+    logprobs = [[c.logprob for c in answer.choices[0].logprobs.content] for answer in answers]
+    assert logprobs[0] == logprobs[2] != logprobs[1]
+    # A second turn about the picture: its first turn, the image among it, from the cache.
+    history = [
+        one,
+        {"role": "assistant", "content": answers[0].choices[0].message.content},
+        {"role": "user", "content": "And its colour?"},
+    ]
+    second = ask(client, model, history)
+    assert second.usage.prompt_tokens_details.cached_tokens >= answers[0].usage.prompt_tokens - 1
 
 
 @pytest.fixture(scope="module")

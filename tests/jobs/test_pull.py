@@ -167,33 +167,48 @@ def test_an_architecture_mlx_lm_cannot_load_is_refused_before_downloading(jobs_l
     assert hub.bytes_served.get(("someone/smol-whisper", "model.safetensors"), 0) == 0
 
 
-GEMMA3_VISION = {"model_type": "gemma3", "vision_config": {"hidden_size": 8}}
+MISTRAL3_VISION = {"model_type": "mistral3", "vision_config": {"hidden_size": 8}}
 
 
 @pytest.fixture(scope="module")
-def vision_repos(hub, smolvlm_folder, tiny_model_folder) -> list[str]:
+def vision_repos(
+    hub, smolvlm_folder, gemma3_folder, qwen3_vl_folder, tiny_model_folder
+) -> list[str]:
     """SmolVLM (a family the engine serves with its images) in MLX and transformers
-    format, and Gemma 3 with a vision tower (mlx-vlm's; served as text, without them)."""
+    format, Gemma 3 and Qwen3-VL (two more) in MLX format, and Mistral 3 with a vision tower
+    (mlx-vlm's; served as text, without them)."""
     hub.add_model_repo("mlx-community/tiny-smolvlm", repo_files(smolvlm_folder), library_name="mlx")
     hub.add_model_repo("HuggingFaceTB/tiny-smolvlm", repo_files(smolvlm_folder))
-    hub.add_model_repo("google/tiny-gemma3-vl", repo_files(tiny_model_folder, **GEMMA3_VISION))
-    return ["mlx-community/tiny-smolvlm", "HuggingFaceTB/tiny-smolvlm", "google/tiny-gemma3-vl"]
+    hub.add_model_repo("mlx-community/tiny-gemma3", repo_files(gemma3_folder), library_name="mlx")
+    hub.add_model_repo(
+        "mlx-community/tiny-qwen3-vl", repo_files(qwen3_vl_folder), library_name="mlx"
+    )
+    hub.add_model_repo(
+        "mistralai/tiny-mistral3-vl", repo_files(tiny_model_folder, **MISTRAL3_VISION)
+    )
+    return ["mlx-community/tiny-smolvlm", "HuggingFaceTB/tiny-smolvlm",
+            "mlx-community/tiny-gemma3", "mlx-community/tiny-qwen3-vl",
+            "mistralai/tiny-mistral3-vl"]  # fmt: skip
 
 
 def test_search_says_which_vision_models_are_servable(vision_repos, client):
     answer = client.get("/api/hub/models", params={"search": "tiny-", "limit": 20})
     assert answer.status_code == 200, answer.text
     by_id = {r["id"]: r for r in answer.json()["results"]}
-    mlx, transformers, gemma = (by_id[repo] for repo in vision_repos)
+    mlx, transformers, gemma, qwen3_vl, mistral = (by_id[repo] for repo in vision_repos)
     assert mlx["servable"] is True and mlx["model_type"] == "idefics3"
     assert mlx["reason"] == "idefics3: takes images (mlx-vlm), served as it is"
     assert transformers["servable"] is True
     assert (
         transformers["reason"] == "idefics3: takes images (mlx-vlm), converted to MLX when pulled"
     )
+    assert gemma["servable"] is True and gemma["model_type"] == "gemma3"
+    assert gemma["reason"] == "gemma3: takes images (mlx-vlm), served as it is"
+    assert qwen3_vl["servable"] is True
+    assert qwen3_vl["reason"] == "qwen3_vl: takes images (mlx-vlm), served as it is"
     # A family whose images the lab does not serve yet, which mlx-lm loads: text, as before.
-    assert gemma["servable"] is True
-    assert gemma["reason"].startswith("gemma3: its images are not served yet for this family")
+    assert mistral["servable"] is True
+    assert mistral["reason"].startswith("mistral3: its images are not served yet for this family")
 
 
 def test_a_vision_model_is_pulled_and_sees_an_image(jobs_lab, hub, vision_repos, client):

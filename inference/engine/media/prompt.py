@@ -3,7 +3,9 @@
 The template renders a placeholder where each image stood (Qwen's
 `<|vision_start|><|image_pad|><|vision_end|>`); the model's processor, through mlx-vlm's
 `prepare_inputs` as its own `generate` calls it, resizes and patches the images and
-repeats each placeholder once per embedding the vision tower will give it. What the
+repeats each placeholder once per embedding the vision tower will give it (Gemma 3's
+`<start_of_image>` becomes its soft tokens between their own start and end). The prompt's
+ids are then the template's own, as a text prompt's are (no special tokens added). What the
 engine needs later (the pixels, the grids) travels as numpy arrays: the engine thread
 makes its own MLX arrays of them (one thread owns MLX; mlx-vlm's processors hand back MLX
 arrays, but as plain data, no computation, read back here at once). Audio goes the same
@@ -134,7 +136,7 @@ def prepare_media(loaded, name: str, text: str, parts: list[dict]) -> tuple[list
 
     `loaded` is the worker's model (acceleration/loader.py LoadedModel), `text` the rendered
     prompt; a model that does not take the media is MediaRefused."""
-    from mlx_vlm.utils import prepare_inputs, should_add_special_tokens
+    from mlx_vlm.utils import prepare_inputs
 
     _check_taken(loaded.media, name, parts)
     processor, config = loaded.processor, loaded.model.config
@@ -144,7 +146,7 @@ def prepare_media(loaded, name: str, text: str, parts: list[dict]) -> tuple[list
         images=images or None,  # an empty list is a batch of none, against one prompt
         audio=clips or None,
         prompts=[text],
-        add_special_tokens=should_add_special_tokens(config.model_type, processor),
+        add_special_tokens=False,  # the template rendered them, as for a text prompt
     )
     tokens = np.asarray(inputs["input_ids"]).reshape(-1).tolist()
     arrays = {
@@ -152,9 +154,24 @@ def prepare_media(loaded, name: str, text: str, parts: list[dict]) -> tuple[list
         for name, value in inputs.items()
         if name not in ("input_ids", "attention_mask") and value is not None
     }
+    tokens, arrays = _one_bos(tokens, arrays, getattr(processor, "tokenizer", processor))
     hashes = tuple(part["sha256"] for part in parts)
     spans = _placeholder_spans(tokens, config)
     return tokens, MediaPrompt(arrays, hashes, key_tokens(tokens, spans, hashes))
+
+
+def _one_bos(tokens: list[int], arrays: dict, tokenizer) -> tuple[list[int], dict]:
+    """The prompt with the template's <bos> alone, as a text prompt has it. A processor whose
+    call names no `add_special_tokens` (Gemma 3's, Gemma 3n's) is not passed it by mlx-vlm
+    0.7.10's prepare_inputs, and its tokenizer (a real Gemma one) adds its own <bos> before
+    the template's: one is dropped, with its column of any array aligned with the tokens."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is None or tokens[:2] != [bos, bos]:
+        return tokens, arrays
+    aligned = {name for name, value in arrays.items() if value.shape == (1, len(tokens))}
+    return tokens[1:], {
+        name: value[:, 1:] if name in aligned else value for name, value in arrays.items()
+    }
 
 
 def _placeholder_spans(tokens: list[int], config) -> tuple:

@@ -5,11 +5,17 @@ A media row prefills embeddings, not token ids: its prompt's, computed once when
 positions. Text rows of the same model in the same chunk prefill their tokens' own
 embeddings at plain positions, side by side with it. Once a row's prompt is in, only the
 offset of its positions is left (its rope delta): decode steps feed tokens.
+
+Qwen3-VL's vision tower gives more than the embeddings: deepstack features, taken from
+its intermediate blocks, which its language model adds to the hidden states of the
+image's positions after each of its first layers. A chunk passes those of the positions
+it prefills, row after row, with a mask of which of its columns they are.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from bisect import bisect_left
+from dataclasses import dataclass, field
 
 import mlx.core as mx
 
@@ -23,6 +29,10 @@ class RowMedia:
     embeddings: mx.array  # (tokens, width)
     positions: mx.array | None  # (3, tokens); None where positions are the plain ones
     delta: int  # a position less its index, past the prompt (mRoPE's rope delta)
+    # Qwen3-VL's: the prompt's image positions, in order, and their deepstack features
+    # (layers, positions, width); none for the other families.
+    visual: list[int] = field(default_factory=list)
+    deepstack: mx.array | None = None
 
 
 def row_media(model, tokens: list[int], media: MediaPrompt) -> RowMedia:
@@ -39,7 +49,12 @@ def row_media(model, tokens: list[int], media: MediaPrompt) -> RowMedia:
         positions = positions[:, 0, :]
     embeddings = features.inputs_embeds[0]
     mx.eval(embeddings, *(() if positions is None else (positions,)))
-    return RowMedia(embeddings, positions, delta)
+    media = RowMedia(embeddings, positions, delta)
+    if features.deepstack_visual_embeds is not None:
+        media.deepstack = mx.stack(list(features.deepstack_visual_embeds))
+        media.visual = [i for i, seen in enumerate(features.visual_pos_masks[0].tolist()) if seen]
+        mx.eval(media.deepstack)
+    return media
 
 
 def prefill_inputs(model, rows: list, starts: list[int], pieces: list[list[int]]) -> dict:
@@ -66,7 +81,28 @@ def prefill_inputs(model, rows: list, starts: list[int], pieces: list[list[int]]
     extra = {"embeddings": mx.stack(embeddings)}
     if model.mrope:
         extra["positions"] = mx.stack(positions, axis=1)
-    return extra
+    return extra | _deepstack_inputs(rows, starts, pieces, width)
+
+
+def _deepstack_inputs(rows: list, starts: list[int], pieces: list[list[int]], width: int) -> dict:
+    """A chunk's deepstack inputs: which of its columns are image positions (batch, width),
+    and their features, row after row (layers, positions, width), as mlx-vlm's Qwen3-VL
+    takes them; {} where the chunk prefills no image position of a Qwen3-VL row."""
+    masks, features = [], []
+    for row, start, piece in zip(rows, starts, pieces, strict=True):
+        mask = [False] * width
+        media = row.media
+        if media is not None and media.deepstack is not None:
+            first = bisect_left(media.visual, start)
+            last = bisect_left(media.visual, start + len(piece))
+            for position in media.visual[first:last]:
+                mask[position - start] = True
+            if last > first:
+                features.append(media.deepstack[:, first:last])
+        masks.append(mask)
+    if not features:
+        return {}
+    return {"visual_mask": mx.array(masks), "deepstack": mx.concatenate(features, axis=1)}
 
 
 def _media_positions(media: RowMedia, start: int, end: int, pad: int) -> mx.array:
