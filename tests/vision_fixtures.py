@@ -1,8 +1,9 @@
 """The vision-language models of the engine and live-server tests (tests/engine, tests/api),
 built once a session, and registered in the session's server where a test asks for them
 (conftest.py imports these fixtures): a tiny Qwen2.5-VL (mRoPE), a tiny SmolVLM
-(Idefics3: plain RoPE, tiled images), a tiny Gemma 3 (sliding windows), a tiny Qwen3-VL
-(mRoPE and deepstack features) and a tiny Gemma 3n (audio).
+(Idefics3: plain RoPE, tiled images), a tiny SmolVLM2 (the same model, its own processor),
+a tiny Gemma 3 (sliding windows), a tiny Qwen3-VL (mRoPE and deepstack features) and a tiny
+Gemma 3n (audio).
 
 The builders import MLX: they are imported inside the fixtures, since conftest.py imports
 this module before it puts the optimized BLAS under MLX (prepare_mlx_process).
@@ -28,6 +29,7 @@ __all__ = [  # conftest's
     "qwen3_vl_model",
     "smolvlm_folder",
     "smolvlm_model",
+    "smolvlm2_folder",
     "vision_folder",
     "vision_model",
 ]
@@ -47,6 +49,15 @@ def smolvlm_folder(tmp_path_factory) -> Path:
     from tests.vision_models import IDEFICS3_MODEL, build_idefics3_folder
 
     return build_idefics3_folder(tmp_path_factory.mktemp("vision-models") / IDEFICS3_MODEL)
+
+
+@pytest.fixture(scope="session")
+def smolvlm2_folder(tmp_path_factory) -> Path:
+    """A tiny random-weight SmolVLM2 (model type smolvlm), its processor the real one."""
+    from tests.vision_models import SMOLVLM2, SMOLVLM2_MODEL, build_idefics3_folder
+
+    folder = tmp_path_factory.mktemp("vision-models") / SMOLVLM2_MODEL
+    return build_idefics3_folder(folder, family=SMOLVLM2)
 
 
 @pytest.fixture(scope="session")

@@ -80,8 +80,12 @@ SMOLVLM_TOKENS = [
 SMOLVLM_TOKENIZER = {
     "eos_token": "<end_of_utterance>",
     "additional_special_tokens": ["<fake_token_around_image>", "<image>", "<end_of_utterance>"],
-    "processor_class": "Idefics3Processor",
 }
+# SmolVLM2 (model type smolvlm; HuggingFaceTB/SmolVLM2-256M-Video-Instruct's files): the
+# same tokens at the same ids and the same 512-pixel tiles, Idefics3's model in mlx-vlm,
+# its own processor (SmolVLMProcessor, SmolVLMImageProcessor).
+SMOLVLM2 = "smolvlm"
+SMOLVLM2_MODEL = "tiny-smolvlm2"
 # Its shrunk shape: a 64-wide Llama of 2 layers, and a 32-wide SigLIP of 2 layers over the
 # real 512-pixel tiles of 16-pixel patches (the processor's tiles are the config's).
 TINY_IDEFICS3_TEXT = {
@@ -260,10 +264,11 @@ def _save_random_model(
     mx.save_safetensors(str(folder / "model.safetensors"), weights, metadata={"format": "mlx"})
 
 
-def build_idefics3_folder(folder: Path, seed: int = 0) -> Path:
+def build_idefics3_folder(folder: Path, seed: int = 0, family: str = IDEFICS3) -> Path:
     """A tiny random-weight SmolVLM (Idefics3: plain RoPE, image features spliced into the
-    embeddings), loadable by mlx-vlm with its processor: 512-pixel tiles of 64 features."""
-    source = FILES / IDEFICS3
+    embeddings), loadable by mlx-vlm with its processor: 512-pixel tiles of 64 features.
+    `family` SMOLVLM2 gives a SmolVLM2: the same model, SmolVLM2's files and processor."""
+    source = FILES / family
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     ids = _tokenizer_with(folder, SMOLVLM_TOKENS, copies=())
@@ -274,7 +279,8 @@ def build_idefics3_folder(folder: Path, seed: int = 0) -> Path:
     config["torch_dtype"] = "float32"
     tokenizer_config = json.loads((DEFAULT_TOKENIZER_DIR / "tokenizer_config.json").read_text())
     tokenizer_config.pop("chat_template", None)  # SmolVLM's is chat_template.json's
-    tokenizer_config.update(SMOLVLM_TOKENIZER)
+    processor = json.loads((source / "processor_config.json").read_text())["processor_class"]
+    tokenizer_config.update(SMOLVLM_TOKENIZER, processor_class=processor)
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
     for name in ("preprocessor_config.json", "processor_config.json", "chat_template.json",
                  "generation_config.json"):  # fmt: skip

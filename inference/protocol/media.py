@@ -12,11 +12,12 @@ audio) tower in its config. mlx-lm also loads some such folders, silently as tex
 the config, not the library that happens to load it, decides. Of mlx-vlm's families, those
 the engine serves are listed (SERVED_FAMILIES), with the media it serves of each: each passes
 its own inputs to its language model (Qwen2.5-VL its mRoPE positions; Idefics3, SmolVLM's,
-none past the embeddings; Gemma 3 none either, through its sliding-window layers' own
-caches, with causal masks over its images as mlx-vlm's generate runs them; Qwen3-VL its
-mRoPE positions and deepstack features; Gemma 3n its audio tower's features and per-layer
-embeddings), and a family joins once the engine passes them and a test checks its tokens
-against mlx-vlm's. Until then such a folder is what it was: text, where mlx-lm loads it.
+none past the embeddings, nor SmolVLM2's (smolvlm: Idefics3's model behind its own
+processor); Gemma 3 none either, through its sliding-window layers' own caches, with
+causal masks over its images as mlx-vlm's generate runs them; Qwen3-VL its mRoPE positions
+and deepstack features; Gemma 3n its audio tower's features and per-layer embeddings), and
+a family joins once the engine passes them and a test checks its tokens against mlx-vlm's.
+Until then such a folder is what it was: text, where mlx-lm loads it.
 """
 
 from __future__ import annotations
@@ -36,12 +37,15 @@ VISION = "vision"  # the capability of taking images
 VISION_CONFIG_KEYS = ("vision_config",)
 AUDIO_CONFIG_KEYS = ("audio_config",)
 # mlx-vlm's model types the engine serves, and which of their media (engine/media/).
-# SmolVLM2's own type (smolvlm) runs Idefics3's model but another processor: not checked
-# yet. Gemma 3n's images are not checked either (its vision tower is too big for a test),
-# nor Qwen3-VL's MoE sibling (qwen3_vl_moe: the same inputs, another language model).
+# SmolVLM2 (smolvlm) runs Idefics3's model behind its own processor (SmolVLMProcessor):
+# its images only. Its video input (sampled frames as images, their timestamps in the
+# prompt) is not in scope: a video part is a 400 (chat/messages.py). Gemma 3n's images are not
+# checked (its vision tower is too big for a test), nor Qwen3-VL's MoE sibling
+# (qwen3_vl_moe: the same inputs, another language model).
 SERVED_FAMILIES = {
     "qwen2_5_vl": (VISION,),
     "idefics3": (VISION,),
+    "smolvlm": (VISION,),
     "gemma3": (VISION,),
     "gemma3n": (AUDIO,),
     "qwen3_vl": (VISION,),

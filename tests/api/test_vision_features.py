@@ -24,23 +24,28 @@ WIDE = data_url(png(112, 28, seed=22))
 
 
 def ask(client, model: str, image: str = IMAGE, **options):
+    return ask_with(client, model, image_message(image), **options)
+
+
+def ask_with(client, model: str, message: dict, **options):
+    """A chat completion of one user `message` (its media and words), greedy and short
+    unless `options` say otherwise."""
     fields = {"max_tokens": 8, "temperature": 0, **options}
-    return client.chat.completions.create(model=model, messages=[image_message(image)], **fields)
+    return client.chat.completions.create(model=model, messages=[message], **fields)
 
 
-def seeded_texts(client, model: str, image: str = IMAGE) -> list[str]:
+# The checks below take the row's message: test_audio_features.py runs them on audio rows.
+
+
+def assert_seed_fixes_text(client, model: str, message: dict) -> None:
     sampled = {"temperature": 1.0, "max_tokens": 12}
-    return [ask(client, model, image, seed=seed, **sampled).choices[0].message.content
-            for seed in (5, 5, 6)]  # fmt: skip
-
-
-def test_a_seed_fixes_a_sampled_image_rows_text(client, vision_model):
-    texts = seeded_texts(client, vision_model)
+    texts = [ask_with(client, model, message, seed=seed, **sampled).choices[0].message.content
+             for seed in (5, 5, 6)]  # fmt: skip
     assert texts[0] == texts[1] != texts[2]
 
 
-def test_an_image_row_gives_logprobs_and_greedy_picks_the_top_one(client, vision_model):
-    answer = ask(client, vision_model, logprobs=True, top_logprobs=3)
+def assert_logprobs(client, model: str, message: dict) -> None:
+    answer = ask_with(client, model, message, logprobs=True, top_logprobs=3)
     content = answer.choices[0].logprobs.content
     assert len(content) == answer.usage.completion_tokens == 8
     for chosen in content:
@@ -50,14 +55,26 @@ def test_an_image_row_gives_logprobs_and_greedy_picks_the_top_one(client, vision
     assert "".join(chosen.token for chosen in content) == answer.choices[0].message.content
 
 
-def test_a_stop_string_cuts_an_image_rows_output(client, vision_model):
-    whole = ask(client, vision_model, max_tokens=12).choices[0].message.content
+def assert_stop_cuts(client, model: str, message: dict) -> None:
+    whole = ask_with(client, model, message, max_tokens=12).choices[0].message.content
     # A stop string from the middle of the greedy text: the answer ends just before it.
     stop = whole[len(whole) // 2 :][:3]
     assert stop.strip(), whole
-    cut = ask(client, vision_model, max_tokens=12, stop=[stop]).choices[0]
+    cut = ask_with(client, model, message, max_tokens=12, stop=[stop]).choices[0]
     assert cut.finish_reason == "stop"
     assert cut.message.content == whole[: whole.index(stop)]
+
+
+def test_a_seed_fixes_a_sampled_image_rows_text(client, vision_model):
+    assert_seed_fixes_text(client, vision_model, image_message(IMAGE))
+
+
+def test_an_image_row_gives_logprobs_and_greedy_picks_the_top_one(client, vision_model):
+    assert_logprobs(client, vision_model, image_message(IMAGE))
+
+
+def test_a_stop_string_cuts_an_image_rows_output(client, vision_model):
+    assert_stop_cuts(client, vision_model, image_message(IMAGE))
 
 
 SCHEMA = {
@@ -68,18 +85,20 @@ SCHEMA = {
 }
 
 
-def assert_structured(client, model: str, image: str = IMAGE) -> None:
-    answer = ask(
-        client, model, image, max_tokens=40,
+def assert_structured(
+    client, model: str, message: dict, schema: dict = SCHEMA, max_tokens: int = 40
+) -> None:
+    answer = ask_with(
+        client, model, message, max_tokens=max_tokens,
         response_format={"type": "json_schema",
-                         "json_schema": {"name": "picture", "schema": SCHEMA, "strict": True}},
+                         "json_schema": {"name": "picture", "schema": schema, "strict": True}},
     )  # fmt: skip
-    assert answer.choices[0].finish_reason == "stop"
-    jsonschema.validate(json.loads(answer.choices[0].message.content), SCHEMA)
+    assert answer.choices[0].finish_reason == "stop", answer.choices[0]
+    jsonschema.validate(json.loads(answer.choices[0].message.content), schema)
 
 
 def test_structured_output_on_an_image_row_matches_its_schema(client, vision_model):
-    assert_structured(client, vision_model)
+    assert_structured(client, vision_model, image_message(IMAGE))
 
 
 LOOK = {
@@ -97,13 +116,17 @@ LOOK = {
 }
 
 
-def test_a_forced_tool_call_on_an_image_row_parses_into_tool_calls(client, vision_model):
-    answer = ask(client, vision_model, max_tokens=60, tools=[LOOK], tool_choice="required")
+def assert_forced_call(client, model: str, message: dict, choice="required", **options) -> None:
+    answer = ask_with(client, model, message, tools=[LOOK], tool_choice=choice, **options)
     choice = answer.choices[0]
     assert choice.finish_reason == "tool_calls", choice
     (call,) = choice.message.tool_calls
     assert call.function.name == "describe"
     assert json.loads(call.function.arguments)["colour"] in ("red", "green", "blue")
+
+
+def test_a_forced_tool_call_on_an_image_row_parses_into_tool_calls(client, vision_model):
+    assert_forced_call(client, vision_model, image_message(IMAGE), max_tokens=60)
 
 
 @pytest.mark.parametrize("method", ["prompt-lookup", "prediction"])
@@ -123,17 +146,21 @@ def test_speculative_decoding_asked_on_an_image_row_answers_undrafted(client, vi
     assert details.model_extra.get("fast_forwarded_tokens", 0) == 0
 
 
-def test_an_image_row_on_a_quantized_kv_cache_is_answered_and_cached(client, vision_model):
+def assert_quantized_kv(client, model: str, message: dict) -> None:
     quantized = {"kv_bits": 8, "kv_group_size": 32, "quantized_kv_start": 0}
-    first, second = (ask(client, vision_model, extra_body=quantized) for _ in range(2))
+    first, second = (ask_with(client, model, message, extra_body=quantized) for _ in range(2))
     assert first.choices[0].message.content == second.choices[0].message.content
-    # Its image's prefill is found again in the 8-bit lane's cache.
+    # Its media's prefill is found again in the 8-bit lane's cache.
     assert second.usage.prompt_tokens_details.cached_tokens == first.usage.prompt_tokens - 1
-    # A group size its heads (32 wide) cannot hold is a 400, read from the vision model's
+    # A group size its heads (32 wide) cannot hold is a 400, read from the media model's
     # language model as from a text model.
     with pytest.raises(openai.BadRequestError) as caught:
-        ask(client, vision_model, extra_body={**quantized, "kv_group_size": 64})
+        ask_with(client, model, message, extra_body={**quantized, "kv_group_size": 64})
     assert "must divide this model's head dimension (32)" in caught.value.body["message"]
+
+
+def test_an_image_row_on_a_quantized_kv_cache_is_answered_and_cached(client, vision_model):
+    assert_quantized_kv(client, vision_model, image_message(IMAGE))
 
 
 def test_the_responses_api_takes_an_image_as_an_input_file(client, vision_model):
@@ -166,6 +193,5 @@ def test_an_input_file_that_is_no_image_is_a_400(client, vision_model, part, mes
 def test_a_second_family_keeps_a_seed_and_a_schema_on_an_image_row(client, smolvlm_model):
     """SmolVLM (plain RoPE, tiled images), in one test: the server holds one vision model
     beside the default one, and each switch reloads a worker."""
-    texts = seeded_texts(client, smolvlm_model, WIDE)
-    assert texts[0] == texts[1] != texts[2]
-    assert_structured(client, smolvlm_model, WIDE)
+    assert_seed_fixes_text(client, smolvlm_model, image_message(WIDE))
+    assert_structured(client, smolvlm_model, image_message(WIDE))

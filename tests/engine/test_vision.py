@@ -1,6 +1,7 @@
 """Vision-language models served by the engine through mlx-vlm, one of each family it
 serves (tiny random-weight ones: a Qwen2.5-VL, mRoPE; a SmolVLM, Idefics3, plain RoPE and
-tiled images; a Gemma 3, sliding windows; a Qwen3-VL, mRoPE and deepstack features):
+tiled images; a SmolVLM2, Idefics3's model behind its own processor; a Gemma 3, sliding
+windows; a Qwen3-VL, mRoPE and deepstack features):
 images in the prompt, rows batched with text rows, the prompt cache keyed by the images'
 content, and the tokens mlx-vlm's own generate gives."""
 
@@ -24,13 +25,15 @@ QUESTION = "What is in this picture?"
 TOKENS = 8
 GREEDY_TOKENS = 16  # compared with mlx-vlm's generate
 # Each family the engine serves: the fixture that builds its tiny model, and two sizes of
-# picture. SmolVLM's processor scales every image up to 2048 pixels, in 512-pixel tiles
-# and a global one: a wide or tall picture keeps it to five tiles (320 placeholders).
+# picture. SmolVLM's processor (SmolVLM2's too) scales every image up to 2048 pixels, in
+# 512-pixel tiles and a global one: a wide or tall picture keeps it to five tiles (320
+# placeholders).
 # Gemma 3's resizes every image to its square (the tiny model's: 112 pixels, 16 soft tokens);
 # Qwen3-VL's scales a small one up to 65,536 pixels (a 112x84 picture: 70 placeholders).
 FAMILIES = {
     "qwen2_5_vl": ("vision_folder", ((112, 84), (56, 140))),
     "idefics3": ("smolvlm_folder", ((112, 28), (24, 96))),
+    "smolvlm": ("smolvlm2_folder", ((112, 28), (24, 96))),
     "gemma3": ("gemma3_folder", ((112, 84), (56, 140))),
     "qwen3_vl": ("qwen3_vl_folder", ((112, 84), (56, 140))),
 }
@@ -305,9 +308,10 @@ def test_gemma3_images_enter_as_the_projector_gives_them(gemma3_folder):
 
 
 def test_which_models_take_images_is_read_from_the_config(
-    vision_folder, smolvlm_folder, gemma3_folder, qwen3_vl_folder, model_folder
+    vision_folder, smolvlm_folder, smolvlm2_folder, gemma3_folder, qwen3_vl_folder, model_folder
 ):
     assert folder_media(vision_folder) == folder_media(smolvlm_folder) == ("vision",)
+    assert folder_media(smolvlm2_folder) == ("vision",)
     assert folder_media(gemma3_folder) == folder_media(qwen3_vl_folder) == ("vision",)
     assert folder_media(model_folder) == ()  # the default model: text only
     qwen = {"model_type": "qwen2_5_vl", "vision_config": {"depth": 2}}
