@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from .common import (
-    FILL,
     HLG,
     WARNING_HEADER,
     Schema,
@@ -21,6 +20,7 @@ from .common import (
 )
 from .openai_requests import ANY_DESCRIPTION, media_limits
 from .streams import ANTHROPIC_EVENTS, event_stream
+from .usage import FILL
 
 TEXT_BLOCK = obj({"type": {"const": "text"}, "text": {"type": "string"}}, ("type", "text"))
 TEXT_OR_BLOCKS = {"anyOf": [{"type": "string"}, {"type": "array", "items": TEXT_BLOCK}]}

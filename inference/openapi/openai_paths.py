@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from ..protocol.sampling import HLG_DEFAULTS
 from .common import (
-    FINISH_REASON,
-    USAGE,
     WARNING_HEADER,
     Schema,
     errors,
@@ -18,6 +16,7 @@ from .common import (
 )
 from .openai_requests import chat_request, completion_request
 from .streams import event_stream
+from .usage import FINISH_REASON, USAGE
 
 TOP_LOGPROB = obj(
     {

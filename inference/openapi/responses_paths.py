@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from .common import (
-    FILL,
     HLG,
     SEED,
     WARNING_HEADER,
@@ -24,6 +23,7 @@ from .common import (
 )
 from .openai_requests import ANY_DESCRIPTION, STRUCTURED_FIELDS, media_limits
 from .streams import RESPONSES_EVENTS, event_stream
+from .usage import FILL
 
 INPUT_IMAGE = obj(
     {

@@ -8,7 +8,8 @@ tests/access/test_openapi.py validates the payloads against it.
 
 from __future__ import annotations
 
-from .common import FINISH_REASON, USAGE, Schema, nullable, obj, ref
+from .common import Schema, nullable, obj, ref
+from .usage import FINISH_REASON, USAGE
 
 ANTHROPIC_EVENTS = [
     "message_start",
