@@ -221,13 +221,24 @@ def test_a_worker_killed_mid_stream_ends_the_stream_with_the_protocols_error(
     assert after["state"] == "ready" and after["pid"] != before["pid"]
 
 
-def _kill_soon(pid: int, delay: float = 1.5) -> None:
-    threading.Timer(delay, os.kill, (pid, signal.SIGKILL)).start()
+def _kill_once_busy(lab: Lab, pid: int) -> None:
+    """SIGKILL the worker as soon as the web process has a request open there: a timer
+    raced a fast worker, which sometimes answered in full before it fired."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (lab.worker(DEFAULT_MODEL) or {}).get(
+            "in_flight"
+        ):
+            time.sleep(0.02)
+        os.kill(pid, signal.SIGKILL)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def test_a_worker_killed_before_the_answer_starts_is_a_502_in_each_protocols_shape(lab):
     worker = lab.ready(DEFAULT_MODEL)
-    _kill_soon(worker["pid"])
+    _kill_once_busy(lab, worker["pid"])
     with pytest.raises(openai.APIStatusError) as raised:
         lab.openai.chat.completions.create(model=DEFAULT_MODEL, messages=LONG, max_tokens=300)
     assert raised.value.status_code == 502
@@ -237,7 +248,7 @@ def test_a_worker_killed_before_the_answer_starts_is_a_502_in_each_protocols_sha
     }
 
     worker = lab.ready(DEFAULT_MODEL)
-    _kill_soon(worker["pid"])
+    _kill_once_busy(lab, worker["pid"])
     with pytest.raises(anthropic.APIStatusError) as raised:
         lab.anthropic.messages.create(model=DEFAULT_MODEL, messages=LONG, max_tokens=300)
     assert raised.value.status_code == 502
