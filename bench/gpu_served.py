@@ -24,14 +24,16 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from inference.engine.process.startup import prepare_mlx_process  # noqa: E402
 
 prepare_mlx_process()  # before anything imports mlx.core: the BLAS goes under MLX
-
-from openai import AsyncOpenAI  # noqa: E402
 
 from bench.gpu import as_served, collect, prompts  # noqa: E402
 from bench.workload import CONCURRENT_PROMPTS  # noqa: E402
@@ -149,6 +151,8 @@ def main() -> None:
         (args.out / "gpu_engine.json").write_text(json.dumps(engine, indent=2))
         print(json.dumps({"folder": str(args.folder), **engine}))
         return
+    from openai import AsyncOpenAI  # only here: an engine-only run needs no SDK
+
     client = AsyncOpenAI(base_url=f"{args.url}/v1", api_key=args.key, max_retries=0, timeout=900)
     served = asyncio.run(served_side(client, args.model, streams, args.tokens))
     rows = table(engine, served, streams)

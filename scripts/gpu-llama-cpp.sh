@@ -48,7 +48,7 @@ pack() {  # llama-cpp-python's sdist (the version bench/llama_cpp.py builds), it
   local into=${1:-.gpu/llama.cpp-src.tar.gz} tmp; tmp=$(mktemp -d)
   python3 -m pip download -q --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d "$tmp"
   tar xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp" --exclude='*/.git/*' \
-    --exclude='*/models/*' --exclude='*/docs/*' --exclude='*/examples/*'
+    --exclude='*/vendor/llama.cpp/models/*' --exclude='*/docs/*' --exclude='*/examples/*'
   mkdir -p "$(dirname "$into")"
   tar czf "$into" -C "$tmp"/llama_cpp_python-*/vendor llama.cpp && rm -rf "$tmp"
   ls -la "$into"
