@@ -104,7 +104,11 @@ def test_a_running_stream_and_its_abandonment_show(lab_server, staff_http, model
         lines = response.iter_lines()  # kept alive: dropping it would close the stream early
         frames = [line for _, line in zip(range(3), filter(None, lines), strict=False)]
         assert all(json.loads(frame.removeprefix("data: ")) for frame in frames)
-        during = scrape(staff_http)
+        # The worker counts its KV bytes at the end of a step, after that step's tokens left.
+        deadline = time.monotonic() + 10
+        while not value(during := scrape(staff_http), "kv_cache_usage_bytes", model_name=model,
+                        replica="0") and time.monotonic() < deadline:  # fmt: skip
+            time.sleep(0.05)
         assert value(during, "num_requests_running", model_name=model, replica="0") == 1
         assert value(during, "num_requests_waiting", model_name=model, replica="0") == 0
         assert value(during, "kv_cache_usage_bytes", model_name=model, replica="0") > 0
