@@ -30,6 +30,7 @@ cache that already holds float32 (a prompt cache saved by float32 layers) stays 
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from types import ModuleType, SimpleNamespace
 
@@ -178,9 +179,7 @@ class FusedLayer:
         block runs)."""
         plan = self._mlxlab_plan
         projections = _projections(self, self._mlxlab_shape)
-        if plan is not None and all(
-            a is b for a, b in zip(plan.projections, projections, strict=True)
-        ):
+        if plan is not None and all(map(operator.is_, plan.projections, projections)):
             return plan
         on_kernel = all(type(m) is KernelLinear for m in projections)
         plan = _Plan(self, projections, self._mlxlab_shape) if on_kernel else None

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -98,7 +99,7 @@ class Shape:
     residual_scale: float = 1.0
     extras: tuple[str, ...] = field(default=(), compare=False)  # what it adds, for /stats
 
-    @property
+    @cached_property  # read on every layer of every step
     def projections(self) -> tuple[tuple[str, str], ...]:
         """(part, name) of every projection, in the order the native calls take them."""
         attention = tuple(("self_attn", n) for n in (*self.qkv, "o_proj"))

@@ -269,6 +269,11 @@ class RowsKVCache(BatchRows):
         self.keys[..., start : self.idx, :] = keys
         self.values[..., start : self.idx, :] = values
 
+    def keys_and_values(self):
+        # Two arrays, sliced directly: tree_map's walk cost more than the slices, on every
+        # layer of every step.
+        return self.keys[..., : self.idx, :], self.values[..., : self.idx, :]
+
     def _row_cache(self) -> KVCache:
         return KVCache()
 
