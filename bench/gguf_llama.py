@@ -64,9 +64,7 @@ def gguf_tensors(folder: Path, shape: Shape) -> dict:
                 array = interleaved(array, shape.heads)
             elif module.endswith("k_proj"):
                 array = interleaved(array, shape.kv_heads)
-            norm = module.endswith(
-                "norm"
-            )  # norms stay float32, as llama.cpp's converter keeps them
+            norm = module.endswith("norm")  # float32 kept, as llama.cpp's converter keeps it
             out[f"blk.{layer}.{NAMES[module]}.{kind}"] = array if norm else array.astype(np.float16)
     return out
 
