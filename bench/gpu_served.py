@@ -7,7 +7,8 @@
 The lab (`make run`) serves `--model`, whose folder is `--folder`; this process runs the
 same folder in an engine of its own (as bench/gpu.py does, the lab's worker idle
 meanwhile), then sends the same prompts to the lab with the `openai` SDK (async, streamed,
-greedy): per concurrency, the aggregate tokens/s of engine and lab, best of two rounds,
+greedy; the streams spread over up to 8 client processes, bench/served_clients.py, so
+that the client is not the bound): per concurrency, the aggregate tokens/s of engine and lab, best of two rounds,
 and one stream's time to first token. Every request's prompt is its own (a number in
 front), so no side measures a prompt-cache hit the other does not. Targets (issue 53):
 served aggregate at least 90% of the engine's at every concurrency, and served time to
@@ -21,6 +22,7 @@ import argparse
 import asyncio
 import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,6 +43,8 @@ from bench.workload import CONCURRENT_PROMPTS  # noqa: E402
 ROUNDS = 2
 TTFT_REPEATS = 5
 PREFILL = 512  # prompt tokens of the engine's prefill row (llama.cpp's pp512)
+CLIENTS = 8  # client processes at most (bench/served_clients.py)
+CLIENT_START_S = 5.0  # time the client processes get to start, import and connect
 
 
 def texts(count: int, round_: int) -> list[str]:
@@ -96,30 +100,65 @@ def engine_side(folder: Path, streams: list[int], tokens: int) -> dict:
         engine.shutdown()
 
 
-async def served_side(client: AsyncOpenAI, model: str, streams: list[int], tokens: int) -> dict:
-    async def one(text: str, max_tokens: int) -> tuple[float, int]:
-        sent, first, usage = time.perf_counter(), None, None
-        stream = await client.chat.completions.create(
-            model=model, messages=[{"role": "user", "content": text}], max_tokens=max_tokens,
-            temperature=0.0, stream=True, stream_options={"include_usage": True},
+def spread(url: str, key: str, model: str, prompts: list[str], tokens: int) -> float:
+    """The aggregate tokens/s of `prompts` sent at once from CLIENTS processes at most
+    (bench/served_clients.py): one process's SDK would bound a GPU's rates."""
+    processes = min(len(prompts), CLIENTS)
+    at = time.monotonic() + CLIENT_START_S
+    children = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(ROOT / "bench/served_clients.py"),
+                url,
+                key,
+                model,
+                str(tokens),
+                str(at),
+                json.dumps(prompts[i::processes]),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
         )  # fmt: skip
+        for i in range(processes)
+    ]
+    streams = []
+    for child in children:
+        out, _ = child.communicate()
+        if child.returncode:
+            raise SystemExit(f"a client process failed ({child.returncode})")
+        streams += json.loads(out)
+    started, ended = min(s[0] for s in streams), max(s[2] for s in streams)
+    return sum(s[3] for s in streams) / (ended - started)
+
+
+async def first_tokens(client: AsyncOpenAI, model: str) -> float:
+    """One stream's median time to its first token, after a request that warms the way."""
+
+    async def one(text: str, max_tokens: int) -> float:
+        sent = time.perf_counter()
+        stream = await client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": text}],
+            max_tokens=max_tokens, temperature=0.0, stream=True,
+        )  # fmt: skip
+        first = None
         async for chunk in stream:
-            usage = chunk.usage or usage
             if first is None and chunk.choices and chunk.choices[0].delta.content:
                 first = time.perf_counter()
-        return (first or time.perf_counter()) - sent, usage.completion_tokens if usage else 0
-
-    async def aggregate(prompts: list[str]) -> float:
-        started = time.perf_counter()
-        done = await asyncio.gather(*(one(text, tokens) for text in prompts))
-        return sum(count for _, count in done) / (time.perf_counter() - started)
+        return (first or time.perf_counter()) - sent
 
     await one("Say hello.", 4)  # the worker resident and its first request behind it
-    rows = {}
+    return statistics.median([await one(text, 2) for text in texts(TTFT_REPEATS, 20)])
+
+
+def served_side(url: str, key: str, model: str, streams: list[int], tokens: int) -> dict:
+    from openai import AsyncOpenAI  # only here: an engine-only run needs no SDK
+
+    client = AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=900)
+    rows = {"ttft_s": asyncio.run(first_tokens(client, model))}
     for n in streams:
-        rows[f"streams{n}_tps"] = max([await aggregate(texts(n, 10 + r)) for r in range(ROUNDS)])
-    firsts = [(await one(text, 2))[0] for text in texts(TTFT_REPEATS, 20)]
-    rows["ttft_s"] = statistics.median(firsts)
+        rounds = [spread(url, key, model, texts(n, 10 + r), tokens) for r in range(ROUNDS)]
+        rows[f"streams{n}_tps"] = max(rounds)
     return rows
 
 
@@ -151,10 +190,7 @@ def main() -> None:
         (args.out / "gpu_engine.json").write_text(json.dumps(engine, indent=2))
         print(json.dumps({"folder": str(args.folder), **engine}))
         return
-    from openai import AsyncOpenAI  # only here: an engine-only run needs no SDK
-
-    client = AsyncOpenAI(base_url=f"{args.url}/v1", api_key=args.key, max_retries=0, timeout=900)
-    served = asyncio.run(served_side(client, args.model, streams, args.tokens))
+    served = served_side(args.url, args.key, args.model, streams, args.tokens)
     rows = table(engine, served, streams)
     ttft = {"engine_ms": round(engine["ttft_s"] * 1000, 2),
             "served_ms": round(served["ttft_s"] * 1000, 2)}  # fmt: skip

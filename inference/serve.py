@@ -28,6 +28,7 @@ from .chat.plan import PlannedGeneration
 from .engines import open_generation, replicas_serving
 from .errors import ApiError
 from .protocol import wire
+from .protocol.events import Failed, Finished
 from .stream_resume import Diverged, Sent, beyond
 from .workers.streams import Choices, EngineUnavailable, Rejected, RequestStream, WorkerStopped
 
@@ -162,10 +163,15 @@ async def _frames(
     surface: Surface,
     on_result: OnResult,
 ) -> AsyncIterator[bytes]:
-    """The event stream; closing it early (the client left) cancels the generation."""
-    finished, sent, stopped = False, Sent(), None
+    """The event stream; closing it early (the client left) cancels the generation.
+
+    The frames of every event already queued go out as one body chunk: a reader that
+    fell behind its worker (many streams, fast steps) catches up in one ASGI message
+    and one socket write, not one per token.
+    """
+    finished, sent, stopped, held = False, Sent(), None, []
     try:
-        for item in renderer.start():
+        for item in renderer.start():  # at once: before a long prefill's first token
             yield surface.frame(item)
         source = events.events()
         while True:
@@ -173,26 +179,31 @@ async def _frames(
                 async with contextlib.aclosing(source) as stream:
                     async for event in stream:
                         sent.record(event)
-                        for item in renderer.feed(event):
-                            yield surface.frame(item)
+                        held.extend(surface.frame(item) for item in renderer.feed(event))
+                        last = isinstance(event, Finished | Failed)  # with the end frame
+                        if held and not (last or events.pending):
+                            yield b"".join(held)
+                            held.clear()
                 break
             except WorkerStopped as error:
                 resumed = await _resumed(plan, events, error) if stopped is None else None
                 stopped = error
                 if resumed is None:
                     log.error("worker stopped while streaming (%s)", error)
-                    yield surface.stream_error(error.stream_message)
+                    yield b"".join([*held, surface.stream_error(error.stream_message)])
                     finished = True
                     return
                 events, source = resumed, beyond(resumed.events(), sent)
             except Diverged as error:
                 log.error("a resumed stream could not go on: %s", error)
-                yield surface.stream_error(stopped.stream_message)
+                yield b"".join([*held, surface.stream_error(stopped.stream_message)])
                 finished = True
                 return
         finished = True
         if renderer.failure is None and surface.end:
-            yield surface.end
+            held.append(surface.end)
+        if held:
+            yield b"".join(held)
         if on_result is not None:
             await on_result(renderer)
     finally:

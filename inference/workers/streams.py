@@ -155,6 +155,11 @@ class RequestStream:
         """Called on the supervisor's loop: delivered when `batch` is sent."""
         batch.add(self._loop, self._queue, (kind, payload))
 
+    @property
+    def pending(self) -> bool:
+        """Whether more is already here: a reader behind the worker writes it all at once."""
+        return not self._queue.empty()
+
     async def accepted(self) -> wire.Accepted:
         while True:
             kind, payload = await self._queue.get()
@@ -243,9 +248,14 @@ class Choices:
 
     def __init__(self, streams: list[RequestStream]) -> None:
         self.streams = streams
+        self._queue: asyncio.Queue = asyncio.Queue()
+
+    @property
+    def pending(self) -> bool:
+        return not self._queue.empty()
 
     async def events(self) -> AsyncIterator[Indexed]:
-        queue: asyncio.Queue = asyncio.Queue()
+        queue = self._queue
 
         async def pump(index: int, stream: RequestStream) -> None:
             try:
