@@ -53,7 +53,7 @@ def main() -> int:
     down = verbs.add_parser("download", help="resolve, download and pack (here)")
     down.add_argument("--out", type=Path, default=ROOT / ".gpu")
     # A device call carries 64 MiB with the working tree (about 5.4 MiB): 58 leaves a margin.
-    down.add_argument("--part-mib", type=int, default=58)
+    down.add_argument("--part-mib", type=int, default=52)
     down.add_argument("--python", help="a CPython 3.12 to resolve with (default: found)")
     down.add_argument("--provided", default=PROVIDED, help="names left out (fnmatch, commas)")
     down.add_argument("--redis", action="store_true", help="carry this machine's redis-server")
