@@ -46,8 +46,14 @@ class Accounting:
         self.record(tally.prompt_tokens, tally.completion_tokens, tally.cached_tokens)
 
     def record(self, prompt: int, completion: int = 0, cached: int = 0) -> None:
-        """Record one request's tokens, in the background of the caller's loop."""
-        task = asyncio.get_running_loop().create_task(self._store(prompt, completion, cached))
+        """Record one request's tokens, in the background of the caller's loop.
+
+        In a context of its own: the record may outlive the view, and in the request's
+        context its ORM call would go to the request's thread, whose executor has quit
+        once the view returned (the middleware's synchronous block, mlxlab/middleware.py).
+        """
+        store = self._store(prompt, completion, cached)
+        task = asyncio.get_running_loop().create_task(store, context=contextvars.Context())
         _pending.add(task)
         task.add_done_callback(_pending.discard)
 

@@ -82,6 +82,7 @@ served() {  # bench/gpu_served.py against this lab: the engine alone, then over 
   for _ in $(seq 240); do curl -s -o /dev/null "$u/health" && break; sleep 0.5; done
   local key; key=$(.venv/bin/python manage.py create_api_key --user admin --label gpu-served 2>/dev/null)
   .venv/bin/python bench/gpu_served.py --out "$OUT" --url "$u" --key "$key" "${which[@]}" "${@}" 2>&1 | tee "$OUT/served.txt"
+  curl -s -H "Authorization: Bearer $key" "$u/stats" > "$OUT/served_stats.json"  # the step in use
   kill -TERM -- "-$group" 2>/dev/null; sleep 12; kill -KILL -- "-$group" 2>/dev/null; true
 }
 
