@@ -20,33 +20,18 @@ from django.middleware.csrf import CsrfViewMiddleware as _CsrfView
 from django.middleware.security import SecurityMiddleware as _Security
 
 
-class SecurityMiddleware(_Security):
-    async_capable = False
+def synchronous(middleware: type) -> type:
+    """`middleware`, declared synchronous only (Django's documented `async_capable`)."""
+    return type(
+        middleware.__name__, (middleware,), {"async_capable": False, "__module__": __name__}
+    )
 
 
-class SessionMiddleware(_Session):
-    async_capable = False
-
-
-class CommonMiddleware(_Common):
-    async_capable = False
-
-
-class CsrfViewMiddleware(_CsrfView):
-    async_capable = False
-
-
-class AuthenticationMiddleware(_Authentication):
-    async_capable = False
-
-
-class MessageMiddleware(_Message):
-    async_capable = False
-
-
-class XFrameOptionsMiddleware(_XFrameOptions):
-    async_capable = False
-
-
-class CSPMiddleware(_CSP):
-    async_capable = False
+SecurityMiddleware = synchronous(_Security)
+SessionMiddleware = synchronous(_Session)
+CommonMiddleware = synchronous(_Common)
+CsrfViewMiddleware = synchronous(_CsrfView)
+AuthenticationMiddleware = synchronous(_Authentication)
+MessageMiddleware = synchronous(_Message)
+XFrameOptionsMiddleware = synchronous(_XFrameOptions)
+CSPMiddleware = synchronous(_CSP)

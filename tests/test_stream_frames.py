@@ -57,6 +57,6 @@ def test_a_worker_that_dies_behind_the_reader_still_gets_what_it_sent_out_first(
     assert len(written) == 2
     body = written[1]
     for word in WORDS[:3]:
-        assert f'"content": "{word}"'.encode() in body
+        assert f'"content":"{word}"'.encode() in body
     assert b"the engine worker stopped while streaming" in body
-    assert body.index(b'"content": " is"') < body.index(b"engine worker stopped")
+    assert body.index(b'"content":" is"') < body.index(b"engine worker stopped")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -10,11 +9,7 @@ from django.http import HttpResponse, JsonResponse
 
 from ..errors import ApiError
 from .anthropic_render import error_response as anthropic_error
-from .sse import typed_event_frame
-
-
-def _data_frame(chunk: dict) -> bytes:
-    return b"data: " + json.dumps(chunk, ensure_ascii=False).encode() + b"\n\n"
+from .sse import data_frame, typed_event_frame
 
 
 @dataclass(frozen=True)
@@ -34,11 +29,11 @@ def _openai_unavailable(message: str, state: str) -> JsonResponse:
 
 
 OPENAI = Surface(
-    frame=_data_frame,
+    frame=data_frame,
     end=b"data: [DONE]\n\n",
     error=ApiError.response,
     unavailable=_openai_unavailable,
-    stream_error=lambda message: _data_frame(
+    stream_error=lambda message: data_frame(
         {"error": {"message": message, "type": "engine_unavailable"}}
     ),
 )
