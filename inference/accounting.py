@@ -50,7 +50,7 @@ class Accounting:
 
         In a context of its own: the record may outlive the view, and in the request's
         context its ORM call would go to the request's thread, whose executor has quit
-        once the view returned (the middleware's synchronous block, mlxlab/middleware.py).
+        once the view returned (the synchronous middleware chain, mlxlab/asgi_handler.py).
         """
         store = self._store(prompt, completion, cached)
         task = asyncio.get_running_loop().create_task(store, context=contextvars.Context())

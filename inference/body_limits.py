@@ -93,8 +93,8 @@ def body_timeout_response(path: str, view: Callable | None, seconds: float) -> H
 class BodyLimitMiddleware(MiddlewareMixin):
     """Place before CsrfViewMiddleware, whose process_view may read a form body."""
 
-    async def process_view(self, request: HttpRequest, view: Callable, args, kwargs):
-        # async: under ASGI it runs on the loop, not in the thread the ORM shares.
+    def process_view(self, request: HttpRequest, view: Callable, args, kwargs):
+        # On the request's thread with the rest of the chain (mlxlab/asgi_handler.py).
         path = request.path_info
         limit, size = body_limit(path), body_size(request)
         return too_large_response(path, view, size, limit) if size > limit else None

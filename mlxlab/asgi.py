@@ -3,15 +3,18 @@
 import gc
 import os
 
+import django
 from channels.auth import AuthMiddlewareStack
 from channels.routing import ProtocolTypeRouter, URLRouter
 from channels.security.websocket import AllowedHostsOriginValidator
-from django.core.asgi import get_asgi_application
 from django.urls import get_resolver
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mlxlab.settings")
+django.setup(set_prefix=False)  # as django.core.asgi.get_asgi_application() does
 
-django_application = get_asgi_application()
+from mlxlab.asgi_handler import SynchronousChainHandler  # noqa: E402
+
+django_application = SynchronousChainHandler()
 
 from inference.body_limits import BodyLimitGuard  # noqa: E402
 from inference.engines import preload_default_in_background  # noqa: E402

@@ -67,17 +67,16 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "corsheaders.middleware.CorsMiddleware",  # first, so every answer carries CORS headers
-    # Django's own (and django-csp's), declared synchronous so that they run as one block
-    # after a single thread switch, not one switch each (mlxlab/middleware.py).
-    "mlxlab.middleware.SecurityMiddleware",
+    # One synchronous chain, entered with one thread switch (mlxlab/asgi_handler.py).
+    "django.middleware.security.SecurityMiddleware",
     "inference.body_limits.BodyLimitMiddleware",  # before anything reads a body
-    "mlxlab.middleware.SessionMiddleware",
-    "mlxlab.middleware.CommonMiddleware",
-    "mlxlab.middleware.CsrfViewMiddleware",
-    "mlxlab.middleware.AuthenticationMiddleware",
-    "mlxlab.middleware.MessageMiddleware",
-    "mlxlab.middleware.XFrameOptionsMiddleware",
-    "mlxlab.middleware.CSPMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     "axes.middleware.AxesMiddleware",  # last, as django-axes asks: turns a lockout into a 429
 ]
 
