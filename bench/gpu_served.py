@@ -7,9 +7,9 @@
 The lab (`make run`) serves `--model`, whose folder is `--folder`; this process runs the
 same folder in an engine of its own (as bench/gpu.py does, the lab's worker idle
 meanwhile), then sends the same prompts to the lab with the `openai` SDK (async, streamed,
-greedy; the streams spread over up to 8 client processes, bench/served_clients.py, so
-that the client is not the bound): per concurrency, the aggregate tokens/s of engine and lab, best of two rounds,
-and one stream's time to first token. Every request's prompt is its own (a number in
+greedy, spread over up to 8 client processes, bench/served_clients.py, so that the client
+is not the bound): per concurrency, the aggregate tokens/s of engine and lab, best of two
+rounds, and one stream's time to first token. Every request's prompt is its own (a number in
 front), so no side measures a prompt-cache hit the other does not. Targets (issue 53):
 served aggregate at least 90% of the engine's at every concurrency, and served time to
 first token within 5 ms of the engine's. Runs on the CPU too, slowly: a smoke run is
@@ -105,21 +105,12 @@ def spread(url: str, key: str, model: str, prompts: list[str], tokens: int) -> f
     (bench/served_clients.py): one process's SDK would bound a GPU's rates."""
     processes = min(len(prompts), CLIENTS)
     at = time.monotonic() + CLIENT_START_S
+    argv = [sys.executable, str(ROOT / "bench/served_clients.py"), url, key, model]
+    argv += [str(tokens), str(at)]
     children = [
         subprocess.Popen(
-            [
-                sys.executable,
-                str(ROOT / "bench/served_clients.py"),
-                url,
-                key,
-                model,
-                str(tokens),
-                str(at),
-                json.dumps(prompts[i::processes]),
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
+            [*argv, json.dumps(prompts[i::processes])], stdout=subprocess.PIPE, text=True
+        )
         for i in range(processes)
     ]
     streams = []
@@ -134,21 +125,11 @@ def spread(url: str, key: str, model: str, prompts: list[str], tokens: int) -> f
 
 async def first_tokens(client: AsyncOpenAI, model: str) -> float:
     """One stream's median time to its first token, after a request that warms the way."""
+    from bench.served_clients import one  # the SDK, only for a served run
 
-    async def one(text: str, max_tokens: int) -> float:
-        sent = time.perf_counter()
-        stream = await client.chat.completions.create(
-            model=model, messages=[{"role": "user", "content": text}],
-            max_tokens=max_tokens, temperature=0.0, stream=True,
-        )  # fmt: skip
-        first = None
-        async for chunk in stream:
-            if first is None and chunk.choices and chunk.choices[0].delta.content:
-                first = time.perf_counter()
-        return (first or time.perf_counter()) - sent
-
-    await one("Say hello.", 4)  # the worker resident and its first request behind it
-    return statistics.median([await one(text, 2) for text in texts(TTFT_REPEATS, 20)])
+    await one(client, model, "Say hello.", 4)  # the worker resident, a request behind it
+    firsts = [await one(client, model, text, 2) for text in texts(TTFT_REPEATS, 20)]
+    return statistics.median((first or end) - sent for sent, first, end, _ in firsts)
 
 
 def served_side(url: str, key: str, model: str, streams: list[int], tokens: int) -> dict:

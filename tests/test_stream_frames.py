@@ -9,7 +9,7 @@ from inference import serve
 from inference.api.openai_render import ChatRenderer
 from inference.api.surfaces import OPENAI
 from inference.protocol.events import Finished, TextDelta
-from inference.workers.streams import RequestStream
+from inference.workers.streams import STOPPED, Deliveries, RequestStream
 
 WORDS = ["The", " sky", " is", " blue", "."]
 
@@ -24,10 +24,12 @@ def chunks_written(arrivals: list[list], *, stopped: bool = False) -> list[bytes
         frames = serve._frames(None, stream, renderer, OPENAI, None)
         written = [await anext(frames)]  # the role chunk, before any token
         for group in arrivals:
+            step = Deliveries()  # as the supervisor hands over one read from the worker
             for event in group:
-                stream._queue.put_nowait(("event", event))
+                stream.deliver_later("event", event, step)
             if stopped and group is arrivals[-1]:
-                stream._queue.put_nowait(("stopped", None))
+                stream.deliver_later(STOPPED, None, step)
+            step.send()
             written.append(await anext(frames))
         async for rest in frames:
             written.append(rest)
