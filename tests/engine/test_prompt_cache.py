@@ -11,7 +11,7 @@ from mlx_lm.generate import GenerationBatch
 from mlx_lm.models.cache import KVCache
 
 from inference.engine import Engine, EngineConfig, GenerationRequest, load_model
-from inference.engine.caching.prompt_cache import PromptCache, PromptCacheConfig
+from inference.engine.caching.prompt_cache import MIN_DISK_GAIN, PromptCache, PromptCacheConfig
 from inference.engine.prompting.prompt import PromptBuilder
 from inference.protocol.events import Failed, Finished
 
@@ -126,10 +126,9 @@ def test_entries_never_cross_models_and_zero_entries_turns_it_off():
     assert off.lookup([1, 2, 3, 4]).cached_tokens == 0 and off.stats().entries == 0
 
 
-def test_a_stored_entry_is_queued_not_waited_for_unless_the_disk_tier_reads_it(
-    monkeypatch, tmp_path
-):
-    """A wait per finished row would stall the decode pipeline (the next step is queued)."""
+def test_a_stored_entry_is_queued_not_waited_for(monkeypatch, tmp_path):
+    """A wait per finished row would stall the decode pipeline (the next step is queued);
+    the disk tier's copies are evaluated once a later step's wait has covered them."""
     from inference.engine.caching.disk_writer import DiskWriter
 
     calls = []
@@ -144,8 +143,33 @@ def test_a_stored_entry_is_queued_not_waited_for_unless_the_disk_tier_reads_it(
     writer = DiskWriter()
     config = PromptCacheConfig(disk_dir=tmp_path, disk_max_bytes=1 << 20)
     disk = PromptCache(config, key="m", identity={"model": "m"}, writer=writer)
-    disk._store([1, 2, 3], _entry(3))  # the writer's thread reads it: computed first
-    assert calls[:1] == ["eval"] and "async_eval" not in calls
+    disk._store([1, 2, 3], _entry(3))  # the entry, then the disk tier's copies: queued
+    assert calls == ["async_eval", "async_eval"]
+    disk.stepped()
+    assert "eval" not in calls
+    disk.stepped()
+    assert calls[2:] == ["eval"]
+    writer.close()
+
+
+def test_the_disk_tier_is_read_only_for_a_prefix_worth_the_read(tmp_path):
+    """A file is read whole: for the few tokens a new prompt shares past RAM's prefix
+    (a template's, say), prefill costs less than the read."""
+    from inference.engine.caching.disk_writer import DiskWriter
+
+    writer = DiskWriter()
+    config = PromptCacheConfig(disk_dir=tmp_path, disk_max_bytes=1 << 20)
+    before = PromptCache(config, key="m", identity={"model": "m"}, writer=writer)
+    tokens = list(range(1, 41))
+    before._store(tokens, _entry(40))
+    before.hand_over()
+    assert writer.flush(10)
+    after = PromptCache(config, key="m", identity={"model": "m"}, writer=writer)  # a restart
+    few = MIN_DISK_GAIN - 1
+    assert after.lookup([*tokens[:few], 999, 1000]).cached_tokens == 0
+    assert after.stats().disk_hits == 0
+    assert after.lookup([*tokens[:30], 999]).cached_tokens == 30
+    assert after.stats().disk_hits == 1
     writer.close()
 
 

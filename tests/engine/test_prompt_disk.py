@@ -72,8 +72,14 @@ def test_the_next_turn_after_a_restart_reuses_the_last_one_from_disk(restartable
 
     engine = restartable()
     second = chat(engine, "Name a bird.", reply.text, "And a tree?", session=session)
+    writes = engine.prompt_cache.stats().disk_writes
     warm = generate(engine, GenerationRequest(second, max_tokens=10))
     assert warm.end.cached_tokens >= len(first) - 1
+    # Its own entry reaches the writer once the batch empties, after Finished went out:
+    # on disk before the clear, or the clear would miss it.
+    deadline = time.monotonic() + 30
+    while engine.prompt_cache.stats().disk_writes == writes and time.monotonic() < deadline:
+        time.sleep(0.01)
     engine.prompt_cache.clear()
     engine.prompt_cache.disk.clear()
     cold = generate(engine, GenerationRequest(second, max_tokens=10))
@@ -138,6 +144,7 @@ def test_files_are_written_on_the_writers_thread_never_the_callers(tmp_path):
     tier = DiskTier(tmp_path, 1 << 20, writer)
     started = time.perf_counter()
     tier.put("me", list(range(10)), row(10))
+    tier.hand_over()
     assert time.perf_counter() - started < 1.0
     assert not list(tmp_path.glob("*.safetensors"))  # nothing written on this thread
     gate.set()
@@ -147,12 +154,34 @@ def test_files_are_written_on_the_writers_thread_never_the_callers(tmp_path):
     writer.close()
 
 
+def test_an_entry_reaches_the_writer_only_once_a_later_step_covers_its_copies(tmp_path):
+    # Queued behind the step already on the device, the copies are computed once the step
+    # after it is waited for: handed over then, evaluating them never stalls the decode.
+    writer = DiskWriter()
+    tier = DiskTier(tmp_path, 1 << 20, writer)
+    tier.put("me", list(range(10)), row(10, 3.0))
+    tier.put("me", list(range(10)), row(10, 3.0))  # the same state, queued once
+    tier.stepped()
+    assert writer.flush(10) and not list(tmp_path.glob("*.safetensors"))
+    tier.stepped()
+    assert writer.flush(10)
+    (written,) = tmp_path.glob("*.safetensors")
+    loaded = tier.load(tier.best("me", list(range(12)))[0])
+    assert mx.array_equal(loaded[0].values, mx.full((1, 2, 10, 8), 3.0)).item()
+    assert tier.stats()["disk_writes"] == 1
+    tier.put("me", list(range(20)), row(20))
+    tier.hand_over()  # the batch emptied: at once
+    assert writer.flush(10) and tier.stats()["disk_writes"] == 2
+    writer.close()
+
+
 def test_the_tier_is_bounded_in_bytes_and_drops_what_a_longer_entry_covers(tmp_path):
     writer = DiskWriter()
     tier = DiskTier(tmp_path, 1 << 20, writer)
     tier.put("me", list(range(10)), row(10))
     tier.put("me", list(range(20)), row(20))  # extends the first: the first goes
     tier.put("you", list(range(10)), row(10))  # another owner's: kept
+    tier.hand_over()
     writer.flush(10)
     assert tier.stats()["disk_entries"] == 2
     entry, usable = tier.best("me", list(range(15)) + [99])
@@ -163,6 +192,7 @@ def test_the_tier_is_bounded_in_bytes_and_drops_what_a_longer_entry_covers(tmp_p
     small = DiskTier(tmp_path / "small", bound, writer)
     for start in range(3):
         small.put("me", [start + 100, *range(19)], row(20))
+        small.hand_over()
         writer.flush(10)
         time.sleep(0.01)  # distinct times: the oldest is known
     kept = sorted(entry.tokens[0] for entry in small._entries.values())
@@ -175,6 +205,7 @@ def test_a_restart_drops_damaged_and_unfinished_files(tmp_path):
     writer = DiskWriter()
     tier = DiskTier(tmp_path, 1 << 20, writer)
     tier.put("me", list(range(10)), row(10, 2.0))
+    tier.hand_over()
     writer.flush(10)
     (tmp_path / "broken.safetensors").write_bytes(b"not a safetensors file")
     stale = tmp_path / ".left-by-a-killed-writer.safetensors"

@@ -29,7 +29,8 @@ engine needs around it:
 
 - A second tier on disk (prompt_disk.py, under var/) keeps what this one stores across
   worker restarts: every store is also written there, in the background, and a lookup
-  that finds a longer prefix on disk than in RAM loads it (and keeps it in RAM).
+  that finds a prefix on disk at least MIN_DISK_GAIN tokens longer than in RAM loads it
+  (and keeps it in RAM).
 
 Only the engine thread calls `lookup`, `expect` and `save_*`; `stats` and
 `clear` may be called from any thread.
@@ -56,6 +57,10 @@ log = logging.getLogger(__name__)
 
 # Boundaries awaited for sequences that never reach them (cancelled) are forgotten past this.
 MAX_AWAITED_BOUNDARIES = 1024
+# The fewest tokens a disk entry must add to RAM's prefix to be read. A file is read whole
+# on the engine thread, every row waiting: for the few tokens a new prompt shares past a
+# chat template's prefix (its first words, say) prefill costs less than the read.
+MIN_DISK_GAIN = 16
 
 
 @dataclass(frozen=True)
@@ -220,7 +225,7 @@ class PromptCache:
     def _from_disk(self, prompt: list[int], scope, cache, cached: int):
         """The disk tier's entry when it holds more of `prompt` than RAM; kept in RAM."""
         entry, usable = self.disk.best(self._owner(scope), prompt)
-        if entry is None or usable <= cached:
+        if entry is None or usable - cached < MIN_DISK_GAIN:
             return cache, cached
         loaded = self.disk.load(entry)
         if loaded is None:
@@ -336,14 +341,9 @@ class PromptCache:
 
         Queued, not waited for: a wait here stalls the decode pipeline (the next step is
         already on the device) once per finished row. Reads later on this thread wait as
-        needed; the disk tier's writer reads the arrays on its own thread, so with it
-        they are computed here.
+        needed; the disk tier hands its own copies to its writer only once computed.
         """
-        state = [c.state for c in cache]
-        if self.disk is None:
-            mx.async_eval(state)
-        else:
-            mx.eval(state)
+        mx.async_eval([c.state for c in cache])
 
     def _write_behind(self, tokens: list[int], cache: list, scope) -> None:
         """Hand the entry to the disk tier (its copy is made here, its write elsewhere)."""
@@ -376,6 +376,16 @@ class PromptCache:
                     "disk_enabled": self.disk is not None,
                 }
             )
+
+    def stepped(self) -> None:
+        """The engine ran a step (the disk tier's queued copies age)."""
+        if self.disk is not None:
+            self.disk.stepped()
+
+    def hand_over(self) -> None:
+        """Nothing overlaps the disk tier's queued copies any more: to its writer now."""
+        if self.disk is not None:
+            self.disk.hand_over()
 
     def clear(self) -> None:
         with self._lock:

@@ -1,10 +1,12 @@
 """The prompt cache's disk tier: KV caches kept under var/ across worker restarts.
 
 Every entry the RAM tier stores (prompt_cache.py) is also written here, off the decode
-path: the engine thread makes contiguous, evaluated copies of the entry's keys and values
-(a memory copy; no MLX array is ever computed on two threads) and the DiskWriter's
-thread writes them to a safetensors file of their own, as mlx-lm's `save_prompt_cache`
-does, with a header naming the entry's owner and tokens. The index of the folder (each
+path: the engine thread queues contiguous copies of the entry's keys and values behind
+the steps already on the device, hands them to the DiskWriter's thread once a later step
+has been waited for (they are computed by then, so no MLX array is ever computed on two
+threads, and the decode pipeline never stops for them), and that thread writes them to a
+safetensors file of their own, as mlx-lm's `save_prompt_cache` does, with a header
+naming the entry's owner and tokens. The index of the folder (each
 file's header, read without its arrays) answers lookups; when it holds a longer prefix
 of a prompt than RAM does, the engine thread loads that file and the RAM tier keeps it.
 
@@ -45,6 +47,11 @@ VERSION = 1
 SUFFIX = ".safetensors"
 MAX_HEADER_BYTES = 64 << 20
 STALE_TEMP_SECONDS = 3600  # a temporary file this old was left by a killed writer
+# Steps an entry's copies wait before the writer gets them. They are queued while the
+# next step is already on the device, so the step after that one is the first whose
+# wait (its tokens read on the host) covers them: evaluating them then costs nothing,
+# where evaluating them at once stalled the pipeline twice per stored entry.
+RIPE_AFTER_STEPS = 2
 
 
 @dataclass
@@ -68,8 +75,9 @@ def read_header(path: Path) -> dict | None:
 
 
 def pack(cache: list) -> tuple[dict[str, mx.array], list[dict]] | None:
-    """Contiguous, evaluated copies of a row cache's keys and values and how to rebuild it;
-    None for a kind of cache this tier does not keep (rotating, recurrent) or an empty one."""
+    """Contiguous copies of a row cache's keys and values (queued, not waited for) and how
+    to rebuild it; None for a kind of cache this tier does not keep (rotating, recurrent)
+    or an empty one."""
     arrays: dict[str, mx.array] = {}
     layers: list[dict] = []
     for index, layer in enumerate(cache):
@@ -88,7 +96,7 @@ def pack(cache: list) -> tuple[dict[str, mx.array], list[dict]] | None:
             layers.append({"kind": "plain"})
         else:
             return None
-    mx.eval(list(arrays.values()))
+    mx.async_eval(list(arrays.values()))
     return arrays, layers
 
 
@@ -110,9 +118,21 @@ def unpack(arrays: dict[str, mx.array], layers: list[dict]) -> list:
     return cache
 
 
+@dataclass
+class _Ripening:
+    """An entry whose copies are queued on the device, not yet the writer's."""
+
+    name: str
+    arrays: dict[str, mx.array]
+    header: dict
+    nbytes: int
+    steps: int = 0
+
+
 class DiskTier:
-    """One model's folder of cached KV states. `best`, `load` and `put` run on the engine
-    thread; files are written and deleted on the writer's thread; `stats` anywhere."""
+    """One model's folder of cached KV states. `best`, `load`, `put`, `stepped` and
+    `hand_over` run on the engine thread; files are written and deleted on the writer's
+    thread; `stats` anywhere."""
 
     def __init__(self, folder: Path, max_bytes: int, writer: DiskWriter) -> None:
         self.folder = Path(folder)
@@ -124,6 +144,7 @@ class DiskTier:
         self.hits = 0
         self.writes = 0
         self.dropped = 0  # writes given up: the writer was too far behind
+        self._ripening: list[_Ripening] = []  # the engine thread's alone
         self.folder.mkdir(parents=True, exist_ok=True)
         self._scan()
 
@@ -188,12 +209,15 @@ class DiskTier:
     # -- writing ----------------------------------------------------------------------
 
     def put(self, owner: str, tokens: list[int], cache: list) -> None:
-        """Write `cache` (holding `tokens`) for `owner`, in the background."""
+        """Write `cache` (holding `tokens`) for `owner`, in the background: its copies are
+        queued now and go to the writer a few steps later (`stepped`, `hand_over`)."""
         name = digest([owner, list(tokens)])[:40] + SUFFIX
         with self._lock:
             if name in self._entries:  # the same state is on disk already
                 self.writer.submit(lambda: self._touch(name))
                 return
+        if any(entry.name == name for entry in self._ripening):
+            return
         packed = pack(cache)
         if packed is None:
             return
@@ -202,9 +226,34 @@ class DiskTier:
         if nbytes > self.max_bytes:
             return
         header = {"version": VERSION, "owner": owner, "tokens": list(tokens), "layers": layers}
-        job = lambda: self._write(name, arrays, header)  # noqa: E731
-        if not self.writer.submit(job, nbytes):
-            self.dropped += 1
+        self._ripening.append(_Ripening(name, arrays, header, nbytes))
+
+    def stepped(self) -> None:
+        """The engine ran a step: entries queued long enough ago go to the writer."""
+        if not self._ripening:
+            return
+        for entry in self._ripening:
+            entry.steps += 1
+        ripe = [entry for entry in self._ripening if entry.steps >= RIPE_AFTER_STEPS]
+        if ripe:
+            self._ripening = [e for e in self._ripening if e.steps < RIPE_AFTER_STEPS]
+            self._submit(ripe)
+
+    def hand_over(self) -> None:
+        """Every queued entry to the writer now (the batch is empty, or the engine stops:
+        no pipeline to keep going)."""
+        if self._ripening:
+            ripe, self._ripening = self._ripening, []
+            self._submit(ripe)
+
+    def _submit(self, entries: list[_Ripening]) -> None:
+        # Computed by now (or waited for here, where nothing is left to overlap): the
+        # writer's thread only reads them.
+        mx.eval([array for entry in entries for array in entry.arrays.values()])
+        for entry in entries:
+            job = lambda e=entry: self._write(e.name, e.arrays, e.header)  # noqa: E731
+            if not self.writer.submit(job, entry.nbytes):
+                self.dropped += 1
 
     def _write(self, name: str, arrays: dict, header: dict) -> None:
         temporary = self.folder / f".{uuid.uuid4().hex}{SUFFIX}"
@@ -250,6 +299,7 @@ class DiskTier:
 
     def clear(self) -> None:
         # A write queued before the clear must not land after it and bring an entry back.
+        self._ripening = []
         self.writer.flush(timeout=30)
         with self._lock:
             for name in list(self._entries):

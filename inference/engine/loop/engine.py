@@ -145,6 +145,8 @@ class Engine:
             # The global random key may be a lazy array made on this thread; left
             # unevaluated it aborts the interpreter at exit once the thread is gone.
             mx.eval(mx.random.state)
+            if self.runner is not None:
+                self.runner.prompt_cache.hand_over()
             if self.writer is not None:  # what is queued reaches the disk first
                 self.writer.close()
             if self.runner is not None:  # free its MLX arrays on the thread that made them
@@ -204,6 +206,8 @@ class Engine:
             if stepped:
                 ended += runner.step()
             scheduler.ended(ended)
+            if not runner.size:  # nothing left to overlap the disk tier's copies
+                runner.prompt_cache.hand_over()
             if stepped and not runner.size:  # the batch emptied: what it freed goes back
                 release_freed_memory(mlx_cache=not on_gpu())
         scheduler.ended(runner.fail_all("the engine is shutting down"))

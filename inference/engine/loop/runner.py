@@ -257,6 +257,7 @@ class Runner:
         self.stats.fast_forwarded_tokens = drafts.fast_forwarded
         self.stats.draft_models = tuple(self.speculation.draft_models.loaded)
         ended = self._postprocess(responses)
+        self.prompt_cache.stepped()
         try:
             self._lanes.move_due(
                 {uid: sequence.request.kv for uid, sequence in self._active.items()}
