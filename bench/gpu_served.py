@@ -9,8 +9,10 @@ same folder in an engine of its own (as bench/gpu.py does, the lab's worker idle
 meanwhile), then sends the same prompts to the lab with the `openai` SDK (async, streamed,
 greedy, spread over up to 8 client processes, bench/served_clients.py, so that the client
 is not the bound): per concurrency, the aggregate tokens/s of engine and lab, best of two
-rounds, and one stream's time to first token. Every request's prompt is its own (a number in
-front), so no side measures a prompt-cache hit the other does not. Targets (issue 53):
+rounds, split into how long the last stream waited for its first token (the burst's
+admission) and the streams' summed decode rates; and one stream's time to first token.
+Every request's prompt is its own (a number in front), so no side measures a prompt-cache
+hit the other does not. Targets (issue 53):
 served aggregate at least 90% of the engine's at every concurrency, and served time to
 first token within 5 ms of the engine's. Runs on the CPU too, slowly: a smoke run is
 `--streams 1,2 --tokens 8`. Writes DIR/gpu_served.json and prints a table.
@@ -67,11 +69,12 @@ def engine_side(folder: Path, streams: list[int], tokens: int) -> dict:
             )
         )
 
-    def aggregate(prompts: list[str]) -> float:
+    def aggregate(prompts: list[str]) -> dict:
         started = time.perf_counter()
         requests = [GenerationRequest(ids(text), max_tokens=tokens) for text in prompts]
-        produced = sum(len(stamps) for stamps in collect(engine, requests))
-        return produced / (time.perf_counter() - started)
+        rows = collect(engine, requests)
+        ended = time.perf_counter()
+        return split([(started, row[0], row[-1], len(row)) for row in rows], started, ended)
 
     def first_token(text: str) -> float:
         started = time.perf_counter()
@@ -85,9 +88,9 @@ def engine_side(folder: Path, streams: list[int], tokens: int) -> dict:
         return length / (stamps[0] - started)
 
     try:
-        rows = {
-            f"streams{n}_tps": max(aggregate(texts(n, r)) for r in range(ROUNDS)) for n in streams
-        }
+        rows = {}
+        for n in streams:
+            rows |= best_round([aggregate(texts(n, r)) for r in range(ROUNDS)], n)
         rates = []
         for _ in range(3):  # a prompt of its own each time: no prefix cached
             rates.append(prefill(PREFILL + len(rates)))
@@ -100,7 +103,22 @@ def engine_side(folder: Path, streams: list[int], tokens: int) -> dict:
         engine.shutdown()
 
 
-def spread(url: str, key: str, model: str, prompts: list[str], tokens: int) -> float:
+def split(streams: list, started: float, ended: float) -> dict:
+    """A round's aggregate tokens/s, and what it is made of: how long after the round's
+    start the last stream's first token came (the burst's admission), and the streams'
+    summed decode rates (first token to last). `streams`: (sent, first, end, tokens)."""
+    decode = sum((n - 1) / (end - first) for _, first, end, n in streams if n > 1 and end > first)
+    return {"tps": sum(n for *_, n in streams) / (ended - started),
+            "admitted_s": max(first for _, first, _, _ in streams) - started,
+            "decode_tps": decode}  # fmt: skip
+
+
+def best_round(rounds: list[dict], n: int) -> dict:
+    best = max(rounds, key=lambda r: r["tps"])
+    return {f"streams{n}_{name}": value for name, value in best.items()}
+
+
+def spread(url: str, key: str, model: str, prompts: list[str], tokens: int) -> dict:
     """The aggregate tokens/s of `prompts` sent at once from CLIENTS processes at most
     (bench/served_clients.py): one process's SDK would bound a GPU's rates."""
     processes = min(len(prompts), CLIENTS)
@@ -120,7 +138,7 @@ def spread(url: str, key: str, model: str, prompts: list[str], tokens: int) -> f
             raise SystemExit(f"a client process failed ({child.returncode})")
         streams += json.loads(out)
     started, ended = min(s[0] for s in streams), max(s[2] for s in streams)
-    return sum(s[3] for s in streams) / (ended - started)
+    return split([(sent, first or end, end, n) for sent, first, end, n in streams], started, ended)
 
 
 async def first_tokens(client: AsyncOpenAI, model: str) -> float:
@@ -138,8 +156,9 @@ def served_side(url: str, key: str, model: str, streams: list[int], tokens: int)
     client = AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=900)
     rows = {"ttft_s": asyncio.run(first_tokens(client, model))}
     for n in streams:
-        rounds = [spread(url, key, model, texts(n, 10 + r), tokens) for r in range(ROUNDS)]
-        rows[f"streams{n}_tps"] = max(rounds)
+        rows |= best_round(
+            [spread(url, key, model, texts(n, 10 + r), tokens) for r in range(ROUNDS)], n
+        )
     return rows
 
 
@@ -149,7 +168,10 @@ def table(engine: dict, served: dict, streams: list[int]) -> list[dict]:
         alone, over_http = engine[f"streams{n}_tps"], served[f"streams{n}_tps"]
         lines.append({"streams": n, "engine_tps": round(alone, 1),
                       "served_tps": round(over_http, 1), "share": round(over_http / alone, 3),
-                      "meets_90_percent": over_http >= 0.9 * alone})  # fmt: skip
+                      "meets_90_percent": over_http >= 0.9 * alone,
+                      **{f"{side}_{name}": round(rows[f"streams{n}_{name}"], 3)
+                         for side, rows in (("engine", engine), ("served", served))
+                         for name in ("admitted_s", "decode_tps")}})  # fmt: skip
     return lines
 
 
@@ -178,7 +200,9 @@ def main() -> None:
     ttft["within_5_ms"] = ttft["served_ms"] - ttft["engine_ms"] <= 5
     for row in rows:
         print(f"{row['streams']:>4} streams: engine {row['engine_tps']:>8.1f} tok/s, served "
-              f"{row['served_tps']:>8.1f} ({row['share']:.0%})")  # fmt: skip
+              f"{row['served_tps']:>8.1f} ({row['share']:.0%}); last first token "
+              f"{row['engine_admitted_s']:.3f} / {row['served_admitted_s']:.3f} s; decode "
+              f"{row['engine_decode_tps']:.0f} / {row['served_decode_tps']:.0f} tok/s")  # fmt: skip
     print(f"one stream's first token: engine {ttft['engine_ms']} ms, served {ttft['served_ms']} ms")
     print(f"prefill of {PREFILL} tokens (engine): {engine['prefill_tps']:.0f} tok/s")
     args.out.mkdir(parents=True, exist_ok=True)
