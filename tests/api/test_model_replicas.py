@@ -21,6 +21,7 @@ import httpx
 import openai
 import pytest
 
+from inference.engine.caching.prompt_cache import MIN_DISK_GAIN
 from tests.api.test_model_workers import SECOND, THIRD, _copy
 from tests.conftest import DEFAULT_MODEL, ROOT, _manage, server_home, start_daphne
 
@@ -184,9 +185,13 @@ def test_a_conversation_keeps_to_the_replica_that_cached_it(lab, client):
     assert sorted(reasons["prefix"] for reasons in moved.values()) == [0, 9], moved
     # Each later turn's cache hit is the one replica's (`client`: the session's one-worker
     # lab). The first turn's is the chat template's opening, whatever a worker ran before.
+    # Short by less than MIN_DISK_GAIN only where one worker's RAM held a few tokens more
+    # than the other's and the disk tier's file was not worth reading for them; a turn
+    # routed away from its cache would lose its whole conversation.
     alone = _conversation(client, opening)
     assert all(c > 0 for c in replicated[1:]), replicated
-    assert all(r >= a for r, a in zip(replicated[1:], alone[1:], strict=True)), (
+    close = [r > a - MIN_DISK_GAIN for r, a in zip(replicated[1:], alone[1:], strict=True)]
+    assert all(close), (
         replicated,
         alone,
     )
