@@ -10,7 +10,22 @@ W=${GPU_WHEELHOUSE:-$HOME/gpu-wheelhouse}
 OUT=${OUT:-var/gpu-run}
 mkdir -p "$OUT"
 export PATH=$W/redis/bin:$PATH  # a redis-server carried with part one (--redis), if any
+KEEP=${GPU_KEEP:-.gpu/keep}  # what an earlier machine built (keep), carried back by a call
 now() { python3 -c 'import time; print(time.time())'; }
+
+# keep NAME DIR FILES...: DIR's FILES (globs) as $OUT/keep/NAME.tgz.NN, 15 MiB pieces (the
+# device tool returns at most 16 MiB a file): the next session puts them under $KEEP and
+# carries them, and restore puts them back, so a fresh machine skips what they took.
+keep() {
+  local name=$1 dir=$2; shift 2
+  mkdir -p "$OUT/keep"
+  (cd "$dir" && tar czf - $@) | split -b 15M -d - "$OUT/keep/$name.tgz." \
+    && echo "kept $name: $(du -ch "$OUT/keep/$name".tgz.* | tail -1 | cut -f1)"
+}
+restore() {  # restore NAME DIR: what keep saved, if carried
+  ls "$KEEP/$1".tgz.* > /dev/null 2>&1 || return 0
+  mkdir -p "$2" && cat "$KEEP/$1".tgz.* | tar xzf - -C "$2" && echo "restored $1 into $2"
+}
 since() { python3 -c "import time; print(round(time.time() - $1, 1))"; }
 
 setup() {
@@ -24,17 +39,25 @@ setup() {
     python3 -c 'import site; print("\n".join(site.getsitepackages()))' \
       > "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/outer-venv.pth"
   fi
+  # The CUDA step of an earlier machine: make setup finds it current (its status.json's
+  # fingerprint: the same sources, Python, packages, nvcc and GPUs) and skips 250-300 s.
+  restore cuda_decode native/cuda_decode/build
   local t=$(now)
   make setup 2>&1 | tee "$OUT/setup.log"; local rc=${PIPESTATUS[0]}
   echo "== make setup: rc=$rc, $(since $t) s" | tee -a "$OUT/setup.log"
   cp native/cuda_decode/build/status.json "$OUT/cuda_decode_status.json" 2>/dev/null
-  tail -c 20000 native/cuda_decode/build/build.log > "$OUT/cuda_decode_build.log" 2>/dev/null
+  if grep -q '"ok": true' native/cuda_decode/build/status.json 2>/dev/null; then
+    keep cuda_decode native/cuda_decode/build '_cuda_decode*.so' status.json
+  else  # only a failed build's log is worth its file
+    tail -c 20000 native/cuda_decode/build/build.log > "$OUT/cuda_decode_build.log" 2>/dev/null
+  fi
   t=$(now); make setup > "$OUT/setup2.log" 2>&1; rc=$?
   echo "== make setup again: rc=$rc, $(since $t) s, $(wc -c < "$OUT/setup2.log") bytes printed" | tee -a "$OUT/setup.log"
   .venv/bin/python -c 'import mlx.core as mx, torch; print("mlx", mx.__version__, mx.default_device(), "| torch", torch.__version__, torch.__file__)' 2>&1 | tee -a "$OUT/setup.log"
 }
 
 serve() {
+  restore kernels var/kernels  # MLX's compiled kernels: a worker's warm-up without NVRTC
   local u=http://127.0.0.1:${PORT:-8000} t0=$(now)
   setsid make run > "$OUT/run.log" 2>&1 &
   local group=$!
@@ -66,11 +89,13 @@ def walk(x, path=""):
             walk(v, f"{path}[{i}]")
 walk(json.load(open(f"{out}/stats.json")))
 PY
-  kill -TERM -- "-$group" 2>/dev/null; sleep 12; kill -KILL -- "-$group" 2>/dev/null; true
+  kill -TERM -- "-$group" 2>/dev/null; sleep 12; kill -KILL -- "-$group" 2>/dev/null
+  keep kernels var/kernels .; true
 }
 
 served() {  # bench/gpu_served.py against this lab: the engine alone, then over HTTP
   # SERVE_FOLDER and SERVE_MODEL: another model folder, registered under that name first.
+  restore kernels var/kernels
   local u=http://127.0.0.1:${PORT:-8000} which=()
   if [ -n "${SERVE_FOLDER:-}" ]; then
     .venv/bin/python manage.py add_model "$SERVE_FOLDER" --name "$SERVE_MODEL" >> "$OUT/run.log" 2>&1
@@ -83,7 +108,8 @@ served() {  # bench/gpu_served.py against this lab: the engine alone, then over 
   local key; key=$(.venv/bin/python manage.py create_api_key --user admin --label gpu-served 2>/dev/null)
   .venv/bin/python bench/gpu_served.py --out "$OUT" --url "$u" --key "$key" "${which[@]}" "${@}" 2>&1 | tee "$OUT/served.txt"
   curl -s -H "Authorization: Bearer $key" "$u/stats" > "$OUT/served_stats.json"  # the step in use
-  kill -TERM -- "-$group" 2>/dev/null; sleep 12; kill -KILL -- "-$group" 2>/dev/null; true
+  kill -TERM -- "-$group" 2>/dev/null; sleep 12; kill -KILL -- "-$group" 2>/dev/null
+  keep kernels var/kernels .; true
 }
 
 case "${1:-}" in
