@@ -126,7 +126,7 @@ class _Ripening:
     arrays: dict[str, mx.array]
     header: dict
     nbytes: int
-    steps: int = 0
+    queued_at: int  # the tier's step count when queued
 
 
 class DiskTier:
@@ -144,7 +144,8 @@ class DiskTier:
         self.hits = 0
         self.writes = 0
         self.dropped = 0  # writes given up: the writer was too far behind
-        self._ripening: list[_Ripening] = []  # the engine thread's alone
+        self._ripening: list[_Ripening] = []  # oldest first; the engine thread's alone
+        self._steps = 0
         self.folder.mkdir(parents=True, exist_ok=True)
         self._scan()
 
@@ -226,18 +227,18 @@ class DiskTier:
         if nbytes > self.max_bytes:
             return
         header = {"version": VERSION, "owner": owner, "tokens": list(tokens), "layers": layers}
-        self._ripening.append(_Ripening(name, arrays, header, nbytes))
+        self._ripening.append(_Ripening(name, arrays, header, nbytes, self._steps))
 
     def stepped(self) -> None:
         """The engine ran a step: entries queued long enough ago go to the writer."""
-        if not self._ripening:
-            return
-        for entry in self._ripening:
-            entry.steps += 1
-        ripe = [entry for entry in self._ripening if entry.steps >= RIPE_AFTER_STEPS]
+        self._steps += 1
+        due = self._steps - RIPE_AFTER_STEPS
+        ripe = 0
+        while ripe < len(self._ripening) and self._ripening[ripe].queued_at <= due:
+            ripe += 1
         if ripe:
-            self._ripening = [e for e in self._ripening if e.steps < RIPE_AFTER_STEPS]
-            self._submit(ripe)
+            entries, self._ripening = self._ripening[:ripe], self._ripening[ripe:]
+            self._submit(entries)
 
     def hand_over(self) -> None:
         """Every queued entry to the writer now (the batch is empty, or the engine stops:
