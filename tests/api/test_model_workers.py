@@ -222,15 +222,20 @@ def test_a_worker_killed_mid_stream_ends_the_stream_with_the_protocols_error(
 
 
 def _kill_once_busy(lab: Lab, pid: int) -> None:
-    """SIGKILL the worker as soon as the web process has a request open there: a timer
-    raced a fast worker, which sometimes answered in full before it fired."""
+    """SIGKILL the worker once its engine holds the request, and its acceptance has had
+    time to reach the web process: a timer raced a fast worker (it answered in full before
+    it fired), and a kill before the acceptance arrived sent the request to the successor
+    (a request the killed worker never took goes once more)."""
+
+    def engine_holds_one() -> bool:
+        models = lab.staff.get("/stats").json().get("models", {})
+        return bool(models.get(DEFAULT_MODEL, {}).get("in_flight"))
 
     def watch() -> None:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (lab.worker(DEFAULT_MODEL) or {}).get(
-            "in_flight"
-        ):
+        while time.monotonic() < deadline and not engine_holds_one():
             time.sleep(0.02)
+        time.sleep(0.3)  # the acceptance is on its way: one ZeroMQ hop
         os.kill(pid, signal.SIGKILL)
 
     threading.Thread(target=watch, daemon=True).start()

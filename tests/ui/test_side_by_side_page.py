@@ -50,7 +50,9 @@ def test_variants_shared_sampling_stop_for_all_a_tie_and_the_sidebar(page: Page,
 
     expect(page.locator("#param-max_tokens")).to_have_value("2048")  # as the chat starts
     page.fill("#param-temperature", "0")
-    page.fill("#param-max_tokens", "400")
+    # Long enough that the default model is still writing when the thinking model's worker
+    # has loaded and answered too (400 tokens ended first once on a busy two-core CI).
+    page.fill("#param-max_tokens", "2000")
     page.fill("#param-stop", "THE END")
     page.fill("#system-prompt", "You tell stories.")
     sent = sent_requests(page)
@@ -68,7 +70,7 @@ def test_variants_shared_sampling_stop_for_all_a_tie_and_the_sidebar(page: Page,
     expect(page.locator("#sbs-stop")).to_be_hidden()
     assert len(sent) == 2 and sent[0]["side_by_side_run"] == sent[1]["side_by_side_run"]
     for request in sent:  # every variant samples alike
-        assert request["params"] == {"temperature": 0, "max_tokens": 400, "stop": ["THE END"]}
+        assert request["params"] == {"temperature": 0, "max_tokens": 2000, "stop": ["THE END"]}
         assert request["system_prompt"] == "You tell stories."
     # The chat's Markdown path: the default model's text arrives as paragraphs, not raw.
     expect(columns.nth(0).locator(".sbs-reply.markdown p").first).to_be_visible()
