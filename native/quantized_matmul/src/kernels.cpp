@@ -85,19 +85,68 @@ constexpr int kTile = 128;
 // Weights x rows in a chunk of a decode matmul that one thread claims (a few microseconds).
 constexpr int64_t kChunkWork = 32768;
 
+// With int16 activations on, the decode tiles compute each row from x's int16 image and a
+// per-group correction (kernels_q8.cpp): this path computes the same sum from the same two
+// parts, so that a row's output does not depend on how many rows share its call (drafted
+// and plain replies, a row batched and alone), whichever path its call takes.
+struct Int16Image {
+  std::vector<float> x;  // M x K: x's int16 image, in x's own order
+  Q16Rows q;             // its corrections: middle x (sum of x - sum of the image) a group
+};
+
+void int16_image(const Problem& p, Int16Image& image) {
+  quantize_q16(p, image.q);
+  const int chunks = p.K / 32;
+  image.x.resize(static_cast<size_t>(p.M) * p.K);
+  for (int m = 0; m < p.M; ++m) {
+    for (int c = 0; c < chunks; ++c) {
+      const int64_t at = static_cast<int64_t>(m) * p.K + c * 32;
+      const float scale = image.q.scales[static_cast<size_t>(m) * chunks + c];
+      for (int i = 0; i < 32; ++i) {
+        const int from = p.bits == 4 ? (i % 2) * 16 + i / 2 : i;  // quantize's nibble order
+        image.x[at + i] = static_cast<float>(image.q.values[at + from]) * scale;
+      }
+    }
+  }
+}
+
+// y[:, n0:n1] += the corrections times (scale + bias / middle) of each group: the tiles'
+// middle x scale x correction term, and their bias x (sum of x) where sgemm on the image
+// gave bias x (sum of the image).
+void add_int16_corrections(const Problem& p, const Int16Image& image, Sgemm gemm, int n0,
+                           int n1, std::vector<float>& weights) {
+  const int groups = p.K / p.group_size, stride = xsum_stride(groups);
+  const float middle = static_cast<float>(1 << (p.bits - 1));
+  weights.resize(static_cast<size_t>(n1 - n0) * groups);
+  for (int n = n0; n < n1; ++n) {
+    for (int g = 0; g < groups; ++g) {
+      const int64_t at = static_cast<int64_t>(n) * groups + g;
+      weights[static_cast<size_t>(n - n0) * groups + g] =
+          scale_at(p.scales, p.scale_type, at) + scale_at(p.biases, p.scale_type, at) / middle;
+    }
+  }
+  gemm(101, 111, 112, p.M, n1 - n0, groups, 1.0f, image.q.corrections.data(), stride,
+       weights.data(), groups, 1.0f, p.y + n0, p.N);
+}
+
 void blas_path(const Problem& p, Sgemm gemm, int threads) {
   const bool fast = avx2_supported();
+  const bool int16 = fast && !int8_activations() && int16_activations();
+  Int16Image image;
+  if (int16) int16_image(p, image);
+  const float* x = int16 ? image.x.data() : p.x;
   const int tiles = (p.N + kTile - 1) / kTile;
   parallel_for(tiles, threads, 1, [&](int first, int last) {
-    thread_local std::vector<float> scratch;
+    thread_local std::vector<float> scratch, weights;
     scratch.resize(static_cast<size_t>(kTile) * p.K);
     for (int t = first; t < last; ++t) {
       const int n0 = t * kTile, n1 = std::min(p.N, n0 + kTile);
       fast ? dequantize_avx2(p, n0, n1, scratch.data())
            : dequantize_scalar(p, n0, n1, scratch.data());
       // Row-major (101), x as is (111), the tile transposed (112).
-      gemm(101, 111, 112, p.M, n1 - n0, p.K, 1.0f, p.x, p.K, scratch.data(), p.K,
+      gemm(101, 111, 112, p.M, n1 - n0, p.K, 1.0f, x, p.K, scratch.data(), p.K,
            0.0f, p.y + n0, p.N);
+      if (int16) add_int16_corrections(p, image, gemm, n0, n1, weights);
     }
   });
 }
