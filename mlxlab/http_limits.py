@@ -171,6 +171,13 @@ class LimitedRequest(WebRequest):
     limit = 0
     received = 0
 
+    def __init__(self, *args, **kwargs) -> None:
+        # Twisted would parse every POST's Content-Type through the email package (half a
+        # millisecond of the web's CPU a generation request), and a form or multipart
+        # body into request.args, a second copy of an upload; Daphne reads neither, it
+        # hands the body as it came to Django, which parses what a view asks for.
+        super().__init__(*args, parsePOSTFormSubmission=False, **kwargs)
+
     def gotLength(self, length: int | None) -> None:
         """Called once the headers are parsed, before any of the body is read."""
         self.route = self._routed_path()
