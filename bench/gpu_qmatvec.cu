@@ -1,8 +1,9 @@
-// The 4-bit matvec kernels (native/cuda_decode/src/quantized_matvec.cuh) on their own: exact
-// against a host reference, and their speed on the Llama-1B shape.
+// The 4-bit matvec kernels on their own, on CUDA cores (quantized_matvec.cuh) and on tensor
+// cores (tensor_quantized_matvec.cuh): exact against a host reference, and their speed on
+// the Llama-1B shape (16 layers) or the default model's (SmolLM2-135M, 30 layers).
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o qmatvec bench/gpu_qmatvec.cu
-//   ./qmatvec [batches, default 1,2,4,8]
+//   ./qmatvec [batches, default 1,2,4,8] [cores|tensor, default both] [llama-1b|smollm2]
 //
 // Random 4-bit weights, group 64, bf16 scales and biases (as mlx-lm's quantize makes them),
 // for each matrix of a layer and the lm_head. Per matrix and batch: the largest difference
@@ -21,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "../native/cuda_decode/src/quantized_matvec.cuh"
+#include "../native/cuda_decode/src/tensor_quantized_matvec.cuh"
 
 namespace cd = mlxlab::cuda_decode;
 using bf16 = __nv_bfloat16;
@@ -150,9 +151,31 @@ struct Case {
   int per_step;  // calls in one step: 16 layers, or 1 for the head
 };
 
+bool tensor_cores = false;  // which kernel run() launches
+
 template <int B, int MODE, bool NORM>
 cudaError_t launch(const Matrix& m, const void* x, const void* norm, void* out, int n_out,
                    int batch) {
+  int device = 0, sms = 0, per_sm = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (tensor_cores) {  // as the step's launch_quantized() launches it
+    constexpr auto kernel = cd::tensor_quantized_matvec<bf16, (B < 8 ? 8 : B), MODE, NORM, 4, kGroup>;
+    const size_t shared = (NORM ? sizeof(bf16) * batch * cd::staged_pitch(m.depth) : 0) +
+                          cd::tensor_partials_bytes(B);
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024),
+          "shared memory");
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, cd::kTensorThreads, shared);
+    const int resident = sms * std::max(per_sm, 1), tiles = cd::tile_count<MODE>(n_out);
+    int splits = 1;
+    while (splits < cd::kTensorWarps && tiles * splits < resident * cd::kTensorWarps) splits *= 2;
+    const int per_block = cd::kTensorWarps / splits;
+    const int blocks = std::min((tiles + per_block - 1) / per_block, resident);
+    kernel<<<blocks, cd::kTensorThreads, shared>>>(
+        m.words, m.scales, m.biases, static_cast<const bf16*>(x), static_cast<const bf16*>(norm),
+        1e-5f, static_cast<bf16*>(out), n_out, m.depth, batch, splits);
+    return cudaGetLastError();
+  }
   constexpr auto kernel = cd::quantized_matvec<bf16, B, MODE, NORM, 4, kGroup>;
   const size_t input = sizeof(bf16) * batch * m.depth;
   const bool stage = !NORM && input <= 46 * 1024;
@@ -161,9 +184,6 @@ cudaError_t launch(const Matrix& m, const void* x, const void* norm, void* out, 
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024),
           "shared memory");
   }
-  int device = 0, sms = 0, per_sm = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, cd::kThreads, shared);
   const int units = MODE == cd::kSwiglu ? n_out : (n_out + 1) / 2;
   const int blocks = std::min((units + cd::kWarps - 1) / cd::kWarps, sms * std::max(per_sm, 1));
@@ -191,7 +211,9 @@ cudaError_t run(const Case& c, const Matrix& m, const void* x, const void* norm,
   if (batch <= 1) return launch_case<1>(c, m, x, norm, out, batch);
   if (batch <= 2) return launch_case<2>(c, m, x, norm, out, batch);
   if (batch <= 4) return launch_case<4>(c, m, x, norm, out, batch);
-  return launch_case<8>(c, m, x, norm, out, batch);
+  if (batch <= 8) return launch_case<8>(c, m, x, norm, out, batch);
+  if (batch <= 16) return launch_case<16>(c, m, x, norm, out, batch);
+  return launch_case<32>(c, m, x, norm, out, batch);
 }
 
 // The host's output for row `r` of batch row `b`, from `residual` (what out held before)
@@ -228,18 +250,8 @@ std::vector<int> parse(const char* text) {
   return values;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const std::vector<int> batches = parse(argc > 1 ? argv[1] : "1,2,4,8");
-  const int hidden = 2048, intermediate = 8192, vocab = 49152, qkv = (32 + 2 * 8) * 64;
-  const std::vector<Case> cases = {
-      {"qkv", qkv, hidden, Kind::kPlain, true, 16},
-      {"o", hidden, hidden, Kind::kResidual, false, 16},
-      {"gate_up", intermediate, hidden, Kind::kSwiglu, true, 16},
-      {"down", hidden, intermediate, Kind::kResidual, false, 16},
-      {"lm_head", vocab, hidden, Kind::kPlain, true, 1},
-  };
+// Each case at each batch: checked against the host, then timed; one step's sum at the end.
+bool measure(const std::vector<Case>& cases, const std::vector<int>& batches, int layers) {
   std::mt19937 random(18);
   // Rows checked against the host: enough to cover every warp's two rows and the tail.
   const int checked_rows = 96;
@@ -301,35 +313,66 @@ int main(int argc, char** argv) {
     cudaFree(m.scales);
     cudaFree(m.biases);
   }
-  // The embedding gather: one token's row dequantized, against the host.
-  {
-    Matrix table(1024, hidden, random);
-    std::vector<int32_t> tokens = {0, 517, 1023};
-    int32_t* tokens_device = upload(tokens);
-    void* x_device = nullptr;
-    check(cudaMalloc(&x_device, tokens.size() * hidden * 2), "cudaMalloc");
-    cd::quantized_embed<bf16, 4, kGroup><<<tokens.size(), cd::kThreads>>>(
-        table.words, table.scales, table.biases, tokens_device, static_cast<bf16*>(x_device),
-        hidden);
-    check(cudaDeviceSynchronize(), "embed");
-    const std::vector<float> got = download_bf16(x_device, tokens.size() * hidden);
-    int wrong = 0;
-    for (size_t t = 0; t < tokens.size(); ++t) {
-      for (int j = 0; j < hidden; ++j) {
-        const float want = round_bf16(static_cast<float>(table.weight(tokens[t], j)));
-        wrong += got[t * hidden + j] != want;
-      }
-    }
-    exact = exact && wrong == 0;
-    std::printf("embed    %d of %zu values differ from the host's dequantized rows\n", wrong,
-                tokens.size() * hidden);
-  }
   for (size_t bi = 0; bi < batches.size(); ++bi) {
-    std::printf("one step's matvecs (16 layers and the head), batch %d: %.1f us, %.0f GB/s, "
+    std::printf("one step's matvecs (%d layers and the head), batch %d: %.1f us, %.0f GB/s, "
                 "%.0f tok/s\n",
-                batches[bi], step_us[bi], step_bytes / step_us[bi] / 1000.0,
+                layers, batches[bi], step_us[bi], step_bytes / step_us[bi] / 1000.0,
                 batches[bi] * 1e6 / step_us[bi]);
   }
+  return exact;
+}
+
+// The embedding gather: a token's row dequantized, against the host.
+bool check_embed(int hidden) {
+  std::mt19937 random(19);
+  Matrix table(1024, hidden, random);
+  std::vector<int32_t> tokens = {0, 517, 1023};
+  int32_t* tokens_device = upload(tokens);
+  void* x_device = nullptr;
+  check(cudaMalloc(&x_device, tokens.size() * hidden * 2), "cudaMalloc");
+  cd::quantized_embed<bf16, 4, kGroup><<<tokens.size(), cd::kThreads>>>(
+      table.words, table.scales, table.biases, tokens_device, static_cast<bf16*>(x_device),
+      hidden);
+  check(cudaDeviceSynchronize(), "embed");
+  const std::vector<float> got = download_bf16(x_device, tokens.size() * hidden);
+  int wrong = 0;
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    for (int j = 0; j < hidden; ++j) {
+      const float want = round_bf16(static_cast<float>(table.weight(tokens[t], j)));
+      wrong += got[t * hidden + j] != want;
+    }
+  }
+  std::printf("embed    %d of %zu values differ from the host's dequantized rows\n", wrong,
+              tokens.size() * hidden);
+  return wrong == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<int> batches = parse(argc > 1 ? argv[1] : "1,2,4,8");
+  const std::string kinds = argc > 2 ? argv[2] : "cores,tensor";
+  const bool small = argc > 3 && std::string(argv[3]) == "smollm2";
+  // Llama-1B: 16 layers of 2048; the default model: 30 of 576 (its 4.5 rounds of 128
+  // columns take the tensor kernel's tail).
+  const int hidden = small ? 576 : 2048, intermediate = small ? 1536 : 8192, vocab = 49152;
+  const int qkv = small ? (9 + 2 * 3) * 64 : (32 + 2 * 8) * 64, layers = small ? 30 : 16;
+  const std::vector<Case> cases = {
+      {"qkv", qkv, hidden, Kind::kPlain, true, layers},
+      {"o", hidden, hidden, Kind::kResidual, false, layers},
+      {"gate_up", intermediate, hidden, Kind::kSwiglu, true, layers},
+      {"down", hidden, intermediate, Kind::kResidual, false, layers},
+      {"lm_head", vocab, hidden, Kind::kPlain, true, 1},
+  };
+  bool exact = true;
+  for (const char* kind : {"cores", "tensor"}) {
+    if (kinds.find(kind) == std::string::npos) continue;
+    tensor_cores = std::string(kind) == "tensor";
+    std::printf("== %s, %s shape\n", tensor_cores ? "tensor cores" : "CUDA cores",
+                small ? "the default model's" : "Llama-1B's");
+    exact = measure(cases, batches, layers) && exact;
+  }
+  exact = check_embed(hidden) && exact;
   std::printf("%s\n", exact ? "all within 2% of the host" : "SOME DIFFER");
   return exact ? 0 : 1;
 }

@@ -405,18 +405,23 @@ def _tiny_model_on_the_native_step(kind: str = "bf16") -> llama.Model:
                            intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
                            rms_norm_eps=1e-5, vocab_size=512)  # fmt: skip
     model = llama.Model(args)  # 64-wide heads, as the kernels take
-    model.update(tree_map(lambda p: p.astype(mx.bfloat16), model.parameters()))
-    quantized(model, kind)
+    dtype = mx.float16 if kind.endswith(" float16") else mx.bfloat16  # the default model's
+    model.update(tree_map(lambda p: p.astype(dtype), model.parameters()))
+    quantized(model, kind.removesuffix(" float16"))
     fused_projections.fuse_projections(model)
     assert cuda_decode.install(model, _native_step())
     return model
 
 
 @pytest.mark.skipif(_native_step() is None, reason="needs an NVIDIA GPU and the built CUDA step")
-@pytest.mark.parametrize("kind", ["bf16", "4-bit", "8-bit embedding"])
-def test_the_native_step_is_mlx_lms_on_a_gpu(kind):
+@pytest.mark.parametrize("kind", ["bf16", "4-bit", "8-bit embedding", "8-bit embedding float16"])
+@pytest.mark.parametrize("rows", [2, 12, 40], ids=["CUDA cores", "tensor cores", "past 32 rows"])
+def test_the_native_step_is_mlx_lms_on_a_gpu(kind, rows, monkeypatch):
+    # 2 rows: the CUDA-core matvecs; 12: quantized ones on tensor cores too; 40: the cuBLAS
+    # path's norms and attention, quantized matrices 32 rows at a time.
+    monkeypatch.setenv(cuda_decode.MAX_BATCH_VARIABLE, "64")
     model = _tiny_model_on_the_native_step(kind)
-    prompts = [[3] * 4, list(range(5, 20))]
+    prompts = [[3] * 4, list(range(5, 20)), *[[i % 7 + 1] * (3 + i % 5) for i in range(rows - 2)]]
     ours, theirs = _prefill(model, prompts, True), _prefill(model, prompts, True)
     token = mx.array([[p[-1]] for p in prompts])
     for _ in range(6):
@@ -424,6 +429,7 @@ def test_the_native_step_is_mlx_lms_on_a_gpu(kind):
         got = model(token, cache=ours).astype(mx.float32)
         assert mx.allclose(got, want, atol=0.02 * mx.abs(want).max().item()).item()
         token = mx.argmax(want[:, -1], axis=-1)[:, None]
+    assert model._mlxlab_plan.max_batch == 64  # quantized models too, since the tensor cores
 
 
 @pytest.mark.skipif(_native_step() is None, reason="needs an NVIDIA GPU and the built CUDA step")

@@ -51,6 +51,18 @@ constexpr int kOverlapRows = 16;
 // matvecs on an H200 (bench/gpu_gemm_shapes.cu against bench/gpu_step_kernels.cu).
 constexpr int kGemmRows = 16;
 constexpr int kNever = 1 << 30;  // a row count no batch reaches
+
+// The most rows a quantized model's step takes on its own kernels: up to kMaxBatch, fewer
+// where their staged input outgrows shared memory (a hidden size of 4,096: 23 rows on an H100).
+// Past them its step runs the cuBLAS path's norms and attention around its quantized
+// matrices on tensor cores (step_gemm), so no batch size falls between the two.
+int own_rows(cd::Shape s) {
+  s.gemm_rows = kNever;
+  for (s.batch = cd::kMaxBatch; s.batch > 1 && !cd::fits(s); --s.batch) {
+  }
+  return s.batch;
+}
+
 std::atomic<long> cache_copies{0};
 
 void check(cudaError_t error, const char* what) {
@@ -463,8 +475,7 @@ class Model {
     s.shared_limit = static_cast<size_t>(most);
     s.tensor_rows = kTensorRows;
     s.overlap_rows = kOverlapRows;
-    // cuBLAS multiplies plain weights only.
-    s.gemm_rows = cd::gemm_ready() && !quantized ? kGemmRows : kNever;
+    s.gemm_rows = !cd::gemm_ready() ? kNever : quantized ? own_rows(s) + 1 : kGemmRows;
     s.batch = s.gemm_rows <= cd::kMaxGemmBatch ? cd::kMaxGemmBatch : cd::kMaxBatch;
     if (!cd::fits(s)) {
       cd::Shape one = s;

@@ -17,6 +17,7 @@
 #include "quantized_matvec.cuh"
 #include "row_kernels.cuh"
 #include "tensor_matvec.cuh"
+#include "tensor_quantized_matvec.cuh"
 
 namespace mlxlab::cuda_decode {
 namespace {
@@ -134,21 +135,57 @@ size_t staged_input(const Shape& s, int depth, bool* stage) {
   return NORM || *stage ? input : 0;
 }
 
-// A quantized matvec (quantized_matvec.cuh), on CUDA cores at any batch.
+// How many warps a tensor-core tile takes (each over every splits-th round of columns): enough
+// to give every resident warp work, since the o and down matrices have only hidden / 16 tiles.
+template <auto Kernel>
+dim3 tensor_grid(int tiles, size_t shared, int* splits) {
+  const int resident = resident_blocks<Kernel>(shared, kTensorThreads);
+  *splits = 1;
+  while (*splits < kTensorWarps && tiles * *splits < resident * kTensorWarps) *splits *= 2;
+  const int per_block = kTensorWarps / *splits;
+  return dim3(std::min((tiles + per_block - 1) / per_block, resident));
+}
+
+// A tensor-core matvec (tensor_matvec.cuh, tensor_quantized_matvec.cuh): its staged input and
+// the warps' partial sums in shared memory, tensor_grid's warps a tile; `args` are the
+// kernel's own before n_out, depth, batch and splits.
+template <auto Kernel, typename T, int B, int MODE, bool NORM, typename... Args>
+cudaError_t launch_tensor(const Shape& s, cudaStream_t stream, int n_out, int depth,
+                          Args... args) {
+  const size_t staged = NORM ? sizeof(T) * s.batch * staged_pitch(depth) : 0;
+  const size_t shared = staged + tensor_partials_bytes(B);
+  allow_shared<Kernel>(shared);
+  int splits = 1;
+  const dim3 blocks = tensor_grid<Kernel>(tile_count<MODE>(n_out), shared, &splits);
+  return launch(Kernel, blocks, kTensorThreads, shared, stream, overlap(s), args..., n_out, depth,
+                s.batch, splits);
+}
+
+// A quantized matvec: on tensor cores from `tensor_rows` rows a batch
+// (tensor_quantized_matvec.cuh; its batch template at least 8, one mma tile), else on CUDA
+// cores (quantized_matvec.cuh).
 template <typename T, int B, int MODE, bool NORM, int BITS, int GROUP>
 cudaError_t launch_quantized(const Shape& s, cudaStream_t stream, const Matrix& m, const void* x,
                              const void* norm, void* out, int n_out, int depth) {
+  const auto* packed = static_cast<const uint32_t*>(m.weight);
+  const T* scales = static_cast<const T*>(m.scales);
+  const T* biases = static_cast<const T*>(m.biases);
+  if (s.batch >= s.tensor_rows) {
+    constexpr auto kernel = tensor_quantized_matvec<T, (B < 8 ? 8 : B), MODE, NORM, BITS, GROUP>;
+    return launch_tensor<kernel, T, B, MODE, NORM>(s, stream, n_out, depth, packed, scales, biases,
+                                                   static_cast<const T*>(x),
+                                                   static_cast<const T*>(norm), s.eps,
+                                                   static_cast<T*>(out));
+  }
   constexpr auto kernel = quantized_matvec<T, B, MODE, NORM, BITS, GROUP>;
   bool stage = false;
   const size_t staged = staged_input<T, NORM>(s, depth, &stage);
   allow_shared<kernel>(staged);
   const int units = MODE == kSwiglu ? n_out : (n_out + 1) / 2;
   const int blocks = std::min((units + kWarps - 1) / kWarps, resident_blocks<kernel>(staged));
-  return launch(kernel, dim3(blocks), kThreads, staged, stream, overlap(s),
-                static_cast<const uint32_t*>(m.weight), static_cast<const T*>(m.scales),
-                static_cast<const T*>(m.biases), static_cast<const T*>(x),
-                static_cast<const T*>(norm), s.eps, static_cast<T*>(out), n_out, depth, s.batch,
-                stage);
+  return launch(kernel, dim3(blocks), kThreads, staged, stream, overlap(s), packed, scales,
+                biases, static_cast<const T*>(x), static_cast<const T*>(norm), s.eps,
+                static_cast<T*>(out), n_out, depth, s.batch, stage);
 }
 
 // One matvec of the step: a quantized matrix's, or a plain one's on tensor cores from
@@ -174,20 +211,8 @@ cudaError_t launch_matvec(const Shape& s, cudaStream_t stream, const Matrix& m, 
   const T* norm_weight = static_cast<const T*>(norm);
   T* result = static_cast<T*>(out);
   if (s.batch >= s.tensor_rows && depth % 32 == 0) {
-    constexpr auto kernel = tensor_matvec<T, B, MODE, NORM>;
-    const size_t staged = NORM ? sizeof(T) * s.batch * staged_pitch(depth) : 0;
-    const size_t shared = staged + tensor_partials_bytes(B);
-    allow_shared<kernel>(shared);
-    const int tiles = tile_count<MODE>(n_out);
-    const int resident = resident_blocks<kernel>(shared, kTensorThreads);
-    // Enough warps a tile to give every resident warp work: the o and down matrices have
-    // only hidden / 16 tiles.
-    int splits = 1;
-    while (splits < kTensorWarps && tiles * splits < resident * kTensorWarps) splits *= 2;
-    const int per_block = kTensorWarps / splits;
-    const int blocks = std::min((tiles + per_block - 1) / per_block, resident);
-    return launch(kernel, dim3(blocks), kTensorThreads, shared, stream, overlap(s), weights, in,
-                  norm_weight, s.eps, result, n_out, depth, s.batch, splits);
+    return launch_tensor<tensor_matvec<T, B, MODE, NORM>, T, B, MODE, NORM>(
+        s, stream, n_out, depth, weights, in, norm_weight, s.eps, result);
   }
   constexpr auto kernel = matvec<T, B, MODE, NORM>;
   bool stage = false;
@@ -296,10 +321,19 @@ cudaError_t step_gemm(const Shape& s, const Pointers& p, cudaStream_t stream) {
                 t.normed, s.hidden));
     pending = t.out;
   };
+  // Quantized weights (a model past kMaxBatch rows) go through the tensor-core kernel 32 rows
+  // at a time: a second pass finds much of the matrix in L2, and a 64-row template would
+  // spill its sums (128 registers a thread at 512 threads a block).
+  Shape part = s;
+  part.overlap_rows = 0;  // among the norms' launches, which do not overlap
   auto matmul = [&](const Matrix& w, const void* x, void* out, int n_out, int depth) {
-    // Plain weights only: a model with quantized ones keeps to the step's own kernels.
-    keep(w.bits == 0 ? gemm(s.half, stream, w.weight, x, out, n_out, depth, n)
-                     : cudaErrorInvalidValue);
+    if (w.bits == 0) return keep(gemm(s.half, stream, w.weight, x, out, n_out, depth, n));
+    for (int first = 0; first < n; first += kMaxBatch) {
+      part.batch = std::min(kMaxBatch, n - first);
+      keep(launch_matvec<T, kMaxBatch, kPlain, false>(
+          part, stream, w, static_cast<const T*>(x) + static_cast<size_t>(first) * depth, nullptr,
+          static_cast<T*>(out) + static_cast<size_t>(first) * n_out, n_out, depth));
+    }
   };
   const int swiglu_blocks = std::min((n * s.intermediate / 8 + kThreads - 1) / kThreads, 1024);
   for (const Layer& layer : p.layers) {

@@ -73,6 +73,95 @@ __host__ __device__ constexpr size_t tensor_partials_bytes(int batch_template) {
   return sizeof(float) * kTensorWarps * 4 * ((batch_template + 7) / 8) * 32;
 }
 
+// A tensor-core kernel's input rows: RMSNorm(x) * norm_weight staged in shared memory
+// (NORM, `pitch` values a row apart), or x as it is; and where the warps' partial sums go,
+// past the staged rows. Every thread of the block takes part.
+template <typename T>
+struct TensorInput {
+  const T* rows;
+  int pitch;
+  float* partials;
+};
+
+template <typename T, int B, bool NORM>
+__device__ __forceinline__ TensorInput<T> tensor_input(const T* x, const T* norm_weight, float eps,
+                                                       int depth, int batch,
+                                                       unsigned char* shared) {
+  if constexpr (NORM) {
+    const int pitch = staged_pitch(depth);
+    stage_normed<T, B, kTensorWarps>(x, norm_weight, eps, depth, pitch, batch,
+                                     reinterpret_cast<T*>(shared));
+    return {reinterpret_cast<const T*>(shared), pitch,
+            reinterpret_cast<float*>(shared + sizeof(T) * batch * pitch)};
+  } else {
+    return {x, depth, reinterpret_cast<float*>(shared)};
+  }
+}
+
+// The tile's warps add up their sums in shared memory (`splits` warps a tile, neighbours);
+// whether this warp is the tile's first, which then holds the totals and stores them.
+template <int N>
+__device__ __forceinline__ bool meet_splits(float (&d)[N][4], float* partials, int warp,
+                                            int lane, int splits, int slice) {
+  if (splits == 1) return true;
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) partials[(warp * N * 4 + j * 4 + i) * 32 + lane] = d[j][i];
+  }
+  __syncthreads();
+  if (slice == 0) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float total = d[j][i];
+        for (int other = 1; other < splits; ++other) {
+          total += partials[((warp + other) * N * 4 + j * 4 + i) * 32 + lane];
+        }
+        d[j][i] = total;
+      }
+    }
+  }
+  __syncthreads();
+  return slice == 0;
+}
+
+// A tile's outputs from its sums, as store_unit() writes a unit's. d[j]: rows g (0, 1) and
+// g + 8 (2, 3) of the tile, batch rows 8j + 2t and 8j + 2t + 1.
+template <typename T, int MODE, int N>
+__device__ __forceinline__ void store_tile(const float (&d)[N][4], T* out, int tile, int n_out,
+                                           int batch, int g, int t) {
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int b = 8 * j + 2 * t + half;
+      if (b >= batch) continue;
+      T* row = out + static_cast<size_t>(b) * n_out;
+      if constexpr (MODE == kSwiglu) {
+        const int unit = tile * 8 + g;
+        if (unit >= n_out) continue;
+        const float gate = rounded<T>(d[j][half]), up = rounded<T>(d[j][2 + half]);
+        const float sigmoid = rounded<T>(1.0f / (1.0f + expf(-gate)));
+        row[unit] = from_float<T>(rounded<T>(gate * sigmoid) * up);
+      } else {
+#pragma unroll
+        for (int upper = 0; upper < 2; ++upper) {
+          const int r = tile * 16 + g + 8 * upper;
+          if (r >= n_out) continue;
+          const float sum = d[j][2 * upper + half];
+          if constexpr (MODE == kResidual) {
+            row[r] = from_float<T>(to_float(row[r]) + rounded<T>(sum));
+          } else {
+            row[r] = from_float<T>(sum);
+          }
+        }
+      }
+    }
+  }
+}
+
 // Rows of `w` times `batch` (at most B) input rows of `depth` (a multiple of 32), as
 // matvec() computes them. A block takes kTensorWarps / splits tiles at a time, `splits` warps a
 // tile, each over every splits-th 32 columns; the warps' sums meet in shared memory.
@@ -102,17 +191,10 @@ __global__ void __launch_bounds__(kTensorThreads)
     }
   }
   await_previous();
-  const T* in = x;
-  int pitch = depth;
-  size_t staged_bytes = 0;
-  if constexpr (NORM) {
-    pitch = staged_pitch(depth);
-    stage_normed<T, B, kTensorWarps>(x, norm_weight, eps, depth, pitch, batch,
-                                     reinterpret_cast<T*>(shared));
-    in = reinterpret_cast<const T*>(shared);
-    staged_bytes = sizeof(T) * batch * pitch;
-  }
-  float* partials = reinterpret_cast<float*>(shared + staged_bytes);
+  const TensorInput<T> input = tensor_input<T, B, NORM>(x, norm_weight, eps, depth, batch, shared);
+  const T* in = input.rows;
+  const int pitch = input.pitch;
+  float* partials = input.partials;
   const uint4* rows_in[N];
 #pragma unroll
   for (int j = 0; j < N; ++j) {
@@ -165,58 +247,8 @@ __global__ void __launch_bounds__(kTensorThreads)
       multiply(__ldg(w0 + 4 * s), __ldg(w1 + 4 * s), v);
     }
 
-    if (splits > 1) {  // the tile's warps add up their sums; its first warp stores them
-#pragma unroll
-      for (int j = 0; j < N; ++j) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) partials[(warp * N * 4 + j * 4 + i) * 32 + lane] = d[j][i];
-      }
-      __syncthreads();
-      if (slice == 0) {
-#pragma unroll
-        for (int j = 0; j < N; ++j) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            float total = d[j][i];
-            for (int other = 1; other < splits; ++other) {
-              total += partials[((warp + other) * N * 4 + j * 4 + i) * 32 + lane];
-            }
-            d[j][i] = total;
-          }
-        }
-      }
-      __syncthreads();
-    }
-    if (slice != 0 || tile >= tiles) continue;
-    // d[j]: rows g (0, 1) and g + 8 (2, 3) of the tile, batch rows 8j + 2t and 8j + 2t + 1.
-#pragma unroll
-    for (int j = 0; j < N; ++j) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int b = 8 * j + 2 * t + half;
-        if (b >= batch) continue;
-        T* row = out + static_cast<size_t>(b) * n_out;
-        if constexpr (MODE == kSwiglu) {
-          const int unit = tile * 8 + g;
-          if (unit >= n_out) continue;
-          const float gate = rounded<T>(d[j][half]), up = rounded<T>(d[j][2 + half]);
-          const float sigmoid = rounded<T>(1.0f / (1.0f + expf(-gate)));
-          row[unit] = from_float<T>(rounded<T>(gate * sigmoid) * up);
-        } else {
-#pragma unroll
-          for (int upper = 0; upper < 2; ++upper) {
-            const int r = tile * 16 + g + 8 * upper;
-            if (r >= n_out) continue;
-            const float sum = d[j][2 * upper + half];
-            if constexpr (MODE == kResidual) {
-              row[r] = from_float<T>(to_float(row[r]) + rounded<T>(sum));
-            } else {
-              row[r] = from_float<T>(sum);
-            }
-          }
-        }
-      }
-    }
+    if (!meet_splits<N>(d, partials, warp, lane, splits, slice) || tile >= tiles) continue;
+    store_tile<T, MODE, N>(d, out, tile, n_out, batch, g, t);
   }
 }
 }  // namespace
