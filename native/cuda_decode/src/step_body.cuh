@@ -321,9 +321,10 @@ cudaError_t step_gemm(const Shape& s, const Pointers& p, cudaStream_t stream) {
                 t.normed, s.hidden));
     pending = t.out;
   };
-  // Quantized weights (a model past kMaxBatch rows) go through the tensor-core kernel 32 rows
-  // at a time: a second pass finds much of the matrix in L2, and a 64-row template would
-  // spill its sums (128 registers a thread at 512 threads a block).
+  // Quantized weights (a batch past the rows of the model's own kernels: own_rows in
+  // step.cpp) go through the tensor-core kernel 32 rows at a time, each pass reading the
+  // matrix again: a 64-row template would spill its sums (128 registers a thread at 512
+  // threads a block).
   Shape part = s;
   part.overlap_rows = 0;  // among the norms' launches, which do not overlap
   auto matmul = [&](const Matrix& w, const void* x, void* out, int n_out, int depth) {
