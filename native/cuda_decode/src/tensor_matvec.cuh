@@ -73,6 +73,17 @@ __host__ __device__ constexpr size_t tensor_partials_bytes(int batch_template) {
   return sizeof(float) * kTensorWarps * 4 * ((batch_template + 7) / 8) * 32;
 }
 
+// A lane's share of the first rounds its tile's warp reads of `row` (`round_bytes` a round,
+// every splits-th round from `slice`, up to `end`), asked of L2 while the kernel before
+// ends: lanes 0-15 take one round of their rows, 16-31 the next.
+__device__ __forceinline__ void prefetch_rounds(const void* row, int round_bytes, int slice,
+                                                int splits, int end, int lane) {
+  const char* r = static_cast<const char*>(row);
+  for (int s = slice + (lane / 16) * splits; s < end; s += 2 * splits) {
+    for (int line = 0; line < round_bytes; line += 128) prefetch_line(r + s * round_bytes + line);
+  }
+}
+
 // A tensor-core kernel's input rows: RMSNorm(x) * norm_weight staged in shared memory
 // (NORM, `pitch` values a row apart), or x as it is; and where the warps' partial sums go,
 // past the staged rows. Every thread of the block takes part.
@@ -183,12 +194,8 @@ __global__ void __launch_bounds__(kTensorThreads)
   release_next();
   {  // what the first round loads, asked of L2 while the kernel before ends
     const int tile = min(blockIdx.x * per_block + warp / splits, tiles - 1);
-    const char* r = reinterpret_cast<const char*>(
-        w + static_cast<size_t>(tile_row<MODE>(tile, lane % 16, n_out)) * depth);
-    for (int s = slice + (lane / 16) * splits; s < min(steps, slice + kTensorDepth * splits);
-         s += 2 * splits) {
-      prefetch_line(r + s * 64);
-    }
+    prefetch_rounds(w + static_cast<size_t>(tile_row<MODE>(tile, lane % 16, n_out)) * depth, 64,
+                    slice, splits, min(steps, slice + kTensorDepth * splits), lane);
   }
   await_previous();
   const TensorInput<T> input = tensor_input<T, B, NORM>(x, norm_weight, eps, depth, batch, shared);

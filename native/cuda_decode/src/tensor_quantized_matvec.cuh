@@ -206,12 +206,8 @@ __global__ void __launch_bounds__(kTensorThreads)
   release_next();
   {  // what the first rounds load, asked of L2 while the kernel before ends
     const int tile = min(blockIdx.x * per_block + warp / splits, tiles - 1);
-    const char* r = reinterpret_cast<const char*>(
-        w + static_cast<size_t>(tile_row<MODE>(tile, lane % 16, n_out)) * words);
-    for (int s = slice + (lane / 16) * splits; s < min(rounds, slice + kAhead * splits);
-         s += 2 * splits) {
-      for (int line = 0; line < kRowBytes; line += 128) prefetch_line(r + s * kRowBytes + line);
-    }
+    prefetch_rounds(w + static_cast<size_t>(tile_row<MODE>(tile, lane % 16, n_out)) * words,
+                    kRowBytes, slice, splits, min(rounds, slice + kAhead * splits), lane);
   }
   await_previous();
   const TensorInput<T> input = tensor_input<T, B, NORM>(x, norm_weight, eps, depth, batch, shared);
