@@ -1,15 +1,15 @@
 // The 4-bit matvec kernels on their own, on CUDA cores (quantized_matvec.cuh) and on tensor
 // cores (tensor_quantized_matvec.cuh): exact against a host reference, and their speed on
-// the Llama-1B shape (16 layers) or the default model's (SmolLM2-135M, 30 layers).
+// the Llama-1B shape (16 layers), the default model's (SmolLM2-135M, 30) or Llama-3.1-8B's (32).
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o qmatvec bench/gpu_qmatvec.cu
-//   ./qmatvec [batches, default 1,2,4,8] [cores|tensor, default both] [llama-1b|smollm2]
+//   ./qmatvec [batches, default 1,2,4,8] [cores|tensor, default both] [llama-1b|smollm2|llama-8b]
 //
 // Random 4-bit weights, group 64, bf16 scales and biases (as mlx-lm's quantize makes them),
 // for each matrix of a layer and the lm_head. Per matrix and batch: the largest difference
 // from a host computation of the same sums in double (the kernel's inputs rounded to bf16 as
 // it rounds them), relative to the largest output; then microseconds a call (200 calls
-// after 20, CUDA events), the weight bytes read a second, and what one step of 16 layers and
+// after 20, CUDA events), the weight bytes read a second, and what one step of its layers and
 // the head would take. The quantized embedding gather is checked too.
 #include <cuda_bf16.h>
 
@@ -352,11 +352,14 @@ bool check_embed(int hidden) {
 int main(int argc, char** argv) {
   const std::vector<int> batches = parse(argc > 1 ? argv[1] : "1,2,4,8");
   const std::string kinds = argc > 2 ? argv[2] : "cores,tensor";
-  const bool small = argc > 3 && std::string(argv[3]) == "smollm2";
+  const std::string shape = argc > 3 ? argv[3] : "llama-1b";
+  const bool small = shape == "smollm2", large = shape == "llama-8b";
   // Llama-1B: 16 layers of 2048; the default model: 30 of 576 (its 4.5 rounds of 128
-  // columns take the tensor kernel's tail).
-  const int hidden = small ? 576 : 2048, intermediate = small ? 1536 : 8192, vocab = 49152;
-  const int qkv = small ? (9 + 2 * 3) * 64 : (32 + 2 * 8) * 64, layers = small ? 30 : 16;
+  // columns take the tensor kernel's tail); Llama-3.1-8B: 32 of 4096, heads of 128.
+  const int hidden = small ? 576 : large ? 4096 : 2048, vocab = 49152;
+  const int intermediate = small ? 1536 : large ? 14336 : 8192;
+  const int qkv = small ? (9 + 2 * 3) * 64 : (32 + 2 * 8) * (large ? 128 : 64);
+  const int layers = small ? 30 : large ? 32 : 16;
   const std::vector<Case> cases = {
       {"qkv", qkv, hidden, Kind::kPlain, true, layers},
       {"o", hidden, hidden, Kind::kResidual, false, layers},
@@ -368,8 +371,7 @@ int main(int argc, char** argv) {
   for (const char* kind : {"cores", "tensor"}) {
     if (kinds.find(kind) == std::string::npos) continue;
     tensor_cores = std::string(kind) == "tensor";
-    std::printf("== %s, %s shape\n", tensor_cores ? "tensor cores" : "CUDA cores",
-                small ? "the default model's" : "Llama-1B's");
+    std::printf("== %s, %s shape\n", tensor_cores ? "tensor cores" : "CUDA cores", shape.c_str());
     exact = measure(cases, batches, layers) && exact;
   }
   exact = check_embed(hidden) && exact;
