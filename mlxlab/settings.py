@@ -102,15 +102,22 @@ TEMPLATES = [
 
 # A team's database: DATABASE_URL (postgresql://user:password@host:5432/name, parsed by
 # dj-database-url), served through psycopg 3. Unset, the embedded SQLite file under var/.
-# CONN_MAX_AGE stays 0: under ASGI each request's connection is closed with the request.
+# A connection is kept for a while (CONN_MAX_AGE) on each of the web's kept request threads
+# (mlxlab/asgi_handler.py), and between a Celery worker's tasks.
 DATABASE_URL = os.environ.get("DATABASE_URL", "").strip()
+conn_max_age = 300  # seconds
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_health_checks=True)}
+    DATABASES = {
+        "default": dj_database_url.parse(
+            DATABASE_URL, conn_max_age=conn_max_age, conn_health_checks=True
+        )
+    }
 else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": MLXLAB.db_path,
+            "CONN_MAX_AGE": conn_max_age,
             # WAL: readers (the web pages) never wait on a writer (a job's progress).
             # IMMEDIATE: a transaction that reads and then writes takes the write lock
             # at BEGIN and waits its turn; a deferred one would fail at once with

@@ -1,13 +1,17 @@
-"""The middleware chain switches threads once per request, not once per middleware."""
+"""The middleware chain switches threads once per request, not once per middleware, on
+kept threads whose database connections stay open."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import asgiref.sync
 from django.core.handlers.asgi import ASGIHandler
+from django.core.signals import request_started
+from django.db import connection
 
-from mlxlab.asgi_handler import SynchronousChainHandler
+from mlxlab.asgi_handler import KeptThreads, SynchronousChainHandler
 
 
 def switches_for_one_request(handler: ASGIHandler, monkeypatch) -> tuple[list[str], int]:
@@ -56,3 +60,48 @@ def test_one_switch_a_request_where_djangos_handler_makes_a_dozen(monkeypatch, d
     # chain once; Django's: each middleware hook, the view and the render apart.
     assert ours == [theirs[0], "BaseHandler.get_response", theirs[-1]]
     assert len([name for name in theirs if "Middleware." in name]) >= 12
+
+
+def connections_of_two_requests(
+    handler: ASGIHandler, monkeypatch
+) -> list[tuple[threading.Thread, object]]:
+    """(thread, database connection) each of two GETs through `handler` ran its chain on."""
+    seen = []
+
+    def note(**kwargs) -> None:  # after Django's close_old_connections, on the chain's thread
+        connection.ensure_connection()
+        seen.append((threading.current_thread(), connection.connection))
+
+    request_started.connect(note)
+    try:
+        for _ in range(2):
+            switches_for_one_request(handler, monkeypatch)
+    finally:
+        request_started.disconnect(note)
+    return seen
+
+
+def test_a_request_borrows_a_kept_thread_and_its_open_connection(monkeypatch, db):
+    (thread, opened), (again, reused) = connections_of_two_requests(
+        SynchronousChainHandler(), monkeypatch
+    )
+    assert again is thread and reused is opened
+    # Django's own handler: a new thread a request, so a new connection.
+    (thread, opened), (again, reused) = connections_of_two_requests(ASGIHandler(), monkeypatch)
+    assert again is not thread and reused is not opened
+
+
+def test_a_thread_left_busy_by_its_request_is_not_lent_again():
+    threads = KeptThreads(keep=2)
+    first = threads.take()
+    threads.give_back(first)
+    assert threads.take() is first  # idle: kept
+    release = threading.Event()
+    first.submit(release.wait)  # a chain still running after its request was cut short
+    threads.give_back(first)
+    other = threads.take()
+    assert other is not first
+    release.set()
+    first.shutdown(wait=True)  # it ends once its work is done
+    threads.give_back(other)
+    assert threads.take() is other
