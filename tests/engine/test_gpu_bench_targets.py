@@ -68,3 +68,31 @@ def test_other_shapes_and_absent_rows_are_not_judged():
     assert "one stream ahead of transformers" not in _by_target(
         _report({k: v for k, v in ROWS.items() if not k.startswith("torch")})
     )
+
+
+# The Llama-3.1-8B shapes on an H200, 2026-12-07 (docs/BENCHMARKS.md), abridged.
+LARGE = {
+    "llama-8b-bf16": (177.9, {"engine_stream_tps": 185.5, "engine_batch32_tps": 3848.8,
+                              "mlx_lm_batch32_tps": 1010.3}),
+    "llama-8b-4bit": (683.6, {"engine_stream_tps": 294.0, "engine_batch32_tps": 2578.8,
+                              "mlx_lm_batch32_tps": 275.8}),
+}  # fmt: skip
+
+
+def test_the_large_shapes_are_judged_by_their_own_targets():
+    report = {"models": {name: {"one_stream_limit_tps": limit, "rows": rows}
+                         for name, (limit, rows) in LARGE.items()}}  # fmt: skip
+    verdicts = _by_target(report)
+    assert {name: v.met for name, v in verdicts.items()} == {
+        "llama-8b-bf16: one stream at 60% of the bandwidth limit": True,
+        "llama-8b-bf16: batch 32 at twice mlx-lm's BatchGenerator": True,
+        "llama-8b-4bit: one stream at 60% of the bandwidth limit": False,
+        "llama-8b-4bit: batch 32 at twice mlx-lm's BatchGenerator": True,
+    }
+    missed = verdicts["llama-8b-4bit: one stream at 60% of the bandwidth limit"]
+    assert missed.figures == "294 tok/s, 43%" and "CUDA-core matvec" in missed.why
+    batch = verdicts["llama-8b-bf16: batch 32 at twice mlx-lm's BatchGenerator"]
+    assert batch.figures == "3,849 against 1,010 tok/s, 3.8x"
+    rows = {**LARGE["llama-8b-bf16"][1], "engine_batch32_tps": 2000.0}  # 1.98x
+    report["models"]["llama-8b-bf16"]["rows"] = rows
+    assert not _by_target(report)["llama-8b-bf16: batch 32 at twice mlx-lm's BatchGenerator"].met
