@@ -69,13 +69,18 @@ def judge(report: dict) -> list[Verdict]:
     return verdicts
 
 
-def _speed(rows: dict, limit: float) -> list[Verdict]:
-    out = []
+def _stream_share(label: str, rows: dict, limit: float, why: str) -> list[Verdict]:
     stream = rows.get("engine_stream_tps")
-    if stream is not None:
-        share = stream / limit
-        out.append(_verdict("one stream at 60% of the bandwidth limit", share >= STREAM_SHARE,
-                            f"{stream:,.0f} tok/s, {100 * share:.0f}%", "stream"))  # fmt: skip
+    if stream is None:
+        return []
+    share = stream / limit
+    return [_verdict(f"{label}one stream at 60% of the bandwidth limit", share >= STREAM_SHARE,
+                     f"{stream:,.0f} tok/s, {100 * share:.0f}%", why)]  # fmt: skip
+
+
+def _speed(rows: dict, limit: float) -> list[Verdict]:
+    out = _stream_share("", rows, limit, "stream")
+    stream = rows.get("engine_stream_tps")
     batch32 = rows.get("engine_batch32_tps")
     if batch32 is not None:
         out.append(_verdict("batch 32 at 8,000 tok/s", batch32 >= BATCH32_TPS,
@@ -94,13 +99,7 @@ def _speed(rows: dict, limit: float) -> list[Verdict]:
 
 
 def _large(name: str, rows: dict, limit: float) -> list[Verdict]:
-    out = []
-    stream = rows.get("engine_stream_tps")
-    if stream is not None:
-        share = stream / limit
-        out.append(_verdict(f"{name}: one stream at 60% of the bandwidth limit",
-                            share >= STREAM_SHARE, f"{stream:,.0f} tok/s, {100 * share:.0f}%",
-                            "large_stream"))  # fmt: skip
+    out = _stream_share(f"{name}: ", rows, limit, "large_stream")
     ours, theirs = rows.get("engine_batch32_tps"), rows.get("mlx_lm_batch32_tps")
     if ours is not None and theirs:
         out.append(_verdict(f"{name}: batch 32 at twice mlx-lm's BatchGenerator",
