@@ -60,6 +60,8 @@ def test_the_families_in_scope_run_on_the_cpus_native_paths(matrix):
     for name in ("qwen3_moe", "mixtral", "gpt_oss"):
         assert "CPU expert matmuls" in matrix[name]["fast_paths"], matrix[name]
         assert matrix[name]["scenarios"]["4-bit drafts"] == "ok"
+    for name in ("qwen3_moe", "mixtral", "granitemoe", "qwen2_moe"):  # attention fused too
+        assert "CPU fused layers" in matrix[name]["fast_paths"], matrix[name]
     for name in ("llama", "qwen3", "qwen2"):  # the GPU step: Llama's layer, head norms, biases
         assert "CUDA decode step" in matrix[name]["fast_paths"], matrix[name]
     for name in ("gemma3_text", "phi3", "minicpm"):  # layers or a model the step lacks

@@ -65,6 +65,10 @@ FAMILIES = {
         {"fused q/k/v", "fused gate/up", "partial RoPE"},
     ),
     "granite": ("granite", {}, {"residual multiplier"}),
+    # Mixtures of experts: the attention half native, the block's own MLP module the rest.
+    "qwen3_moe": ("qwen3_moe", {}, {"q/k head norms", "its own MLP (Qwen3MoeSparseMoeBlock)"}),
+    "mixtral": ("mixtral", {}, {"its own MLP (MixtralSparseMoeBlock)"}),
+    "granitemoe": ("granitemoe", {}, {"residual multiplier", "its own MLP (GraniteMoeMoE)"}),
 }
 STEPS = 64
 PROMPT = [1, 504, 3458, 17, 4000, 3, 91, 12, 800]
@@ -121,7 +125,7 @@ def test_a_bfloat16_checkpoint_runs_fused_in_float32(kernel, model_type, tmp_pat
     assert_same_steps(got, greedy_steps(reference, PROMPT, STEPS, HalfWrites))
 
 
-@pytest.mark.parametrize("case", ["gemma3", "olmo2", "phi3 partial", "granite"])
+@pytest.mark.parametrize("case", ["gemma3", "olmo2", "phi3 partial", "granite", "granitemoe"])
 @pytest.mark.parametrize(
     "make_cache",
     [RowsKVCache, lambda padding: RowsQuantizedKVCache(padding, group_size=32, bits=8)],

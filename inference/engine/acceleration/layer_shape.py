@@ -8,7 +8,9 @@ Gemma's 1 + weight: one call on a random row tells), the attention's projections
 with or without biases, or Phi-3's one fused projection), its q and k norms (each head,
 Qwen3 and Gemma 3; all heads at once, OLMo 2), its RoPE (rope_tables.py), the MLP's
 projections (gate/up/down or Phi-3's fused gate_up) and its activation (one call on a
-random row tells SiLU from GELU), and Granite's residual multiplier. What a structure
+random row tells SiLU from GELU), and Granite's residual multiplier. An MLP outside that
+(a mixture of experts: Qwen3-MoE's, Mixtral's, Granite MoE's) stays the block's own module,
+called between the native attention half and the residual. What a structure
 cannot say (the order of the residuals) is checked once at load against the block's own
 code (fused_decode._agrees). A block outside this description gets `Unfit`, whose reason
 /stats shows.
@@ -59,6 +61,10 @@ SEPARATE_QKV = ("q_proj", "k_proj", "v_proj")
 FUSED_QKV = ("qkv_proj",)
 SEPARATE_MLP = ("gate_proj", "up_proj", "down_proj")
 FUSED_MLP = ("gate_up_proj", "down_proj")
+OWN_MLP = ()  # the native layers compute the attention half; the block's MLP module the rest
+# The MLP's name in a block: Llama's and most families', or Mixtral's and Granite MoE's
+# mixture of experts.
+MLP_PARTS = ("mlp", "block_sparse_moe")
 HEAD_NORMS = {"q_norm", "k_norm"}
 FLOATS = (mx.float32, mx.float16, mx.bfloat16)
 HEAD_COUNTS = ("n_heads", "num_heads", "num_attention_heads")
@@ -97,13 +103,14 @@ class Shape:
     mlp: tuple[str, ...] = SEPARATE_MLP
     activation: str = "silu"
     residual_scale: float = 1.0
+    mlp_part: str = "mlp"  # the block's name for its MLP
     extras: tuple[str, ...] = field(default=(), compare=False)  # what it adds, for /stats
 
     @cached_property  # read on every layer of every step
     def projections(self) -> tuple[tuple[str, str], ...]:
         """(part, name) of every projection, in the order the native calls take them."""
         attention = tuple(("self_attn", n) for n in (*self.qkv, "o_proj"))
-        return attention + tuple(("mlp", n) for n in self.mlp)
+        return attention + tuple((self.mlp_part, n) for n in self.mlp)
 
 
 def describe(
@@ -119,11 +126,12 @@ def describe(
     if called != ("x", "mask", "cache"):
         return Unfit(f"a block called with other arguments ({', '.join(called)})")
     children = set(block.children())
-    if not {"self_attn", "mlp"} <= children:
+    mlp_part = next((name for name in MLP_PARTS if name in children), None)
+    if "self_attn" not in children or mlp_part is None:
         return Unfit("a block without self_attn and mlp parts")
-    layout = NORM_LAYOUTS.get(frozenset(children - {"self_attn", "mlp"}))
+    layout = NORM_LAYOUTS.get(frozenset(children - {"self_attn", mlp_part}))
     if layout is None:
-        extra = sorted(children - {"self_attn", "mlp"})
+        extra = sorted(children - {"self_attn", mlp_part})
         return Unfit(f"a block whose other parts ({', '.join(extra)}) are no known norm layout")
     offsets = {norm_offset(block[name]) for name in layout if name}
     if len(offsets) != 1 or None in offsets:
@@ -139,10 +147,11 @@ def describe(
     if isinstance(rope, str):
         return Unfit(rope)
     width = block[next(name for name in layout if name)]["weight"].shape[0]
-    mlp = _mlp(block["mlp"], width, kinds)
-    if isinstance(mlp, Unfit):
+    mlp = _mlp(block[mlp_part], width, kinds)
+    if isinstance(mlp, Unfit) and not _called_with_x(block[mlp_part]):
         return mlp
-    names, activation = mlp
+    # An MLP the native layers do not compute (a mixture of experts) stays the block's own.
+    names, activation = (OWN_MLP, "silu") if isinstance(mlp, Unfit) else mlp
     residual = getattr(block, "residual_multiplier", 1.0)
     if not isinstance(residual, (int, float)):
         return Unfit("a residual multiplier that is not a number")
@@ -161,8 +170,9 @@ def describe(
         mlp=names,
         activation=activation,
         residual_scale=float(residual),
+        mlp_part=mlp_part,
     )
-    return replace(shape, extras=_extras(shape))
+    return replace(shape, extras=_extras(shape, type(block[mlp_part]).__name__))
 
 
 def _arguments(block: nn.Module) -> tuple[str, ...]:
@@ -172,6 +182,12 @@ def _arguments(block: nn.Module) -> tuple[str, ...]:
     except (TypeError, ValueError):
         return ()
     return tuple(parameters)[1:]
+
+
+def _called_with_x(module: nn.Module) -> bool:
+    """Whether the module's call takes the hidden rows alone (what the fused block passes
+    an MLP it leaves to the block's own code)."""
+    return _arguments(module) == ("x",)
 
 
 def _counts(attention: nn.Module) -> tuple[int, int] | None:
@@ -288,7 +304,7 @@ def _close(got: mx.array, want: mx.array, tolerance: float) -> bool:
     return _error(got, want) <= tolerance
 
 
-def _extras(shape: Shape) -> tuple[str, ...]:
+def _extras(shape: Shape, mlp_class: str) -> tuple[str, ...]:
     """What the block adds to Llama's, in words (for /stats and the tests)."""
     extras = []
     if shape.norms[1] or shape.norms[3]:
@@ -304,6 +320,8 @@ def _extras(shape: Shape) -> tuple[str, ...]:
     extras.extend(shape.rope.extras())
     if shape.mlp == FUSED_MLP:
         extras.append("fused gate/up")
+    if shape.mlp == OWN_MLP:
+        extras.append(f"its own MLP ({mlp_class})")
     if shape.activation != "silu":
         extras.append(shape.activation)
     if shape.residual_scale != 1.0:

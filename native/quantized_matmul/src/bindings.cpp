@@ -66,7 +66,7 @@ NB_MODULE(_qmm, m) {
          const std::vector<mx::array>& weights, const std::vector<int>& quant,
          const std::optional<mx::array>& mask, float eps, float scale,
          bool post_attention_norm, bool pre_norm, bool post_norm, float residual_scale,
-         int activation, bool fused_gate_up) {
+         int activation, bool fused_gate_up, bool mlp) {
         mlxlab::Feedforward f{eps, scale};
         f.post_attention_norm = post_attention_norm;
         f.pre_norm = pre_norm;
@@ -74,13 +74,15 @@ NB_MODULE(_qmm, m) {
         f.residual_scale = residual_scale;
         f.activation = activation;
         f.fused_gate_up = fused_gate_up;
+        f.mlp = mlp;
         return mlxlab::decode_rest(h, q, keys, values, weights, quant, mask, f);
       },
       "h"_a, "q"_a, "keys"_a, "values"_a, "weights"_a, "quant"_a, "mask"_a.none(), "eps"_a,
       "scale"_a, "post_attention_norm"_a = false, "pre_norm"_a = true,
       "post_norm"_a = false, "residual_scale"_a = 1.0f, "activation"_a = 0,
-      "fused_gate_up"_a = false,
-      "A decode step's attention, o projection, residual and MLP: the layer's output.");
+      "fused_gate_up"_a = false, "mlp"_a = true,
+      "A decode step's attention, o projection, residual and MLP: the layer's output (with "
+      "mlp=False, h + o's branch: the block's own MLP follows).");
   m.def("gather_quantized_matmul", &mlxlab::gather_quantized_matmul, "x"_a, "w"_a, "scales"_a,
         "biases"_a, "indices"_a, "group_size"_a, "bits"_a,
         "x[r] @ dequantize(w[indices[r]]).T for each r of x (R, M, K): a mixture of experts' "

@@ -192,6 +192,11 @@ struct RestLayout {
     if (f.pre_norm) pre_norm = at++;
     if (f.post_norm) post_norm = at++;
     o = at;
+    if (!f.mlp) {
+      gate = down = -1;
+      mask = o + 3;
+      return;
+    }
     gate = o + 3;
     if (!f.fused_gate_up) up = gate + 3;
     down = (f.fused_gate_up ? gate : up) + 3;
@@ -228,7 +233,7 @@ void run_rest(const std::vector<mx::array>& in, mx::array& out, const Feedforwar
   const auto &h_in = in[0], &q = in[1], &keys = in[2];
   const int B = h_in.shape(0), L = h_in.shape(1), D = h_in.shape(2), M = B * L;
   const int H = q.shape(1), hd = q.shape(3), Hkv = keys.shape(1), S = keys.shape(2);
-  const int F = in[at.gate].shape(0) / (f.fused_gate_up ? 2 : 1);
+  const int F = f.mlp ? in[at.gate].shape(0) / (f.fused_gate_up ? 2 : 1) : 0;
   attended.resize(static_cast<size_t>(M) * H * hd);
   row_keys.clear();
   row_values.clear();
@@ -265,6 +270,10 @@ void run_rest(const std::vector<mx::array>& in, mx::array& out, const Feedforwar
   const float* h = float_rows(h_in, h_copy);
   std::copy(h, h + MD, y);
   add_branch(y, projected.data(), MD, f.residual_scale);
+  if (!f.mlp) {
+    release_if_long(M, h_copy, keys_copy, values_copy, attended, projected);
+    return;
+  }
   const float* mlp_in = y;
   if (at.pre_norm >= 0) {
     normed.resize(MD);
@@ -384,7 +393,10 @@ mx::array decode_rest(const mx::array& h, const mx::array& q, const mx::array& k
                       const std::vector<int>& quant, const std::optional<mx::array>& mask,
                       const Feedforward& feedforward) {
   const RestLayout at(feedforward);
-  check_quant(quant, feedforward.fused_gate_up ? 6 : 8);
+  check_quant(quant, !feedforward.mlp ? 2 : feedforward.fused_gate_up ? 6 : 8);
+  if (!feedforward.mlp && (feedforward.pre_norm || feedforward.post_norm)) {
+    throw std::invalid_argument("decode_rest: without the MLP, no norm around it");
+  }
   const size_t expected = at.mask - 4;
   if (h.ndim() != 3 || q.ndim() != 4 || q.shape(2) != h.shape(1) || keys.ndim() != 4 ||
       values.shape() != keys.shape() || keys.shape(2) < h.shape(1) || weights.size() != expected) {

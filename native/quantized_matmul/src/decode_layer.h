@@ -56,6 +56,8 @@ struct Feedforward {
   float residual_scale = 1;          // Granite's: both branches scaled before they are added
   int activation = 0;                // 0 SiLU, 1 GELU's tanh approximation, 2 GELU
   bool fused_gate_up = false;        // Phi-3's one projection for gate and up
+  bool mlp = true;                   // false: the block's own MLP follows (a mixture of
+                                     // experts'); the output is h + o's branch alone
 };
 
 // Inputs: h (B, L, D) the layer's input, q (B, H, L, hd), keys and values (B, Hkv, S, hd)
