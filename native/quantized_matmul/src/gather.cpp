@@ -46,32 +46,37 @@ void run_gather(const mx::array& x_in, const mx::array& w, const mx::array& scal
   const int64_t w_expert = static_cast<int64_t>(N) * w.shape(2) * 4;  // bytes of packed words
   const int64_t s_expert = static_cast<int64_t>(N) * (K / group_size);
   const size_t s_size = mx::size_of(scales.dtype());
+  const int64_t MK = static_cast<int64_t>(M) * K, MN = static_cast<int64_t>(M) * N;
+  rows.resize(static_cast<size_t>(R) * MK);  // x's rows in expert order
+  products.resize(static_cast<size_t>(R) * MN);
+  for (int i = 0; i < R; ++i) {
+    const float* src = x + order[i] * MK;
+    std::copy(src, src + MK, rows.data() + i * MK);
+  }
+  // One problem an expert with rows, all run in one loop over the threads: a decode step's
+  // eight experts are one wake-up of the workers where they were eight.
+  std::vector<Problem> problems;
   for (int e = 0; e < E; ++e) {
     const int first = count[e], rows_of = count[e + 1] - first;
     if (rows_of == 0) continue;
-    rows.resize(static_cast<size_t>(rows_of) * M * K);
-    for (int i = 0; i < rows_of; ++i) {
-      const float* src = x + static_cast<int64_t>(order[first + i]) * M * K;
-      std::copy(src, src + static_cast<int64_t>(M) * K, rows.data() + static_cast<int64_t>(i) * M * K);
-    }
-    products.resize(static_cast<size_t>(rows_of) * M * N);
     Problem p;
-    p.x = rows.data();
+    p.x = rows.data() + first * MK;
     p.w = w.data<uint8_t>() + e * w_expert;
     p.scales = static_cast<const char*>(scales.data<void>()) + e * s_expert * s_size;
     p.biases = static_cast<const char*>(biases.data<void>()) + e * s_expert * s_size;
     p.scale_type = scale_type(scales.dtype());
-    p.y = products.data();
+    p.y = products.data() + first * MN;
     p.M = rows_of * M;
     p.N = N;
     p.K = K;
     p.group_size = group_size;
     p.bits = bits;
-    compute(p);
-    for (int i = 0; i < rows_of; ++i) {
-      const float* src = products.data() + static_cast<int64_t>(i) * M * N;
-      std::copy(src, src + static_cast<int64_t>(M) * N, y + static_cast<int64_t>(order[first + i]) * M * N);
-    }
+    problems.push_back(p);
+  }
+  compute_many(problems);
+  for (int i = 0; i < R; ++i) {
+    const float* src = products.data() + i * MN;
+    std::copy(src, src + MN, y + order[i] * MN);
   }
   if (out.dtype() != mx::float32) store(y_copy, out);
   if (R * M > 64) {

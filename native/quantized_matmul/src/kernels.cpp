@@ -170,35 +170,33 @@ const char* kernel_name() {
   return avx2_supported() ? "avx2" : "scalar";
 }
 
-void compute(const Problem& p) {
-  check(p);
-  const int64_t work = static_cast<int64_t>(p.N) * p.K;
-  const int threads = threads_for(work * std::min(p.M, 8));
-  Sgemm gemm = sgemm();
-  if (gemm != nullptr && g_blas_min_rows > 0 && p.M >= g_blas_min_rows) {
-    blas_path(p, gemm, threads);
-    return;
-  }
-  std::vector<float> xsum;
-  group_sums(p, xsum);
-  const bool fast = avx2_supported();
+namespace {
+
+// A problem made ready for its output columns to be computed in any split, on any thread:
+// x's group sums and the layout its kernel reads (compute's set-up, once a call).
+struct Ready {
+  Problem p;
+  std::vector<float> xsum, reordered;
   Q8Rows q8;
   Q16Rows q16;
-  const bool int8 = fast && int8_activations();
-  const bool int16 = fast && !int8 && int16_activations();
-  if (int8) quantize_q8(p, q8);
-  if (int16) quantize_q16(p, q16);
-  const bool wide = !int8 && !int16 && g_avx512 && avx512_supported();
-  thread_local std::vector<float> reordered;  // reused: a decode step makes ~200 calls
-  const float* x = wide || (fast && !int8 && !int16)
-                       ? x_in_nibble_order(p, wide ? 32 : 16, reordered)
-                       : p.x;
-  // Blocks of 16 output columns, claimed in runs of at least kChunkWork weights x rows: a
-  // claim costs a compare-and-swap on a line both threads write, so a run must outweigh it.
-  const int blocks = (p.N + 15) / 16;
-  const int grain = std::max<int>(1, kChunkWork / (16 * int64_t{p.K} * std::min(p.M, 8)));
-  parallel_for(blocks, threads, grain, [&](int first, int last) {
-    const int n0 = first * 16, n1 = std::min(p.N, last * 16);
+  const float* x = nullptr;
+  bool int8 = false, int16 = false, wide = false, fast = false;
+
+  void prepare(const Problem& problem) {
+    p = problem;
+    group_sums(p, xsum);
+    fast = avx2_supported();
+    int8 = fast && int8_activations();
+    int16 = fast && !int8 && int16_activations();
+    if (int8) quantize_q8(p, q8);
+    if (int16) quantize_q16(p, q16);
+    wide = !int8 && !int16 && g_avx512 && avx512_supported();
+    x = wide || (fast && !int8 && !int16) ? x_in_nibble_order(p, wide ? 32 : 16, reordered)
+                                          : p.x;
+  }
+
+  // Output columns [n0, n1) of every row.
+  void run(int n0, int n1) const {
     if (int8) {
       rows_q8_avx2(p, xsum.data(), q8, n0, n1);
     } else if (int16) {
@@ -207,6 +205,64 @@ void compute(const Problem& p) {
       rows_avx512(p, x, xsum.data(), n0, n1);
     } else {
       fast ? rows_avx2(p, x, xsum.data(), n0, n1) : rows_scalar(p, xsum.data(), n0, n1);
+    }
+  }
+};
+
+bool takes_blas(const Problem& p) {
+  return sgemm() != nullptr && g_blas_min_rows > 0 && p.M >= g_blas_min_rows;
+}
+
+// Blocks of 16 output columns, claimed in runs of at least kChunkWork weights x rows: a
+// claim costs a compare-and-swap on a line both threads write, so a run must outweigh it.
+int grain_for(const Problem& p) {
+  return std::max<int>(1, kChunkWork / (16 * int64_t{p.K} * std::min(p.M, 8)));
+}
+
+}  // namespace
+
+void compute(const Problem& p) {
+  check(p);
+  const int threads = threads_for(int64_t{p.N} * p.K * std::min(p.M, 8));
+  if (takes_blas(p)) {
+    blas_path(p, sgemm(), threads);
+    return;
+  }
+  thread_local Ready ready;  // its buffers reused: a decode step makes ~200 calls
+  ready.prepare(p);
+  const Ready* at = &ready;  // (in the lambda, a thread_local's name is the running thread's)
+  parallel_for((p.N + 15) / 16, threads, grain_for(p), [at, N = p.N](int first, int last) {
+    at->run(first * 16, std::min(N, last * 16));
+  });
+}
+
+void compute_many(const std::vector<Problem>& problems) {
+  thread_local std::vector<Ready> readies;
+  std::vector<int> first_block{0};  // problem i's blocks are [first_block[i], first_block[i+1])
+  int64_t work = 0;
+  int grain = 1;
+  size_t count = 0;
+  for (const Problem& p : problems) {
+    check(p);
+    if (takes_blas(p)) {
+      compute(p);
+      continue;
+    }
+    if (readies.size() <= count) readies.resize(count + 1);
+    readies[count++].prepare(p);
+    first_block.push_back(first_block.back() + (p.N + 15) / 16);
+    work += int64_t{p.N} * p.K * std::min(p.M, 8);
+    grain = std::max(grain, grain_for(p));
+  }
+  if (count == 0) return;
+  const Ready* ready = readies.data();
+  const int* firsts = first_block.data();
+  parallel_for(first_block.back(), threads_for(work), grain, [=](int first, int last) {
+    int i = static_cast<int>(std::upper_bound(firsts, firsts + count + 1, first) - firsts) - 1;
+    for (; first < last; ++i) {
+      const int end = std::min(last, firsts[i + 1]), N = ready[i].p.N;
+      ready[i].run((first - firsts[i]) * 16, std::min(N, (end - firsts[i]) * 16));
+      first = end;
     }
   });
 }
