@@ -79,6 +79,28 @@ def test_indices_that_are_a_strided_view(kernel):
     assert mx.abs(got - want).max().item() <= 1e-4 * (1 + mx.abs(want).max().item())
 
 
+@pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16])
+def test_a_token_broadcast_to_its_experts_and_a_strided_view(kernel, dtype):
+    # A decode step hands the expert matmul one token repeated for each of its experts (a
+    # broadcast: stride 0) and, for down, rows that may be a strided view: read row by row.
+    w, scales, biases = mx.quantize(mx.random.normal((6, 32, 128)), group_size=64, bits=4)
+    scales, biases = scales.astype(dtype), biases.astype(dtype)
+    token = mx.random.normal((1, 1, 128), key=mx.random.key(3)).astype(dtype)
+    indices = mx.array([4, 1, 5, 1], dtype=mx.uint32)
+    strided = mx.random.normal((128, 4), key=mx.random.key(4)).astype(dtype).T[:, None, :]
+    module = qk.kernel_module()
+    for x in (mx.broadcast_to(token, (4, 1, 128)), strided):
+        got = module.gather_quantized_matmul(x, w, scales, biases, indices, 64, 4)
+        want = mx.gather_qmm(
+            mx.contiguous(x).astype(mx.float32), w, scales.astype(mx.float32),
+            biases.astype(mx.float32), rhs_indices=indices, transpose=True, group_size=64, bits=4,
+        )  # fmt: skip
+        assert got.dtype == dtype
+        tolerance = 1e-4 if dtype == mx.float32 else 1e-2
+        error = mx.abs(got.astype(mx.float32) - want.reshape(got.shape)).max().item()
+        assert error <= tolerance * (1 + mx.abs(want).max().item())
+
+
 def test_an_expert_index_out_of_range_is_an_error(kernel):
     layer = QuantizedSwitchLinear(64, 64, 4, bias=False, group_size=64, bits=4)
     twin = qk.KernelSwitchLinear(layer)
