@@ -167,11 +167,11 @@ class FusedLayer:
         h = kernel.decode_rest(
             x, q, keys, values, plan.rest_weights, plan.rest_quant, mask, **plan.rest_options
         )
-        return h if plan.rest_options["mlp"] else self._own_mlp(h)
+        return h if plan.rest_options["mlp"] else self._mlp_branch(h)
 
-    def _own_mlp(self, h: mx.array) -> mx.array:
-        """h plus the MLP's branch through the block's own MLP module (a mixture of
-        experts), with the norms around it."""
+    def _mlp_branch(self, h: mx.array) -> mx.array:
+        """h plus the MLP's branch through the block's own modules: its MLP (a mixture of
+        experts, or any in a verifying pass) with the norms around it."""
         shape = self._mlxlab_shape
         before, after = (self[name] if name else None for name in shape.norms[2:])
         r = self[shape.mlp_part](before(h) if before else h)
@@ -182,12 +182,9 @@ class FusedLayer:
         pass over a cache the native calls do not take: quantized rows, an active adapter;
         the projections are then the block's own modules, adapters included)."""
         shape = self._mlxlab_shape
-        norms = [self[name] if name else None for name in shape.norms]
-        attention = self["self_attn"]
-        r = attend_exactly(attention, norms[0](x) if norms[0] else x, mask, cache, shape)
-        h = x + _scaled(norms[1](r) if norms[1] else r, shape.residual_scale)
-        r = self[shape.mlp_part](norms[2](h) if norms[2] else h)
-        return h + _scaled(norms[3](r) if norms[3] else r, shape.residual_scale)
+        before, after = (self[name] if name else None for name in shape.norms[:2])
+        r = attend_exactly(self["self_attn"], before(x) if before else x, mask, cache, shape)
+        return self._mlp_branch(x + _scaled(after(r) if after else r, shape.residual_scale))
 
     def _plan(self) -> _Plan | None:
         """The plan while the projections are the ones it was built for, or new ones on the

@@ -73,7 +73,7 @@ void run_gather(const mx::array& x_in, const mx::array& w, const mx::array& scal
     p.bits = bits;
     problems.push_back(p);
   }
-  compute_many(problems);
+  compute_many(problems.data(), static_cast<int>(problems.size()));
   for (int i = 0; i < R; ++i) {
     const float* src = products.data() + i * MN;
     std::copy(src, src + MN, y + order[i] * MN);

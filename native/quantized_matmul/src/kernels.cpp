@@ -209,10 +209,6 @@ struct Ready {
   }
 };
 
-bool takes_blas(const Problem& p) {
-  return sgemm() != nullptr && g_blas_min_rows > 0 && p.M >= g_blas_min_rows;
-}
-
 // Blocks of 16 output columns, claimed in runs of at least kChunkWork weights x rows: a
 // claim costs a compare-and-swap on a line both threads write, so a run must outweigh it.
 int grain_for(const Problem& p) {
@@ -221,44 +217,34 @@ int grain_for(const Problem& p) {
 
 }  // namespace
 
-void compute(const Problem& p) {
-  check(p);
-  const int threads = threads_for(int64_t{p.N} * p.K * std::min(p.M, 8));
-  if (takes_blas(p)) {
-    blas_path(p, sgemm(), threads);
-    return;
-  }
-  thread_local Ready ready;  // its buffers reused: a decode step makes ~200 calls
-  ready.prepare(p);
-  const Ready* at = &ready;  // (in the lambda, a thread_local's name is the running thread's)
-  parallel_for((p.N + 15) / 16, threads, grain_for(p), [at, N = p.N](int first, int last) {
-    at->run(first * 16, std::min(N, last * 16));
-  });
-}
+void compute(const Problem& p) { compute_many(&p, 1); }
 
-void compute_many(const std::vector<Problem>& problems) {
+void compute_many(const Problem* problems, int count) {
+  // Buffers reused: a decode step makes ~200 calls.
   thread_local std::vector<Ready> readies;
-  std::vector<int> first_block{0};  // problem i's blocks are [first_block[i], first_block[i+1])
+  thread_local std::vector<int> first_block;  // problem i's blocks: [first_block[i], [i+1])
+  first_block.assign(1, 0);
   int64_t work = 0;
-  int grain = 1;
-  size_t count = 0;
-  for (const Problem& p : problems) {
+  int grain = 1, ready_count = 0;
+  for (int i = 0; i < count; ++i) {
+    const Problem& p = problems[i];
     check(p);
-    if (takes_blas(p)) {
-      compute(p);
+    if (sgemm() != nullptr && g_blas_min_rows > 0 && p.M >= g_blas_min_rows) {
+      blas_path(p, sgemm(), threads_for(int64_t{p.N} * p.K * 8));
       continue;
     }
-    if (readies.size() <= count) readies.resize(count + 1);
-    readies[count++].prepare(p);
+    if (static_cast<int>(readies.size()) <= ready_count) readies.resize(ready_count + 1);
+    readies[ready_count++].prepare(p);
     first_block.push_back(first_block.back() + (p.N + 15) / 16);
     work += int64_t{p.N} * p.K * std::min(p.M, 8);
     grain = std::max(grain, grain_for(p));
   }
-  if (count == 0) return;
+  if (ready_count == 0) return;
+  // Plain pointers: in the lambda, a thread_local's name is the running thread's.
   const Ready* ready = readies.data();
   const int* firsts = first_block.data();
   parallel_for(first_block.back(), threads_for(work), grain, [=](int first, int last) {
-    int i = static_cast<int>(std::upper_bound(firsts, firsts + count + 1, first) - firsts) - 1;
+    int i = static_cast<int>(std::upper_bound(firsts, firsts + ready_count + 1, first) - firsts) - 1;
     for (; first < last; ++i) {
       const int end = std::min(last, firsts[i + 1]), N = ready[i].p.N;
       ready[i].run((first - firsts[i]) * 16, std::min(N, (end - firsts[i]) * 16));

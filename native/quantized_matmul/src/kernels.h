@@ -42,8 +42,8 @@ void set_avx512_allowed(bool on);
 // Throws std::invalid_argument for shapes or bits it does not support.
 void compute(const Problem& p);
 // Every problem, their output columns shared among the threads in one loop (a mixture's
-// experts: a few rows each, one wake-up for all); those of many rows as compute() runs them.
-void compute_many(const std::vector<Problem>& problems);
+// experts: a few rows each, one wake-up for all); those of many rows on the sgemm path.
+void compute_many(const Problem* problems, int count);
 
 // Calls f(bits, group_size) with the problem's two as std::integral_constant, so that each
 // supported pair gets its own fully unrolled kernel: f(auto bits, auto gs) names it
